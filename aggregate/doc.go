@@ -1,0 +1,16 @@
+// Package aggregate holds ovstream's pure core: the event types of the Kafka
+// data contract, their strict decoding, tumbling-window keys, exact delay
+// statistics, the windower and the watermark.
+//
+// It imports the standard library only: no Kafka, no database, no clock
+// (time is always passed in), no goroutines, no logging. The same input gives
+// the same output.
+//
+// Guarantees:
+//   - A window is [start, start+W) with start = floor(t/W)*W, aligned to the
+//     Unix epoch in UTC; an event at exactly 12:05:00 belongs to [12:05,12:10).
+//   - P90 is exact: linear interpolation between closest ranks, the same number
+//     as PostgreSQL's percentile_cont(0.9). Memory per open row grows with the
+//     distinct delay values, not with the number of events.
+//   - The watermark never decreases.
+package aggregate

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// Dead-letter reasons (dead_letters.reason).
+const (
+	ReasonDecode = "decode" // the payload breaks the data contract
+	ReasonFuture = "future" // event_time later than wall clock + max future skew
+	ReasonLate   = "late"   // the event's window was already finalized when it arrived
+)
+
+// DeadLetter is one rejected Kafka record, kept byte for byte.
+type DeadLetter struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte // nil when the record had no key
+	Value     []byte // nil when the record had no value
+	Reason    string // ReasonDecode, ReasonFuture or ReasonLate
+	Error     string // what a person can act on, e.g. "delay_s: not a finite number"
+}
+
+// Vehicle is the newest position of one vehicle, with the Kafka record it came from.
+type Vehicle struct {
+	aggregate.Position
+	Partition int32
+	Offset    int64
+}
+
+// Trip is the newest prediction of one trip, with the Kafka record it came from.
+type Trip struct {
+	aggregate.Prediction
+	Partition int32
+	Offset    int64
+}
+
+// Position is the stored progress of one partition (table stream_positions).
+// NextOffset is the committable offset: every record below it is durable.
+// ConsumedOffset is one past the last record consumed when it was stored
+// (>= NextOffset); DESIGN.md "Replay after a restart" uses it.
+type Position struct {
+	aggregate.PartitionID
+	NextOffset     int64
+	ConsumedOffset int64
+}
+
+// Batch is everything one commit writes, in ONE transaction.
+type Batch struct {
+	Pipeline    string
+	Epoch       int64
+	Windows     []aggregate.Row // finalized windows: replace, never add
+	Vehicles    []Vehicle       // at most one per vehicle_id
+	Trips       []Trip          // at most one per trip_id
+	DeadLetters []DeadLetter
+	Positions   []Position
+	Watermark   time.Time // the watermark this commit reached (pipelines.watermark)
+}
