@@ -1,0 +1,106 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// Config configures Run. Zero values take the defaults in the comments.
+type Config struct {
+	Brokers          []string // Kafka bootstrap addresses, host:port; required
+	PredictionsTopic string   // arrival predictions; "" = not consumed
+	PositionsTopic   string   // vehicle positions; "" = not consumed
+	// Partitions is the manual assignment; nil = every partition of both topics.
+	Partitions []aggregate.PartitionID
+	Pipeline   string // name in pipelines and stream_positions; default "ovstream"
+	Owner      string // who holds the fencing epoch, e.g. host:pid; informational
+
+	Window          time.Duration // tumbling window size; default 5m
+	AllowedLateness time.Duration // watermark = min partition max event time - this; default 2m
+	IdleTimeout     time.Duration // a caught-up partition quiet this long stops holding the watermark; default 30s
+	MaxFutureSkew   time.Duration // events later than wall clock + this are dead-lettered; default 5m
+	FlushInterval   time.Duration // time between commits; default 5s
+	// StartOffset is where a partition without a stored position starts:
+	// "earliest" (default) or "latest".
+	StartOffset string
+	// OnOffsetOutOfRange says what to do when a stored offset lies outside
+	// [log start, high water]: "fail" (default: Run returns
+	// *OffsetOutOfRangeError), "earliest" or "latest" (resume there, log the
+	// skipped range).
+	OnOffsetOutOfRange string
+	// Drain ends the run once every partition reached the high water mark it
+	// had at start: every open window is finalized and committed.
+	Drain bool
+
+	Sarama *sarama.Config   // base client config (TLS, SASL); nil = defaults
+	Logger *slog.Logger     // nil = discard
+	Now    func() time.Time // wall clock; nil = time.Now
+}
+
+// Validate fills in defaults and reports the first invalid setting.
+func (c *Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("consumer: no Kafka brokers (--brokers or KAFKA_BROKERS)")
+	}
+	if c.PredictionsTopic == "" && c.PositionsTopic == "" {
+		return errors.New("consumer: no topics to consume")
+	}
+	if c.PredictionsTopic == c.PositionsTopic {
+		return fmt.Errorf("consumer: predictions and positions topic are both %q", c.PredictionsTopic)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Window, 5*time.Minute)
+	def(&c.AllowedLateness, 2*time.Minute)
+	def(&c.IdleTimeout, 30*time.Second)
+	def(&c.MaxFutureSkew, 5*time.Minute)
+	def(&c.FlushInterval, 5*time.Second)
+	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.AllowedLateness,
+		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval} {
+		if d < 0 {
+			return fmt.Errorf("consumer: %s %v is negative", name, d)
+		}
+	}
+	if c.Window < time.Second {
+		return fmt.Errorf("consumer: window %v is shorter than 1s", c.Window)
+	}
+	if c.Pipeline == "" {
+		c.Pipeline = "ovstream"
+	}
+	switch c.StartOffset {
+	case "":
+		c.StartOffset = "earliest"
+	case "earliest", "latest":
+	default:
+		return fmt.Errorf("consumer: start offset %q: want earliest or latest", c.StartOffset)
+	}
+	switch c.OnOffsetOutOfRange {
+	case "":
+		c.OnOffsetOutOfRange = "fail"
+	case "fail", "earliest", "latest":
+	default:
+		return fmt.Errorf("consumer: on offset out of range %q: want fail, earliest or latest", c.OnOffsetOutOfRange)
+	}
+	for _, p := range c.Partitions {
+		if p.Topic != c.PredictionsTopic && p.Topic != c.PositionsTopic {
+			return fmt.Errorf("consumer: assigned partition %s is not of a consumed topic", p)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}

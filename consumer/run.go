@@ -1,0 +1,520 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer/crashpoint"
+	"github.com/ovstream/ovstream/store"
+)
+
+// ErrFenced is returned by Run when another instance claimed the pipeline:
+// this one wrote nothing after the claim and must exit (DESIGN.md G6).
+var ErrFenced = store.ErrFenced
+
+// errResync asks Run to rebuild its state from the database: a COMMIT failed
+// ambiguously, so what is stored is unknown until it is read again.
+var errResync = errors.New("consumer: resync from stored positions")
+
+// Summary describes what a run did, for logs and the drain report.
+type Summary struct {
+	Consumed       map[string]int64 // records read per topic
+	Predictions    int64            // predictions aggregated into windows
+	Positions      int64            // positions applied to vehicle_latest
+	Skipped        int64            // replayed events of windows written before (DESIGN.md "Replay")
+	DeadLetters    map[string]int64 // per reason
+	WindowRows     int64            // delay_aggregates rows written
+	Commits        int64
+	CommitFailures int64
+	Resyncs        int64
+	Watermark      time.Time                       // the last committed watermark
+	Stored         map[aggregate.PartitionID]int64 // committed next offset per partition
+	HighWater      map[aggregate.PartitionID]int64 // high water mark per partition, last seen
+	Elapsed        time.Duration
+}
+
+const (
+	tickInterval  = 100 * time.Millisecond // watermark, drain check
+	pollInterval  = time.Second            // high water marks
+	probeAfter    = time.Second            // quiet time before probing for trailing transaction markers
+	maxBackoff    = 30 * time.Second
+	shutdownGrace = 30 * time.Second // final commit after SIGTERM
+)
+
+// Run consumes the assigned partitions until ctx is cancelled (final commit
+// of what is durable, then nil) or, with cfg.Drain, until every partition
+// reached its high water mark at start (every window finalized and
+// committed). It claims the pipeline first; every commit is ONE transaction
+// of finalized windows, latest state, dead letters, offsets and watermark.
+//
+// Errors: ErrFenced when another instance claimed the pipeline;
+// *OffsetOutOfRangeError when a stored offset is gone and
+// cfg.OnOffsetOutOfRange is "fail"; otherwise a wrapped Kafka or database
+// error that did not clear with retries.
+func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	began := cfg.Now()
+	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
+		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
+	var epoch int64
+	err := retry(ctx, cfg, "claim pipeline", func() (err error) {
+		epoch, err = st.Claim(ctx, cfg.Pipeline, cfg.Owner)
+		return err
+	})
+	if err != nil {
+		return sum, fmt.Errorf("consumer: claim pipeline %q: %w", cfg.Pipeline, err)
+	}
+	cfg.Logger.Info("claimed pipeline", "pipeline", cfg.Pipeline, "epoch", epoch, "owner", cfg.Owner)
+	for {
+		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum}
+		err = l.run(ctx)
+		if !errors.Is(err, errResync) {
+			break
+		}
+		sum.Resyncs++
+		cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again")
+	}
+	sum.Elapsed = cfg.Now().Sub(began)
+	return sum, err
+}
+
+// loop is the one goroutine that owns the windower, the ledger, the
+// latest-state buffers and the dead letters: no locks.
+type loop struct {
+	cfg   Config
+	st    *store.Store
+	epoch int64
+	sum   *Summary
+	src   *source
+
+	win         *aggregate.Windower
+	wm          *aggregate.Watermark
+	led         *Ledger
+	replayUntil map[aggregate.PartitionID]int64 // stored consumed_offset
+	highWater   map[aggregate.PartitionID]int64
+	drainTarget map[aggregate.PartitionID]int64
+	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record
+	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe
+
+	trips    map[string]store.Trip
+	vehicles map[string]store.Vehicle
+	dead     []store.DeadLetter
+	stored   map[aggregate.PartitionID]store.Position
+
+	nextCommit time.Time
+	backoff    time.Duration
+}
+
+func (l *loop) run(ctx context.Context) (err error) {
+	cfg := l.cfg
+	if err := l.start(ctx); err != nil {
+		return err
+	}
+	defer func() { l.src.close() }()
+
+	tick := time.NewTicker(tickInterval)
+	defer tick.Stop()
+	poll := time.NewTicker(pollInterval)
+	defer poll.Stop()
+	l.nextCommit = cfg.Now().Add(cfg.FlushInterval)
+	for {
+		select {
+		case <-ctx.Done():
+			return l.shutdown()
+		case batch := <-l.src.out:
+			for _, r := range batch {
+				crashpoint.Hit(crashpoint.AfterConsume)
+				l.handle(r)
+			}
+		case err := <-l.src.errs:
+			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
+		case <-poll.C:
+			l.pollHighWater()
+		case <-tick.C:
+			now := cfg.Now()
+			l.updateCaughtUp(now)
+			l.wm.Advance(now)
+			if cfg.Drain && l.drained() {
+				return l.finishDrain(ctx)
+			}
+			if _, err := l.commit(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// start loads the stored state, seeks every assigned partition and seeds the watermark.
+func (l *loop) start(ctx context.Context) error {
+	cfg := l.cfg
+	src, err := openSource(cfg.Brokers, cfg.Sarama)
+	if err != nil {
+		return err
+	}
+	l.src = src
+	ok := false
+	defer func() {
+		if !ok {
+			src.close()
+		}
+	}()
+	assigned := cfg.Partitions
+	if assigned == nil {
+		for _, topic := range []string{cfg.PredictionsTopic, cfg.PositionsTopic} {
+			if topic == "" {
+				continue
+			}
+			ps, err := src.partitions(topic)
+			if err != nil {
+				return err
+			}
+			for _, p := range ps {
+				assigned = append(assigned, aggregate.PartitionID{Topic: topic, Partition: p})
+			}
+		}
+	}
+	var stored map[aggregate.PartitionID]store.Position
+	var seed time.Time
+	err = retry(ctx, cfg, "load stream_positions and watermark", func() (err error) {
+		if stored, err = l.st.LoadPositions(ctx, cfg.Pipeline); err != nil {
+			return fmt.Errorf("consumer: load stream_positions: %w", err)
+		}
+		if seed, err = l.st.SeedWatermark(ctx, cfg.Pipeline); err != nil {
+			return fmt.Errorf("consumer: seed watermark: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l.win = aggregate.NewWindower(cfg.Window)
+	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
+	l.led = NewLedger()
+	l.replayUntil = map[aggregate.PartitionID]int64{}
+	l.highWater = map[aggregate.PartitionID]int64{}
+	l.drainTarget = map[aggregate.PartitionID]int64{}
+	l.lastSeen = map[aggregate.PartitionID]time.Time{}
+	l.probed = map[aggregate.PartitionID]int64{}
+	l.trips = map[string]store.Trip{}
+	l.vehicles = map[string]store.Vehicle{}
+	l.stored = map[aggregate.PartitionID]store.Position{}
+
+	for _, tp := range assigned {
+		logStart, hw, err := src.offsets(tp)
+		if err != nil {
+			return err
+		}
+		var from int64
+		pos, have := stored[tp]
+		switch {
+		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw:
+			from = pos.NextOffset
+			l.replayUntil[tp] = pos.ConsumedOffset
+			l.stored[tp] = pos
+		case have:
+			oor := &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
+			switch cfg.OnOffsetOutOfRange {
+			case "earliest":
+				from = logStart
+			case "latest":
+				from = hw
+			default:
+				return oor
+			}
+			cfg.Logger.Warn("stored offset out of range: resuming", "partition", tp.String(),
+				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
+		case cfg.StartOffset == "latest":
+			from = hw
+		default:
+			from = logStart
+		}
+		l.led.Assign(tp, from)
+		l.wm.Assign(tp)
+		l.highWater[tp] = hw
+		l.drainTarget[tp] = hw
+		l.sum.HighWater[tp] = hw
+		if _, ok := l.sum.Stored[tp]; !ok && have {
+			l.sum.Stored[tp] = pos.NextOffset
+		}
+		l.wm.SetCaughtUp(tp, from >= hw)
+		if err := src.start(tp, from); err != nil {
+			return err
+		}
+		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
+	}
+	cfg.Logger.Info("watermark seeded", "watermark", seed.UTC().Format(time.RFC3339))
+	ok = true
+	return nil
+}
+
+// handle processes one record: decode, check time, window, ledger.
+func (l *loop) handle(r record) {
+	cfg := l.cfg
+	now := cfg.Now()
+	l.sum.Consumed[r.tp.Topic]++
+	l.lastSeen[r.tp] = now
+	if r.tp.Topic == cfg.PredictionsTopic {
+		p, err := aggregate.DecodePrediction(r.value)
+		if err != nil {
+			l.deadLetter(r, store.ReasonDecode, err.Error())
+			return
+		}
+		if l.future(r, p.EventTime, now) {
+			return
+		}
+		l.wm.Observe(r.tp, p.EventTime, now)
+		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
+		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
+		if !end.After(l.wm.Current()) { // the window is already finalized
+			if r.offset < l.replayUntil[r.tp] {
+				l.sum.Skipped++ // counted (or recorded as late) before the restart
+				l.led.Consumed(r.tp, r.offset)
+				return
+			}
+			l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
+				p.EventTime.Format(time.RFC3339), end.Add(-cfg.Window).Format(time.RFC3339),
+				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
+			return
+		}
+		l.win.Add(p)
+		l.led.InWindow(r.tp, r.offset, end)
+		l.sum.Predictions++
+		return
+	}
+	v, err := aggregate.DecodePosition(r.value)
+	if err != nil {
+		l.deadLetter(r, store.ReasonDecode, err.Error())
+		return
+	}
+	if l.future(r, v.EventTime, now) {
+		return
+	}
+	l.wm.Observe(r.tp, v.EventTime, now)
+	l.keepVehicle(store.Vehicle{Position: v, Partition: r.tp.Partition, Offset: r.offset})
+	l.led.Consumed(r.tp, r.offset)
+	l.sum.Positions++
+}
+
+// future dead-letters an event later than wall clock + max future skew.
+func (l *loop) future(r record, t, now time.Time) bool {
+	limit := now.Add(l.cfg.MaxFutureSkew)
+	if !t.After(limit) {
+		return false
+	}
+	l.deadLetter(r, store.ReasonFuture, fmt.Sprintf("event_time %s is later than wall clock + max future skew (%s)",
+		t.Format(time.RFC3339), limit.UTC().Format(time.RFC3339)))
+	return true
+}
+
+func (l *loop) deadLetter(r record, reason, msg string) {
+	l.dead = append(l.dead, store.DeadLetter{Topic: r.tp.Topic, Partition: r.tp.Partition, Offset: r.offset,
+		Key: r.key, Value: r.value, Reason: reason, Error: msg})
+	l.sum.DeadLetters[reason]++
+	l.led.Consumed(r.tp, r.offset)
+}
+
+// keepTrip keeps the newest prediction per trip: greater event time, a tie
+// going to the later offset.
+func (l *loop) keepTrip(t store.Trip) {
+	old, ok := l.trips[t.TripID]
+	if !ok || newer(t.EventTime, t.Offset, old.EventTime, old.Offset) {
+		l.trips[t.TripID] = t
+	}
+}
+
+func (l *loop) keepVehicle(v store.Vehicle) {
+	old, ok := l.vehicles[v.VehicleID]
+	if !ok || newer(v.EventTime, v.Offset, old.EventTime, old.Offset) {
+		l.vehicles[v.VehicleID] = v
+	}
+}
+
+func newer(t time.Time, off int64, oldT time.Time, oldOff int64) bool {
+	return t.After(oldT) || (t.Equal(oldT) && off >= oldOff)
+}
+
+// pollHighWater refreshes every partition's high water mark.
+func (l *loop) pollHighWater() {
+	for tp := range l.highWater {
+		hw, err := l.src.client.GetOffset(tp.Topic, tp.Partition, -1)
+		if err != nil {
+			l.cfg.Logger.Warn("high water mark", "partition", tp.String(), "err", err)
+			continue
+		}
+		l.highWater[tp] = hw
+		l.sum.HighWater[tp] = hw
+	}
+}
+
+// updateCaughtUp tells the watermark which partitions have reached the high
+// water mark. A partition whose position stays below it with nothing
+// arriving is probed for trailing transaction markers (see visibleEnd).
+func (l *loop) updateCaughtUp(now time.Time) {
+	for tp, hw := range l.highWater {
+		pos := l.led.ConsumedOffset(tp)
+		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos {
+			l.probed[tp] = pos
+			if end, err := l.src.visibleEnd(tp, pos); err == nil && end > pos {
+				l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
+				pos = l.led.ConsumedOffset(tp)
+			}
+		}
+		l.wm.SetCaughtUp(tp, pos >= hw)
+	}
+}
+
+// drained tells whether every partition reached its high water mark at start.
+func (l *loop) drained() bool {
+	for tp, target := range l.drainTarget {
+		if l.led.ConsumedOffset(tp) < target {
+			return false
+		}
+	}
+	return true
+}
+
+// finishDrain finalizes every open window and commits, retrying until it
+// succeeds or ctx ends.
+func (l *loop) finishDrain(ctx context.Context) error {
+	l.wm.Raise(l.win.LastEnd())
+	return l.commitUntilDone(ctx, ctx)
+}
+
+// shutdown makes the final commit of what is durable after SIGTERM. Open
+// windows are not written: Kafka redelivers them on the next start.
+func (l *loop) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	crashpoint.Hit(crashpoint.Shutdown)
+	err := l.commitUntilDone(ctx, ctx)
+	if ctx.Err() != nil {
+		return fmt.Errorf("consumer: final commit did not succeed within %v (nothing is lost: Kafka redelivers from the stored offsets)", shutdownGrace)
+	}
+	return err
+}
+
+// commitUntilDone commits, retrying retryable failures with backoff until one
+// succeeds, a terminal error occurs or stop ends.
+func (l *loop) commitUntilDone(ctx context.Context, stop context.Context) error {
+	for {
+		done, err := l.commit(ctx, true)
+		if done || err != nil {
+			return err
+		}
+		select {
+		case <-stop.Done():
+			return stop.Err()
+		case <-time.After(l.backoff):
+		}
+	}
+}
+
+// commit writes one batch in ONE transaction and reports whether it
+// committed. A retryable failure keeps everything in memory and schedules a
+// retry with capped backoff (false, nil); a terminal one is returned. force
+// ignores the schedule.
+func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
+	cfg := l.cfg
+	now := cfg.Now()
+	if !force && now.Before(l.nextCommit) {
+		return false, nil
+	}
+	wm := l.wm.Current()
+	b := store.Batch{
+		Pipeline:    cfg.Pipeline,
+		Epoch:       l.epoch,
+		Windows:     l.win.Closed(wm),
+		DeadLetters: l.dead,
+		Watermark:   wm,
+	}
+	for _, t := range l.trips {
+		b.Trips = append(b.Trips, t)
+	}
+	for _, v := range l.vehicles {
+		b.Vehicles = append(b.Vehicles, v)
+	}
+	for _, tp := range sortedPartitions(l.led.parts) {
+		b.Positions = append(b.Positions, store.Position{PartitionID: tp,
+			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
+	}
+	crashpoint.Hit(crashpoint.BeforeBegin)
+	began := time.Now()
+	err := l.st.Commit(ctx, b)
+	if err != nil {
+		l.sum.CommitFailures++
+		var ce *store.CommitError
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			cfg.Logger.Error("fenced: another instance claimed the pipeline; this one wrote nothing after the claim",
+				"pipeline", cfg.Pipeline, "epoch", l.epoch)
+			return false, ErrFenced
+		case errors.As(err, &ce) && ce.Ambiguous:
+			return false, errResync
+		case !store.Retryable(err):
+			return false, fmt.Errorf("consumer: commit: %w", err)
+		}
+		l.backoff = min(max(2*l.backoff, 100*time.Millisecond), maxBackoff)
+		l.nextCommit = now.Add(l.backoff)
+		cfg.Logger.Warn("commit failed; retrying", "err", err, "retry_in", l.backoff)
+		return false, nil
+	}
+	crashpoint.Hit(crashpoint.AfterCommit)
+	// Only now: release the ledger and drop what was written.
+	l.win.Drop(wm)
+	l.led.Release(wm)
+	clear(l.trips)
+	clear(l.vehicles)
+	l.dead = nil
+	for _, p := range b.Positions {
+		l.stored[p.PartitionID] = p
+		l.sum.Stored[p.PartitionID] = p.NextOffset
+	}
+	l.sum.Commits++
+	l.sum.WindowRows += int64(len(b.Windows))
+	l.sum.Watermark = wm
+	l.backoff = 0
+	l.nextCommit = now.Add(cfg.FlushInterval)
+	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles),
+		"dead_letters", len(b.DeadLetters), "watermark", wm.Format(time.RFC3339), "took", time.Since(began))
+	return true, nil
+}
+
+// sortedPartitions returns m's keys in (topic, partition) order.
+func sortedPartitions[V any](m map[aggregate.PartitionID]V) []aggregate.PartitionID {
+	ps := make([]aggregate.PartitionID, 0, len(m))
+	for p := range m {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Topic != ps[j].Topic {
+			return ps[i].Topic < ps[j].Topic
+		}
+		return ps[i].Partition < ps[j].Partition
+	})
+	return ps
+}
+
+// retry runs fn until it succeeds, fails terminally or ctx ends; a retryable
+// database error (store.Retryable) waits with capped exponential backoff.
+func retry(ctx context.Context, cfg Config, what string, fn func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !store.Retryable(err) {
+			return err
+		}
+		cfg.Logger.Warn(what+" failed; retrying", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}

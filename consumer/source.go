@@ -1,0 +1,223 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// record is one Kafka record as the run loop sees it: our type, never sarama's.
+type record struct {
+	tp     aggregate.PartitionID
+	offset int64
+	key    []byte
+	value  []byte
+}
+
+// maxBatch bounds how many records a partition reader hands over at once.
+const maxBatch = 512
+
+// OffsetOutOfRangeError says a stored offset lies outside what the broker
+// still holds: below the log start offset (deleted by retention) or above the
+// high water mark (the topic was recreated). Kafka docs: ListOffsets.
+type OffsetOutOfRangeError struct {
+	aggregate.PartitionID
+	Offset    int64 // the stored next offset
+	LogStart  int64 // earliest offset available
+	HighWater int64 // one past the last offset written
+}
+
+func (e *OffsetOutOfRangeError) Error() string {
+	return fmt.Sprintf("%s: stored offset %d is outside the available range [%d, %d]; "+
+		"restart with --on-offset-out-of-range=earliest or =latest to resume there and skip the rest",
+		e.PartitionID, e.Offset, e.LogStart, e.HighWater)
+}
+
+// source adapts sarama: metadata, offsets and one reader per assigned
+// partition, all feeding one channel of record batches.
+type source struct {
+	client   sarama.Client
+	consumer sarama.Consumer
+	pcs      []sarama.PartitionConsumer
+	out      chan []record
+	errs     chan error
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func newSaramaConfig(base *sarama.Config) *sarama.Config {
+	c := base
+	if c == nil {
+		c = sarama.NewConfig()
+	}
+	c.ClientID = "ovstream"
+	if !c.Version.IsAtLeast(sarama.V2_1_0_0) {
+		c.Version = sarama.V2_1_0_0
+	}
+	c.Consumer.IsolationLevel = sarama.ReadCommitted
+	c.Consumer.Return.Errors = true
+	c.Consumer.Offsets.AutoCommit.Enable = false
+	return c
+}
+
+func openSource(brokers []string, base *sarama.Config) (*source, error) {
+	client, err := sarama.NewClient(brokers, newSaramaConfig(base))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: connect to Kafka %v: %w", brokers, err)
+	}
+	cons, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	return &source{
+		client:   client,
+		consumer: cons,
+		out:      make(chan []record, 64),
+		errs:     make(chan error, 16),
+		stop:     make(chan struct{}),
+	}, nil
+}
+
+// partitions returns every partition of topic.
+func (s *source) partitions(topic string) ([]int32, error) {
+	ps, err := s.client.Partitions(topic)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: partitions of topic %q: %w", topic, err)
+	}
+	return ps, nil
+}
+
+// offsets returns tp's log start offset and high water mark.
+func (s *source) offsets(tp aggregate.PartitionID) (logStart, highWater int64, err error) {
+	if logStart, err = s.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetOldest); err != nil {
+		return 0, 0, fmt.Errorf("consumer: log start offset of %s: %w", tp, err)
+	}
+	if highWater, err = s.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetNewest); err != nil {
+		return 0, 0, fmt.Errorf("consumer: high water mark of %s: %w", tp, err)
+	}
+	return logStart, highWater, nil
+}
+
+// start begins reading tp at offset.
+func (s *source) start(tp aggregate.PartitionID, offset int64) error {
+	pc, err := s.consumer.ConsumePartition(tp.Topic, tp.Partition, offset)
+	if err != nil {
+		return fmt.Errorf("consumer: start %s at offset %d: %w", tp, offset, err)
+	}
+	s.pcs = append(s.pcs, pc)
+	s.wg.Add(2)
+	go s.read(tp, pc)
+	go func() {
+		defer s.wg.Done()
+		for err := range pc.Errors() {
+			select {
+			case s.errs <- err:
+			default: // the loop is behind on errors; sarama retries by itself
+			}
+		}
+	}()
+	return nil
+}
+
+// read forwards pc's messages in batches until pc closes or the source stops.
+func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer) {
+	defer s.wg.Done()
+	msgs := pc.Messages()
+	for {
+		m, ok := <-msgs
+		if !ok {
+			return
+		}
+		batch := make([]record, 0, 16)
+		batch = append(batch, record{tp, m.Offset, m.Key, m.Value})
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case m, ok = <-msgs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, record{tp, m.Offset, m.Key, m.Value})
+			default:
+				break more
+			}
+		}
+		select {
+		case s.out <- batch:
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// visibleEnd answers whether tp holds any record a read_committed consumer
+// would deliver in [from, high water). sarama hides control records and
+// aborted transactions and does not expose its fetch position, so after a
+// transaction marker the last delivered offset + 1 can stay below the high
+// water mark for good. visibleEnd fetches at from and returns the offset
+// after the leading run of invisible batches (control batches and batches of
+// aborted transactions); it returns from when a visible record comes first.
+func (s *source) visibleEnd(tp aggregate.PartitionID, from int64) (int64, error) {
+	b, err := s.client.Leader(tp.Topic, tp.Partition)
+	if err != nil {
+		return from, err
+	}
+	req := &sarama.FetchRequest{Version: 4, MaxBytes: 1 << 20, Isolation: sarama.ReadCommitted}
+	req.AddBlock(tp.Topic, tp.Partition, from, 1<<20, -1)
+	resp, err := b.Fetch(req)
+	if err != nil {
+		return from, err
+	}
+	block := resp.GetBlock(tp.Topic, tp.Partition)
+	if block == nil {
+		return from, errors.New("no block in fetch response")
+	}
+	if !errors.Is(block.Err, sarama.ErrNoError) {
+		return from, block.Err
+	}
+	aborted := map[int64]int64{} // producer id -> first offset of its aborted transaction
+	for _, a := range block.AbortedTransactions {
+		aborted[a.ProducerID] = a.FirstOffset
+	}
+	end := from
+	for _, recs := range block.RecordsSet {
+		rb := recs.RecordBatch
+		if rb == nil {
+			return from, nil // legacy message set: visible
+		}
+		first, isAborted := aborted[rb.ProducerID]
+		if !rb.Control && !(rb.IsTransactional && isAborted && first <= rb.FirstOffset) {
+			return from, nil
+		}
+		if last := rb.FirstOffset + int64(rb.LastOffsetDelta) + 1; last > end {
+			end = last
+		}
+	}
+	return end, nil
+}
+
+// close stops every reader and waits for them; nothing outlives it.
+func (s *source) close() {
+	close(s.stop)
+	for _, pc := range s.pcs {
+		pc.AsyncClose()
+	}
+	// Drain what readers still hold so they can see their channel close.
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-s.out:
+		case <-s.errs:
+		case <-done:
+			s.consumer.Close()
+			s.client.Close()
+			return
+		}
+	}
+}
