@@ -178,10 +178,10 @@ func Load(paths []string, opt Options) (*Result, error) {
 	slices.SortStableFunc(ordered, func(a, b feedFile) int { return cmp.Compare(a.ts, b.ts) })
 
 	l := loader{
-		opt:       opt,
-		res:       &Result{Skipped: make(map[string]int)},
-		predSeen:  make(map[predKey]struct{}),
-		posSeen:   make(map[posKey]struct{}),
+		opt:      opt,
+		res:      &Result{Skipped: make(map[string]int)},
+		predSeen: make(map[predKey]struct{}),
+		posSeen:  make(map[posKey]struct{}),
 	}
 	for _, f := range ordered {
 		b, err := os.ReadFile(f.path)
@@ -252,10 +252,10 @@ type posKey struct {
 }
 
 type loader struct {
-	opt       Options
-	res       *Result
-	predSeen  map[predKey]struct{}
-	posSeen   map[posKey]struct{}
+	opt      Options
+	res      *Result
+	predSeen map[predKey]struct{}
+	posSeen  map[posKey]struct{}
 }
 
 // ovapiID matches OVapi entity ids: OperatingDay:Operator:Line:Journey,
