@@ -1,0 +1,377 @@
+package aggregate
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+const validPrediction = `{"trip_id":"t1","line":"L1","stop_id":"S1","operator":"OP","delay_s":-30,` +
+	`"event_time":"2026-05-04T10:00:00+02:00"}`
+
+const validPosition = `{"vehicle_id":"V7","lat":52.37,"lon":4.89,"event_time":"2026-05-04T10:00:00Z"}`
+
+// withField returns the valid JSON object base with field set to raw JSON
+// (or removed when raw is "").
+func withField(base, field, raw string) string {
+	// Rebuild from scratch to keep it simple: drop the field, append the new one.
+	obj := strings.TrimSuffix(strings.TrimPrefix(base, "{"), "}")
+	var parts []string
+	for _, p := range splitTop(obj) {
+		if strings.HasPrefix(p, `"`+field+`":`) {
+			continue
+		}
+		parts = append(parts, p)
+	}
+	if raw != "" {
+		parts = append(parts, `"`+field+`":`+raw)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// splitTop splits the members of a flat JSON object body (no nested commas).
+func splitTop(body string) []string {
+	var out []string
+	depth, inStr, start := 0, false, 0
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case inStr && c == '\\':
+			i++
+		case c == '"':
+			inStr = !inStr
+		case inStr:
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			out = append(out, body[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, body[start:])
+}
+
+func TestDecodePredictionValid(t *testing.T) {
+	p, err := DecodePrediction([]byte(validPrediction))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Prediction{TripID: "t1", Line: "L1", StopID: "S1", Operator: "OP", DelayS: -30,
+		EventTime: time.Date(2026, 5, 4, 8, 0, 0, 0, time.UTC)}
+	if p != want {
+		t.Fatalf("got %+v, want %+v", p, want)
+	}
+	if p.EventTime.Location() != time.UTC {
+		t.Fatalf("location %v, want UTC", p.EventTime.Location())
+	}
+
+	full := withField(withField(withField(validPrediction, "vehicle_id", `"V7"`), "stop_sequence", `12`),
+		"extra", `{"nested":[1,2,"x"]}`)
+	p, err = DecodePrediction([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.VehicleID != "V7" || !p.HasStopSequence || p.StopSequence != 12 {
+		t.Fatalf("optional fields: %+v", p)
+	}
+
+	for _, raw := range []string{`12.0`, `1.2e1`, `120e-1`} {
+		p, err := DecodePrediction([]byte(withField(validPrediction, "stop_sequence", raw)))
+		if err != nil || p.StopSequence != 12 {
+			t.Errorf("stop_sequence %s: %v, %d", raw, err, p.StopSequence)
+		}
+	}
+	for _, raw := range []string{`null`, ``} {
+		p, err := DecodePrediction([]byte(withField(withField(validPrediction, "stop_sequence", raw), "vehicle_id", raw)))
+		if err != nil || p.HasStopSequence || p.VehicleID != "" {
+			t.Errorf("absent optional %q: %v, %+v", raw, err, p)
+		}
+	}
+	// Boundaries of delay_s are inclusive; fractions are kept.
+	for _, raw := range []string{`86400`, `-86400`, `0.5`, `-0`, `1e-400`} {
+		if _, err := DecodePrediction([]byte(withField(validPrediction, "delay_s", raw))); err != nil {
+			t.Errorf("delay_s %s: %v", raw, err)
+		}
+	}
+	// Field names match exactly: a differently cased field is unknown, ignored.
+	p, err = DecodePrediction([]byte(withField(validPrediction, "Delay_S", `"x"`)))
+	if err != nil || p.DelayS != -30 {
+		t.Errorf("case-variant field: %v %+v", err, p)
+	}
+	// Escapes are decoded.
+	p, err = DecodePrediction([]byte(withField(validPrediction, "line", `"L\u00e9\n"`)))
+	if err != nil || p.Line != "Lé\n" {
+		t.Errorf("escaped line: %v %q", err, p.Line)
+	}
+	// Surrounding whitespace is fine.
+	if _, err := DecodePrediction([]byte(" \n" + validPrediction + "\t ")); err != nil {
+		t.Errorf("whitespace: %v", err)
+	}
+}
+
+func TestDecodeEventTimeUTC(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+	}{
+		{"2026-05-04T10:00:00Z", time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)},
+		{"2026-05-04T10:00:00+02:00", time.Date(2026, 5, 4, 8, 0, 0, 0, time.UTC)},
+		{"2026-05-04T10:00:00.123456789-01:30", time.Date(2026, 5, 4, 11, 30, 0, 123456789, time.UTC)},
+		{"1969-12-31T23:59:59.5Z", time.Date(1969, 12, 31, 23, 59, 59, 5e8, time.UTC)},
+	} {
+		p, err := DecodePrediction([]byte(withField(validPrediction, "event_time", `"`+tc.in+`"`)))
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if !p.EventTime.Equal(tc.want) || p.EventTime.Location() != time.UTC {
+			t.Errorf("%s: got %v, want %v", tc.in, p.EventTime, tc.want)
+		}
+	}
+}
+
+func TestDecodePredictionErrors(t *testing.T) {
+	set := func(field, raw string) string { return withField(validPrediction, field, raw) }
+	tests := []struct {
+		name, in, want string
+	}{
+		{"empty", ``, "not a JSON object"},
+		{"whitespace", " \n\t", "not a JSON object"},
+		{"null", `null`, "not a JSON object"},
+		{"array", `[1,2]`, "not a JSON object"},
+		{"array of object", `[` + validPrediction + `]`, "not a JSON object"},
+		{"string", `"x"`, "not a JSON object"},
+		{"number", `12`, "not a JSON object"},
+		{"true", `true`, "not a JSON object"},
+		{"truncated", `{"trip_id":"t1"`, "invalid JSON: unexpected end of JSON input"},
+		{"garbage", `{trip_id}`, "invalid JSON: invalid character 't' looking for beginning of object key string"},
+		{"trailing", validPrediction + `x`, "invalid JSON: invalid character 'x' after top-level value"},
+		{"two objects", validPrediction + validPrediction, "invalid JSON: invalid character '{' after top-level value"},
+		{"NaN literal", set("delay_s", `NaN`), "invalid JSON: invalid character 'N' looking for beginning of value"},
+		{"invalid UTF-8", strings.Replace(validPrediction, "t1", "t\xff", 1), "invalid UTF-8"},
+		{"invalid UTF-8 outside strings", validPrediction + "\xc3", "invalid UTF-8"},
+
+		{"trip_id missing", set("trip_id", ``), "trip_id: missing"},
+		{"trip_id null", set("trip_id", `null`), "trip_id: missing"},
+		{"trip_id empty", set("trip_id", `""`), "trip_id: must be a non-empty string"},
+		{"trip_id number", set("trip_id", `12`), "trip_id: must be a non-empty string"},
+		{"trip_id object", set("trip_id", `{}`), "trip_id: must be a non-empty string"},
+		{"trip_id NUL", set("trip_id", `"a\u0000b"`), "trip_id: contains NUL"},
+		{"line missing", set("line", ``), "line: missing"},
+		{"line empty", set("line", `""`), "line: must be a non-empty string"},
+		{"line NUL", set("line", `"\u0000"`), "line: contains NUL"},
+		{"stop_id missing", set("stop_id", ``), "stop_id: missing"},
+		{"stop_id array", set("stop_id", `["S1"]`), "stop_id: must be a non-empty string"},
+		{"operator missing", set("operator", ``), "operator: missing"},
+		{"operator false", set("operator", `false`), "operator: must be a non-empty string"},
+
+		{"delay_s missing", set("delay_s", ``), "delay_s: missing"},
+		{"delay_s null", set("delay_s", `null`), "delay_s: missing"},
+		{"delay_s string", set("delay_s", `"12"`), "delay_s: not a number"},
+		{"delay_s string NaN", set("delay_s", `"NaN"`), "delay_s: not a number"},
+		{"delay_s string Infinity", set("delay_s", `"Infinity"`), "delay_s: not a number"},
+		{"delay_s bool", set("delay_s", `true`), "delay_s: not a number"},
+		{"delay_s object", set("delay_s", `{}`), "delay_s: not a number"},
+		{"delay_s overflow", set("delay_s", `1e309`), "delay_s: not a finite number"},
+		{"delay_s negative overflow", set("delay_s", `-1e309`), "delay_s: not a finite number"},
+		{"delay_s too large", set("delay_s", `86400.001`), "delay_s: out of range: |delay_s| > 86400"},
+		{"delay_s too small", set("delay_s", `-86401`), "delay_s: out of range: |delay_s| > 86400"},
+
+		{"event_time missing", set("event_time", ``), "event_time: missing"},
+		{"event_time null", set("event_time", `null`), "event_time: missing"},
+		{"event_time no offset", set("event_time", `"2026-05-04T10:00:00"`), "event_time: not RFC 3339 with offset"},
+		{"event_time date only", set("event_time", `"2026-05-04"`), "event_time: not RFC 3339 with offset"},
+		{"event_time space", set("event_time", `"2026-05-04 10:00:00Z"`), "event_time: not RFC 3339 with offset"},
+		{"event_time empty", set("event_time", `""`), "event_time: not RFC 3339 with offset"},
+		{"event_time number", set("event_time", `1777888000`), "event_time: not RFC 3339 with offset"},
+		{"event_time bad month", set("event_time", `"2026-13-04T10:00:00Z"`), "event_time: not RFC 3339 with offset"},
+		{"event_time NUL", set("event_time", `"2026-05-04T10:00:00Z\u0000"`), "event_time: not RFC 3339 with offset"},
+
+		{"vehicle_id number", set("vehicle_id", `7`), "vehicle_id: must be a string"},
+		{"vehicle_id NUL", set("vehicle_id", `"V\u0000"`), "vehicle_id: contains NUL"},
+		{"stop_sequence string", set("stop_sequence", `"3"`), "stop_sequence: not a number"},
+		{"stop_sequence fraction", set("stop_sequence", `3.5`), "stop_sequence: not an integer"},
+		{"stop_sequence too large", set("stop_sequence", `9223372036854775808`), "stop_sequence: not an integer"},
+		{"stop_sequence overflow", set("stop_sequence", `1e400`), "stop_sequence: not an integer"},
+
+		// The first faulty field in contract order is reported.
+		{"first fault wins", withField(set("trip_id", `""`), "delay_s", `"x"`), "trip_id: must be a non-empty string"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodePrediction([]byte(tc.in))
+			checkDecodeError(t, err, tc.want)
+		})
+	}
+}
+
+func TestDecodePositionValid(t *testing.T) {
+	p, err := DecodePosition([]byte(validPosition))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.VehicleID != "V7" || p.Lat != 52.37 || p.Lon != 4.89 || p.Bearing != nil || p.SpeedMPS != nil ||
+		!p.EventTime.Equal(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)) || p.EventTime.Location() != time.UTC {
+		t.Fatalf("got %+v", p)
+	}
+	in := `{"vehicle_id":"V7","lat":-90,"lon":180,"event_time":"2026-05-04T10:00:00+01:00",` +
+		`"trip_id":"t1","line":"L1","operator":"OP","bearing":360,"speed_mps":0,"unknown":[null]}`
+	p, err = DecodePosition([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.TripID != "t1" || p.Line != "L1" || p.Operator != "OP" || p.Bearing == nil || *p.Bearing != 360 ||
+		p.SpeedMPS == nil || *p.SpeedMPS != 0 || p.Lat != -90 || p.Lon != 180 {
+		t.Fatalf("got %+v", p)
+	}
+	p, err = DecodePosition([]byte(withField(withField(validPosition, "bearing", "null"), "speed_mps", "null")))
+	if err != nil || p.Bearing != nil || p.SpeedMPS != nil {
+		t.Fatalf("null optionals: %v %+v", err, p)
+	}
+}
+
+func TestDecodePositionErrors(t *testing.T) {
+	set := func(field, raw string) string { return withField(validPosition, field, raw) }
+	tests := []struct {
+		name, in, want string
+	}{
+		{"empty", ``, "not a JSON object"},
+		{"null", `null`, "not a JSON object"},
+		{"array", `[]`, "not a JSON object"},
+		{"invalid JSON", `{"vehicle_id":}`, "invalid JSON: invalid character '}' looking for beginning of value"},
+		{"invalid UTF-8", "{\"vehicle_id\":\"\xed\xa0\x80\"}", "invalid UTF-8"},
+		{"vehicle_id missing", set("vehicle_id", ``), "vehicle_id: missing"},
+		{"vehicle_id empty", set("vehicle_id", `""`), "vehicle_id: must be a non-empty string"},
+		{"vehicle_id NUL", set("vehicle_id", `"\u0000"`), "vehicle_id: contains NUL"},
+		{"lat missing", set("lat", ``), "lat: missing"},
+		{"lat null", set("lat", `null`), "lat: missing"},
+		{"lat string", set("lat", `"52"`), "lat: not a number"},
+		{"lat overflow", set("lat", `1e999`), "lat: not a finite number"},
+		{"lat range", set("lat", `90.0001`), "lat: out of range: |lat| > 90"},
+		{"lat negative range", set("lat", `-91`), "lat: out of range: |lat| > 90"},
+		{"lon missing", set("lon", ``), "lon: missing"},
+		{"lon range", set("lon", `180.5`), "lon: out of range: |lon| > 180"},
+		{"lon negative range", set("lon", `-181`), "lon: out of range: |lon| > 180"},
+		{"event_time missing", set("event_time", ``), "event_time: missing"},
+		{"event_time no offset", set("event_time", `"2026-05-04T10:00:00"`), "event_time: not RFC 3339 with offset"},
+		{"trip_id number", set("trip_id", `1`), "trip_id: must be a string"},
+		{"trip_id NUL", set("trip_id", `"\u0000"`), "trip_id: contains NUL"},
+		{"line NUL", set("line", `"x\u0000"`), "line: contains NUL"},
+		{"operator NUL", set("operator", `"\u0000x"`), "operator: contains NUL"},
+		{"operator bool", set("operator", `true`), "operator: must be a string"},
+		{"bearing string", set("bearing", `"90"`), "bearing: not a number"},
+		{"bearing negative", set("bearing", `-1`), "bearing: out of range: not in 0..360"},
+		{"bearing too large", set("bearing", `360.1`), "bearing: out of range: not in 0..360"},
+		{"bearing overflow", set("bearing", `1e400`), "bearing: not a finite number"},
+		{"speed string", set("speed_mps", `"NaN"`), "speed_mps: not a number"},
+		{"speed negative", set("speed_mps", `-0.1`), "speed_mps: out of range: < 0"},
+		{"speed overflow", set("speed_mps", `1e400`), "speed_mps: not a finite number"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodePosition([]byte(tc.in))
+			checkDecodeError(t, err, tc.want)
+		})
+	}
+}
+
+func checkDecodeError(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want %q", want)
+	}
+	var de *DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("error %T %v is not a *DecodeError", err, err)
+	}
+	if err.Error() != want {
+		t.Fatalf("error %q, want %q", err.Error(), want)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	seeds := []string{
+		validPrediction,
+		validPosition,
+		withField(withField(validPrediction, "vehicle_id", `"V1"`), "stop_sequence", `3`),
+		`{"vehicle_id":"V7","lat":-90,"lon":180,"event_time":"2026-05-04T10:00:00+01:00","bearing":360,"speed_mps":0}`,
+		``, `null`, `[]`, `{}`, `"x"`, `{"delay_s":1e309}`, `{"delay_s":"NaN"}`,
+		withField(validPrediction, "delay_s", `86400.5`),
+		withField(validPrediction, "event_time", `"2026-05-04T10:00:00"`),
+		withField(validPrediction, "trip_id", `"\u0000"`),
+		withField(validPrediction, "stop_sequence", `1e19`),
+		"{\"trip_id\":\"\xff\"}",
+		`{"trip_id":"a","trip_id":null}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		p, err := DecodePrediction(value)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("prediction: error %T %v is not a *DecodeError", err, err)
+			}
+			if p != (Prediction{}) {
+				t.Fatalf("prediction: error %v with a value %+v", err, p)
+			}
+		} else {
+			for _, s := range []string{p.TripID, p.Line, p.StopID, p.Operator} {
+				if s == "" || strings.IndexByte(s, 0) >= 0 {
+					t.Fatalf("prediction: bad required string %q in %+v", s, p)
+				}
+			}
+			if strings.IndexByte(p.VehicleID, 0) >= 0 {
+				t.Fatalf("prediction: NUL in vehicle_id %q", p.VehicleID)
+			}
+			if math.IsNaN(p.DelayS) || math.IsInf(p.DelayS, 0) || math.Abs(p.DelayS) > MaxAbsDelayS {
+				t.Fatalf("prediction: bad delay %v", p.DelayS)
+			}
+			if p.EventTime.Location() != time.UTC {
+				t.Fatalf("prediction: bad event time %v", p.EventTime)
+			}
+			if !p.HasStopSequence && p.StopSequence != 0 {
+				t.Fatalf("prediction: stop_sequence %d without HasStopSequence", p.StopSequence)
+			}
+		}
+
+		q, err := DecodePosition(value)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("position: error %T %v is not a *DecodeError", err, err)
+			}
+			return
+		}
+		if q.VehicleID == "" || strings.IndexByte(q.VehicleID+q.TripID+q.Line+q.Operator, 0) >= 0 {
+			t.Fatalf("position: bad strings %+v", q)
+		}
+		if !(math.Abs(q.Lat) <= 90) || !(math.Abs(q.Lon) <= 180) {
+			t.Fatalf("position: bad coordinates %v %v", q.Lat, q.Lon)
+		}
+		if q.Bearing != nil && !(*q.Bearing >= 0 && *q.Bearing <= 360) {
+			t.Fatalf("position: bad bearing %v", *q.Bearing)
+		}
+		if q.SpeedMPS != nil && !(*q.SpeedMPS >= 0) || q.SpeedMPS != nil && math.IsInf(*q.SpeedMPS, 0) {
+			t.Fatalf("position: bad speed %v", *q.SpeedMPS)
+		}
+		if q.EventTime.Location() != time.UTC {
+			t.Fatalf("position: bad event time %v", q.EventTime)
+		}
+	})
+}
+
+func BenchmarkDecodePrediction(b *testing.B) {
+	v := []byte(withField(withField(validPrediction, "vehicle_id", `"V7"`), "stop_sequence", `12`))
+	b.SetBytes(int64(len(v)))
+	for b.Loop() {
+		if _, err := DecodePrediction(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

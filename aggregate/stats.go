@@ -1,0 +1,134 @@
+package aggregate
+
+import (
+	"math"
+	"slices"
+)
+
+// Stats accumulates the delays, in seconds, of one delay_aggregates row:
+// count, arithmetic mean, exact quantiles, min, max and the operator.
+//
+// It keeps value -> count, so its memory grows with the distinct delay values,
+// not with the number of events (delays are whole seconds in practice). The
+// zero value is an empty Stats ready to use. It is not safe for concurrent use.
+type Stats struct {
+	counts     map[float64]int64
+	n          int64
+	sum        float64
+	min, max   float64
+	operator   string
+	multipleOp bool
+}
+
+// Add counts one delay (seconds, finite; the decoder guarantees it) of an event
+// of the given operator.
+func (s *Stats) Add(delay float64, operator string) {
+	if s.counts == nil {
+		s.counts = make(map[float64]int64)
+	}
+	if delay == 0 {
+		delay = 0 // one key for -0 and +0, which compare equal
+	}
+	s.counts[delay]++
+	if s.n == 0 {
+		s.min, s.max, s.operator = delay, delay, operator
+	} else {
+		s.min = math.Min(s.min, delay)
+		s.max = math.Max(s.max, delay)
+		if operator != s.operator {
+			s.multipleOp = true
+		}
+	}
+	s.n++
+	s.sum += delay
+}
+
+// Count returns the number of delays added.
+func (s *Stats) Count() int64 { return s.n }
+
+// Distinct returns the number of distinct delay values held.
+func (s *Stats) Distinct() int { return len(s.counts) }
+
+// Mean returns the arithmetic mean in seconds: the float64 sum, in insertion
+// order, divided by the count, which is how PostgreSQL's avg(float8) computes
+// it. NaN when empty.
+func (s *Stats) Mean() float64 {
+	if s.n == 0 {
+		return math.NaN()
+	}
+	return s.sum / float64(s.n)
+}
+
+// Min returns the smallest delay in seconds; NaN when empty.
+func (s *Stats) Min() float64 {
+	if s.n == 0 {
+		return math.NaN()
+	}
+	return s.min
+}
+
+// Max returns the largest delay in seconds; NaN when empty.
+func (s *Stats) Max() float64 {
+	if s.n == 0 {
+		return math.NaN()
+	}
+	return s.max
+}
+
+// Operator returns the one operator of the events, or "" when they had more
+// than one (the row's operator column is then NULL) or when empty.
+func (s *Stats) Operator() string {
+	if s.multipleOp {
+		return ""
+	}
+	return s.operator
+}
+
+// P90 returns Quantile(0.9).
+func (s *Stats) P90() float64 { return s.Quantile(0.9) }
+
+// Quantile returns the exact p-quantile in seconds, 0 <= p <= 1, by linear
+// interpolation between closest ranks over the sorted delays v[0..n-1]:
+//
+//	pos = p*(n-1); lo = floor(pos); q = v[lo] + (v[lo+1]-v[lo]) * (pos-lo)
+//
+// the same number, operation for operation, as PostgreSQL's
+// percentile_cont(p) WITHIN GROUP (ORDER BY v) (orderedsetaggs.c,
+// float8_lerp). NaN when empty or when p is outside [0, 1] or NaN.
+func (s *Stats) Quantile(p float64) float64 {
+	if s.n == 0 || !(p >= 0 && p <= 1) {
+		return math.NaN()
+	}
+	// The explicit float64 conversions forbid fused multiply-add, so the
+	// rounding is that of PostgreSQL's separate multiply and add.
+	pos := float64(p * float64(s.n-1))
+	first := math.Floor(pos)
+	lo := int64(first)
+	hi := int64(math.Ceil(pos))
+
+	keys := make([]float64, 0, len(s.counts))
+	for v := range s.counts {
+		keys = append(keys, v)
+	}
+	slices.Sort(keys)
+
+	var loV, hiV float64
+	var seen int64 // number of values before the current key
+	found := false
+	for _, v := range keys {
+		next := seen + s.counts[v]
+		if !found && lo < next {
+			loV, found = v, true
+		}
+		if hi < next {
+			hiV = v
+			break
+		}
+		seen = next
+	}
+	if hi == lo {
+		return loV
+	}
+	proportion := pos - first
+	return loV + float64((hiV-loV)*proportion)
+}

@@ -1,0 +1,200 @@
+package aggregate
+
+import (
+	"testing"
+	"time"
+)
+
+var (
+	pA = PartitionID{Topic: "arrival_predictions", Partition: 0}
+	pB = PartitionID{Topic: "arrival_predictions", Partition: 1}
+	pC = PartitionID{Topic: "vehicle_positions", Partition: 0}
+)
+
+const (
+	lateness = 2 * time.Minute
+	idleTO   = 30 * time.Second
+)
+
+// wall is the wall clock of the tests; event times are around t0.
+var wall = time.Date(2026, 5, 4, 13, 0, 0, 0, time.UTC)
+
+func TestWatermarkMinOverActive(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Assign(pB)
+	w.Observe(pA, t0.Add(10*time.Minute), wall)
+	// B is not caught up and has delivered nothing: it holds the watermark.
+	if got := w.Advance(wall); !got.IsZero() {
+		t.Fatalf("watermark %v while B has delivered nothing", got)
+	}
+	w.Observe(pB, t0.Add(4*time.Minute), wall)
+	w.Observe(pA, t0.Add(8*time.Minute), wall) // older: A's max stays 12:10
+	if got, want := w.Advance(wall), t0.Add(2*time.Minute); !got.Equal(want) {
+		t.Fatalf("watermark %v, want min(12:10, 12:04) - 2m = %v", got, want)
+	}
+	if !w.Current().Equal(t0.Add(2 * time.Minute)) {
+		t.Fatalf("Current %v", w.Current())
+	}
+}
+
+func TestWatermarkIgnoresEmptyCaughtUpPartition(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Assign(pB) // empty partition
+	w.SetCaughtUp(pB, true)
+	w.Observe(pA, t0.Add(10*time.Minute), wall)
+	// At once, not after the idle timeout.
+	if !w.Idle(pB, wall) {
+		t.Fatal("empty caught-up partition not idle at once")
+	}
+	if got, want := w.Advance(wall), t0.Add(8*time.Minute); !got.Equal(want) {
+		t.Fatalf("watermark %v, want %v", got, want)
+	}
+}
+
+func TestWatermarkIgnoresIdleCaughtUpPartition(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Assign(pB)
+	w.Observe(pA, t0.Add(20*time.Minute), wall)
+	w.Observe(pB, t0.Add(5*time.Minute), wall)
+	w.SetCaughtUp(pB, true)
+	if got, want := w.Advance(wall.Add(idleTO-time.Nanosecond)), t0.Add(3*time.Minute); !got.Equal(want) {
+		t.Fatalf("before idle timeout: %v, want %v", got, want)
+	}
+	if w.Idle(pB, wall.Add(idleTO-time.Nanosecond)) || !w.Idle(pB, wall.Add(idleTO)) {
+		t.Fatal("idle timeout boundary")
+	}
+	// A keeps delivering; B has been quiet for the idle timeout.
+	w.Observe(pA, t0.Add(20*time.Minute), wall.Add(idleTO))
+	if got, want := w.Advance(wall.Add(idleTO)), t0.Add(18*time.Minute); !got.Equal(want) {
+		t.Fatalf("B idle: %v, want %v", got, want)
+	}
+	// B delivers again: active at once; the watermark does not go back.
+	w.Observe(pB, t0.Add(6*time.Minute), wall.Add(time.Minute))
+	if w.Idle(pB, wall.Add(time.Minute)) {
+		t.Fatal("B idle right after a delivery")
+	}
+	if got, want := w.Advance(wall.Add(time.Minute)), t0.Add(18*time.Minute); !got.Equal(want) {
+		t.Fatalf("after B woke: %v, want %v (never decreases)", got, want)
+	}
+}
+
+func TestWatermarkWaitsForCatchingUpPartition(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Assign(pB)
+	w.Observe(pA, t0.Add(30*time.Minute), wall)
+	w.Observe(pB, t0, wall)
+	w.SetCaughtUp(pA, true)
+	w.SetCaughtUp(pB, false)
+	// However long B takes, it holds the watermark at its own max.
+	for _, d := range []time.Duration{0, time.Minute, time.Hour, 24 * time.Hour} {
+		w.Observe(pA, t0.Add(30*time.Minute), wall.Add(d))
+		if got, want := w.Advance(wall.Add(d)), t0.Add(-lateness); !got.Equal(want) {
+			t.Fatalf("after %v: %v, want %v", d, got, want)
+		}
+		if w.Idle(pB, wall.Add(d)) {
+			t.Fatalf("catching-up partition idle after %v", d)
+		}
+	}
+	// Also one still catching up that has delivered nothing yet: no candidate.
+	w2 := NewWatermark(lateness, idleTO, time.Time{})
+	w2.Assign(pA)
+	w2.Assign(pC)
+	w2.Observe(pA, t0, wall)
+	if got := w2.Advance(wall.Add(time.Hour)); !got.IsZero() {
+		t.Fatalf("empty catching-up partition: %v", got)
+	}
+}
+
+func TestWatermarkAllIdle(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Assign(pB)
+	w.Assign(pC)
+	w.Observe(pA, t0.Add(10*time.Minute), wall)
+	w.Observe(pB, t0.Add(4*time.Minute), wall)
+	w.SetCaughtUp(pA, true)
+	w.SetCaughtUp(pB, true)
+	w.SetCaughtUp(pC, true) // empty
+	if got, want := w.Advance(wall), t0.Add(2*time.Minute); !got.Equal(want) {
+		t.Fatalf("active: %v, want %v", got, want)
+	}
+	// Quiet, caught-up stream: max over all partitions, so windows still close.
+	if got, want := w.Advance(wall.Add(idleTO)), t0.Add(8*time.Minute); !got.Equal(want) {
+		t.Fatalf("all idle: %v, want %v", got, want)
+	}
+	// No partitions, or all empty: nothing to go on, the watermark stays.
+	w2 := NewWatermark(lateness, idleTO, t0)
+	if got := w2.Advance(wall); !got.Equal(t0) {
+		t.Fatalf("no partitions: %v", got)
+	}
+	w2.Assign(pA)
+	w2.SetCaughtUp(pA, true)
+	if got := w2.Advance(wall); !got.Equal(t0) {
+		t.Fatalf("all empty: %v", got)
+	}
+}
+
+func TestWatermarkNeverDecreases(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Observe(pA, t0.Add(10*time.Minute), wall)
+	if got := w.Advance(wall); !got.Equal(t0.Add(8 * time.Minute)) {
+		t.Fatalf("%v", got)
+	}
+	// A new partition with older events joins the min: no step back.
+	w.Assign(pB)
+	w.Observe(pB, t0, wall)
+	if got := w.Advance(wall); !got.Equal(t0.Add(8 * time.Minute)) {
+		t.Fatalf("decreased to %v", got)
+	}
+	w.Raise(t0) // lower: ignored
+	if !w.Current().Equal(t0.Add(8 * time.Minute)) {
+		t.Fatalf("Raise lowered to %v", w.Current())
+	}
+	w.Raise(t0.Add(time.Hour)) // a drain
+	if !w.Current().Equal(t0.Add(time.Hour)) || !w.Advance(wall).Equal(t0.Add(time.Hour)) {
+		t.Fatalf("Raise: %v", w.Current())
+	}
+}
+
+func TestWatermarkSeed(t *testing.T) {
+	seed := t0.Add(time.Hour).In(time.FixedZone("CEST", 2*3600))
+	w := NewWatermark(lateness, idleTO, seed)
+	if !w.Current().Equal(seed) || w.Current().Location() != time.UTC {
+		t.Fatalf("Current %v, want seed %v in UTC", w.Current(), seed)
+	}
+	w.Assign(pA)
+	w.Observe(pA, t0, wall)
+	if got := w.Advance(wall); !got.Equal(seed) {
+		t.Fatalf("below seed: %v", got)
+	}
+	w.Observe(pA, t0.Add(2*time.Hour), wall)
+	if got, want := w.Advance(wall), t0.Add(2*time.Hour-lateness); !got.Equal(want) {
+		t.Fatalf("past seed: %v, want %v", got, want)
+	}
+}
+
+func TestWatermarkObserveWithoutEventTime(t *testing.T) {
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.Assign(pA)
+	w.Assign(pB)
+	w.SetCaughtUp(pB, true)
+	w.Observe(pA, t0, wall)
+	w.Observe(pB, time.Time{}, wall) // a dead letter: a delivery, no event time
+	if w.Idle(pB, wall) {
+		t.Fatal("B idle right after a delivery")
+	}
+	if got := w.Advance(wall); !got.IsZero() {
+		t.Fatalf("B without event time should hold: %v", got)
+	}
+	if got, want := w.Advance(wall.Add(idleTO)), t0.Add(-lateness); !got.Equal(want) {
+		t.Fatalf("after B idle: %v, want %v", got, want)
+	}
+	if w.Idle(PartitionID{Topic: "x"}, wall) {
+		t.Fatal("unassigned partition idle")
+	}
+}

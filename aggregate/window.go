@@ -1,0 +1,41 @@
+package aggregate
+
+import (
+	"math/big"
+	"time"
+)
+
+// minNano and maxNano bound the instants whose UnixNano fits in an int64
+// (years 1678 to 2262).
+var (
+	minNano = time.Unix(0, -1<<63)
+	maxNano = time.Unix(0, 1<<63-1)
+)
+
+// WindowStart returns the start of the tumbling window of the given size that
+// holds t: floor(t / size) * size, aligned to the Unix epoch, in UTC
+// (DESIGN.md "Windows"). The window is [start, start+size): an event at exactly
+// 12:05:00 belongs to [12:05, 12:10). Before 1970 it rounds down too (floor,
+// not truncation toward zero). The offset of t plays no part: 02:30+02:00 and
+// 02:30+01:00 are an hour apart and fall in different windows.
+//
+// size must be positive; for size <= 0 WindowStart returns t in UTC.
+func WindowStart(t time.Time, size time.Duration) time.Time {
+	t = t.UTC().Round(0)
+	if size <= 0 {
+		return t
+	}
+	if !t.Before(minNano) && !t.After(maxNano) {
+		ns := t.UnixNano()
+		r := ns % int64(size)
+		if r < 0 {
+			r += int64(size)
+		}
+		return t.Add(-time.Duration(r))
+	}
+	// Far from the epoch: compute in arbitrary precision.
+	total := new(big.Int).Mul(big.NewInt(t.Unix()), big.NewInt(1e9))
+	total.Add(total, big.NewInt(int64(t.Nanosecond())))
+	r := new(big.Int).Mod(total, big.NewInt(int64(size))) // Euclidean: 0 <= r < size
+	return t.Add(-time.Duration(r.Int64()))
+}
