@@ -1,0 +1,80 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/migrations"
+)
+
+// testDatabaseURL is the PostgreSQL the integration tests run against: env
+// DATABASE_URL, else the local test database. Tests FAIL (never skip) when it
+// is unreachable.
+func testDatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// emptyDB creates a new, empty database ovs_<random> on the test server and
+// drops it when the test ends, so tests and test packages running in parallel
+// never share tables. It returns the new database's URL.
+func emptyDB(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, testDatabaseURL())
+	if err != nil {
+		t.Fatalf("integration tests need PostgreSQL (DATABASE_URL or the local test database): %v", err)
+	}
+	defer admin.Close(ctx)
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := "ovs_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, testDatabaseURL())
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(testDatabaseURL())
+	if err != nil {
+		t.Fatalf("DATABASE_URL: not a URL")
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// freshDB is emptyDB with every migration applied.
+func freshDB(t testing.TB) (url string) {
+	t.Helper()
+	url = emptyDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatalf("migrations.Up: %v", err)
+	}
+	return url
+}

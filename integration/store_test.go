@@ -1,0 +1,473 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/store"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openStore opens a Store on a fresh database and claims pipeline "p".
+func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
+	t.Helper()
+	ctx := testCtx(t)
+	url = freshDB(t)
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	epoch, err = s.Claim(ctx, "p", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, url, epoch
+}
+
+// query connects on its own and returns the single value of sql.
+func query[T any](t *testing.T, url, sql string, args ...any) T {
+	t.Helper()
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v T
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func row(dim, id string, count int64, mean, p90, lo, hi float64) aggregate.Row {
+	return aggregate.Row{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Dimension: dim, DimensionID: id,
+		Operator: "op1", Count: count, Mean: mean, P90: p90, Min: lo, Max: hi}
+}
+
+func TestMigrateUpTwice(t *testing.T) {
+	ctx := testCtx(t)
+	url := freshDB(t)
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	v, dirty, err := migrations.Version(ctx, url)
+	if err != nil || v != migrations.Latest() || dirty {
+		t.Fatalf("Version = %d, %t, %v; want %d, false", v, dirty, err, migrations.Latest())
+	}
+	if err := migrations.Check(ctx, url); err != nil {
+		t.Fatalf("Check after up: %v", err)
+	}
+	if migrations.Latest() < 1 {
+		t.Fatalf("Latest = %d", migrations.Latest())
+	}
+}
+
+func TestMigrateCheckBehindOnEmptyDatabase(t *testing.T) {
+	ctx := testCtx(t)
+	url := emptyDB(t)
+	err := migrations.Check(ctx, url)
+	var se *migrations.SchemaError
+	if !errors.As(err, &se) || se.Version != 0 || se.Dirty {
+		t.Fatalf("Check on empty database = %v, want behind at version 0", err)
+	}
+	for _, want := range []string{"version 0", "ovstream migrate up"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q does not say %q", err, want)
+		}
+	}
+	// Check only reads: it created nothing.
+	if exists := query[bool](t, url, "SELECT to_regclass('schema_migrations') IS NOT NULL"); exists {
+		t.Error("Check created schema_migrations")
+	}
+}
+
+func TestMigrateCheckDirty(t *testing.T) {
+	ctx := testCtx(t)
+	url := freshDB(t)
+	query[int64](t, url, "WITH u AS (UPDATE schema_migrations SET dirty = true RETURNING 1) SELECT count(*) FROM u")
+	err := migrations.Check(ctx, url)
+	var se *migrations.SchemaError
+	if !errors.As(err, &se) || !se.Dirty || se.Version != 1 {
+		t.Fatalf("Check on dirty schema = %v, want dirty at version 1", err)
+	}
+	for _, want := range []string{"version 1 is dirty", "ovstream migrate force", "ovstream migrate up"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q does not say %q", err, want)
+		}
+	}
+	if err := migrations.Up(ctx, url); err == nil {
+		t.Error("Up on a dirty schema succeeded")
+	}
+	// The repair the message describes, for a migration whose tables are all there.
+	if err := migrations.Force(ctx, url, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, url); err != nil {
+		t.Fatalf("Check after force: %v", err)
+	}
+}
+
+func TestMigrateDownThenUp(t *testing.T) {
+	ctx := testCtx(t)
+	url := freshDB(t)
+	if err := migrations.Down(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	var se *migrations.SchemaError
+	if err := migrations.Check(ctx, url); !errors.As(err, &se) || se.Version != 0 {
+		t.Fatalf("Check after down = %v", err)
+	}
+	if n := query[int64](t, url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"); n != 0 {
+		t.Fatalf("%d tables left after down", n)
+	}
+	if err := migrations.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMigrateErrorsHidePassword(t *testing.T) {
+	ctx := testCtx(t)
+	for _, f := range []func(string) error{
+		func(u string) error { return migrations.Up(ctx, u) },
+		func(u string) error { return migrations.Check(ctx, u) },
+	} {
+		err := f("postgres://postgres:Sup3rS3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+		if err == nil || strings.Contains(err.Error(), "Sup3rS3cret") {
+			t.Errorf("error %v: want an error without the password", err)
+		}
+	}
+}
+
+func TestStoreCommitReplacesWindows(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	first := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
+		row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30),
+		row(aggregate.DimNetwork, aggregate.NetworkID, 5, 10, 20, 0, 30),
+	}}
+	first.Windows[1].Operator = "" // several operators -> NULL
+	if err := s.Commit(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	second := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
+		row(aggregate.DimLine, "L1", 3, 7, 8, 1, 9),
+	}}
+	if err := s.Commit(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if n := query[int64](t, url, "SELECT event_count FROM delay_aggregates WHERE dimension = 'line' AND dimension_id = 'L1'"); n != 3 {
+		t.Fatalf("event_count = %d after 5 then 3, want 3 (replace, never add)", n)
+	}
+	if m := query[float64](t, url, "SELECT mean_delay_s + p90_delay_s + min_delay_s + max_delay_s FROM delay_aggregates WHERE dimension_id = 'L1'"); m != 7+8+1+9 {
+		t.Fatalf("statistics not replaced: sum %v", m)
+	}
+	if op := query[*string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'network'"); op != nil {
+		t.Fatalf("operator = %q, want NULL", *op)
+	}
+	if op := query[string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'line'"); op != "op1" {
+		t.Fatalf("operator = %q", op)
+	}
+	// Replaying the first batch restores its values exactly.
+	if err := s.Commit(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if n := query[int64](t, url, "SELECT sum(event_count) FROM delay_aggregates"); n != 10 {
+		t.Fatalf("sum(event_count) = %d after replay, want 10", n)
+	}
+	// Rounding a few ulps outside [min, max] is clamped, not rejected by the CHECK.
+	third := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
+		row(aggregate.DimStation, "S1", 3, (0.1+0.1+0.1)/3, 0.1, 0.1, 0.1),
+	}}
+	if err := s.Commit(ctx, third); err != nil {
+		t.Fatalf("mean one ulp above max: %v", err)
+	}
+}
+
+func TestStoreFencedWritesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, old := openStore(t)
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: old, Watermark: t0}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	newer, err := other.Claim(ctx, "p", "other")
+	if err != nil || newer != old+1 {
+		t.Fatalf("second claim = %d, %v; want %d", newer, err, old+1)
+	}
+	err = s.Commit(ctx, store.Batch{
+		Pipeline:    "p",
+		Epoch:       old,
+		Windows:     []aggregate.Row{row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30)},
+		Vehicles:    []store.Vehicle{{Position: aggregate.Position{VehicleID: "v", EventTime: t0}}},
+		DeadLetters: []store.DeadLetter{{Topic: "t", Reason: store.ReasonDecode, Error: "x"}},
+		Positions:   []store.Position{{PartitionID: aggregate.PartitionID{Topic: "t"}, NextOffset: 5, ConsumedOffset: 5}},
+		Watermark:   t0.Add(time.Hour),
+	})
+	if !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("commit with stale epoch = %v, want ErrFenced", err)
+	}
+	if store.Retryable(err) {
+		t.Error("ErrFenced is retryable")
+	}
+	for _, tbl := range []string{"delay_aggregates", "vehicle_latest", "dead_letters", "stream_positions"} {
+		if n := query[int64](t, url, "SELECT count(*) FROM "+tbl); n != 0 {
+			t.Errorf("fenced commit wrote %d rows into %s", n, tbl)
+		}
+	}
+	if wm := query[time.Time](t, url, "SELECT watermark FROM pipelines WHERE name = 'p'"); !wm.Equal(t0) {
+		t.Errorf("fenced commit moved the watermark to %v", wm)
+	}
+	// The new owner commits normally.
+	if err := other.Commit(ctx, store.Batch{Pipeline: "p", Epoch: newer}); err != nil {
+		t.Fatal(err)
+	}
+	// A pipeline never claimed is fenced too.
+	if err := s.Commit(ctx, store.Batch{Pipeline: "unclaimed", Epoch: 1}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("commit to an unclaimed pipeline = %v", err)
+	}
+}
+
+func TestStorePositionsNeverMoveBackwards(t *testing.T) {
+	ctx := testCtx(t)
+	s, _, epoch := openStore(t)
+	a := aggregate.PartitionID{Topic: "arrival_predictions", Partition: 0}
+	b := aggregate.PartitionID{Topic: "vehicle_positions", Partition: 3}
+	commit := func(ps ...store.Position) {
+		t.Helper()
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Positions: ps}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(store.Position{PartitionID: a, NextOffset: 10, ConsumedOffset: 20},
+		store.Position{PartitionID: b, NextOffset: 0, ConsumedOffset: 0})
+	commit(store.Position{PartitionID: a, NextOffset: 5, ConsumedOffset: 25}, // next backwards, consumed forwards
+		store.Position{PartitionID: b, NextOffset: 7, ConsumedOffset: 7})
+	commit(store.Position{PartitionID: a, NextOffset: 12, ConsumedOffset: 12}, // consumed backwards
+		store.Position{PartitionID: a, NextOffset: 11, ConsumedOffset: 11}) // same partition twice in one batch
+	got, err := s.LoadPositions(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[aggregate.PartitionID]store.Position{
+		a: {PartitionID: a, NextOffset: 12, ConsumedOffset: 25},
+		b: {PartitionID: b, NextOffset: 7, ConsumedOffset: 7},
+	}
+	if len(got) != len(want) || got[a] != want[a] || got[b] != want[b] {
+		t.Fatalf("positions = %+v, want %+v", got, want)
+	}
+	if other, err := s.LoadPositions(ctx, "other"); err != nil || len(other) != 0 {
+		t.Fatalf("positions of another pipeline = %v, %v", other, err)
+	}
+}
+
+func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	speed := 3.5
+	veh := func(off int64, at time.Time, lat float64) store.Vehicle {
+		return store.Vehicle{Position: aggregate.Position{VehicleID: "v1", Lat: lat, Lon: 2, EventTime: at, SpeedMPS: &speed}, Partition: 1, Offset: off}
+	}
+	trip := func(off int64, at time.Time, delay float64) store.Trip {
+		return store.Trip{Prediction: aggregate.Prediction{TripID: "t1", Line: "L", StopID: "S", Operator: "O", DelayS: delay, EventTime: at}, Partition: 1, Offset: off}
+	}
+	commit := func(v store.Vehicle, tr store.Trip) {
+		t.Helper()
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, wantOff int64) {
+		t.Helper()
+		if off := query[int64](t, url, "SELECT kafka_offset FROM vehicle_latest WHERE vehicle_id = 'v1'"); off != wantOff {
+			t.Errorf("%s: vehicle_latest offset %d, want %d", what, off, wantOff)
+		}
+		if off := query[int64](t, url, "SELECT kafka_offset FROM trip_delay_latest WHERE trip_id = 't1'"); off != wantOff {
+			t.Errorf("%s: trip_delay_latest offset %d, want %d", what, off, wantOff)
+		}
+	}
+	commit(veh(10, t0, 1), trip(10, t0, 1))
+	commit(veh(12, t0, 2), trip(12, t0, 2)) // tie on observed_at: the later offset wins
+	check("tie", 12)
+	commit(veh(11, t0, 3), trip(11, t0, 3)) // an older offset replayed afterwards
+	check("older offset replayed", 12)
+	commit(veh(20, t0.Add(-time.Second), 4), trip(20, t0.Add(-time.Second), 4)) // older event time, later offset
+	check("older event time", 12)
+	commit(veh(13, t0.Add(time.Second), 5), trip(13, t0.Add(time.Second), 5))
+	check("newer event time", 13)
+	if lat := query[float64](t, url, "SELECT lat FROM vehicle_latest"); lat != 5 {
+		t.Errorf("lat = %v, want 5", lat)
+	}
+	// Several rows for one key in one batch: the newest wins, no 21000 error.
+	err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch,
+		Vehicles: []store.Vehicle{veh(31, t0.Add(time.Hour), 7), veh(30, t0.Add(time.Hour), 6)},
+		Trips:    []store.Trip{trip(30, t0.Add(time.Hour), 6), trip(31, t0.Add(time.Hour), 7)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("one batch", 31)
+	// Optional fields: "" and nil are NULL.
+	if n := query[int64](t, url, "SELECT count(*) FROM vehicle_latest WHERE trip_id IS NULL AND bearing IS NULL AND speed_mps = 3.5"); n != 1 {
+		t.Errorf("optional vehicle fields not NULL")
+	}
+	if n := query[int64](t, url, "SELECT count(*) FROM trip_delay_latest WHERE vehicle_id IS NULL AND stop_sequence IS NULL"); n != 1 {
+		t.Errorf("optional trip fields not NULL")
+	}
+}
+
+func TestStoreDeadLetterBytes(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	dl := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 41,
+		Key: []byte{0x00, 'k', 0xff}, Value: []byte("{\"trip_id\":\"a\x00b\",\xc3\x28}"),
+		Reason: store.ReasonDecode, Error: "not a JSON object"}
+	noKey := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 42, Value: []byte{}, Reason: store.ReasonLate, Error: "late"}
+	for range 2 {
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := query[int64](t, url, "SELECT count(*) FROM dead_letters"); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
+	}
+	if k := query[[]byte](t, url, `SELECT key FROM dead_letters WHERE "offset" = 41`); !bytes.Equal(k, dl.Key) {
+		t.Errorf("key = %x, want %x", k, dl.Key)
+	}
+	if v := query[[]byte](t, url, `SELECT value FROM dead_letters WHERE "offset" = 41`); !bytes.Equal(v, dl.Value) {
+		t.Errorf("value = %x, want %x", v, dl.Value)
+	}
+	if null := query[bool](t, url, `SELECT key IS NULL AND value IS NOT NULL AND length(value) = 0 FROM dead_letters WHERE "offset" = 42`); !null {
+		t.Errorf("nil key / empty value not kept apart")
+	}
+}
+
+func TestStoreSeedWatermark(t *testing.T) {
+	ctx := testCtx(t)
+	s, _, epoch := openStore(t)
+	seed := func() time.Time {
+		t.Helper()
+		wm, err := s.SeedWatermark(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wm
+	}
+	if wm := seed(); !wm.IsZero() {
+		t.Fatalf("seed on an empty database = %v, want zero", wm)
+	}
+	commit := func(b store.Batch) {
+		t.Helper()
+		b.Pipeline, b.Epoch = "p", epoch
+		if err := s.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(store.Batch{Watermark: t0.Add(-time.Hour)})
+	if wm := seed(); !wm.Equal(t0.Add(-time.Hour)) || wm.Location() != time.UTC {
+		t.Fatalf("seed = %v, want the stored watermark %v in UTC", wm, t0.Add(-time.Hour))
+	}
+	commit(store.Batch{Windows: []aggregate.Row{row(aggregate.DimLine, "L", 1, 1, 1, 1, 1)}}) // window_end t0+5m
+	if wm := seed(); !wm.Equal(t0.Add(5 * time.Minute)) {
+		t.Fatalf("seed = %v, want max(window_end) %v", wm, t0.Add(5*time.Minute))
+	}
+	commit(store.Batch{Watermark: t0.Add(time.Hour)})
+	if wm := seed(); !wm.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("seed = %v, want the stored watermark %v", wm, t0.Add(time.Hour))
+	}
+	commit(store.Batch{Watermark: t0}) // the stored watermark never decreases
+	if wm := seed(); !wm.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("seed = %v after an older watermark, want %v", wm, t0.Add(time.Hour))
+	}
+}
+
+func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	bad := store.Batch{Pipeline: "p", Epoch: epoch,
+		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 0, 1, 1, 1, 1)},
+		Positions: []store.Position{{PartitionID: aggregate.PartitionID{Topic: "t"}, NextOffset: 3, ConsumedOffset: 3}}}
+	err := s.Commit(ctx, bad)
+	if err == nil {
+		t.Fatal("count 0 was accepted")
+	}
+	if store.Retryable(err) {
+		t.Errorf("CHECK violation %v is retryable", err)
+	}
+	if !strings.Contains(err.Error(), "store: commit 1 windows") {
+		t.Errorf("error %q does not say what was being done", err)
+	}
+	if n := query[int64](t, url, "SELECT count(*) FROM stream_positions"); n != 0 {
+		t.Errorf("failed commit stored %d positions", n)
+	}
+	// The store reconnects and goes on.
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}}); err != nil {
+		t.Fatalf("commit after a failed one: %v", err)
+	}
+}
+
+// A connection killed inside the transaction (here at the AfterWindows crash
+// point) fails the commit with a retryable error, writes nothing, and the next
+// commit reconnects.
+func TestStoreConnectionKilledMidCommit(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch}); err != nil { // warm the connection
+		t.Fatal(err)
+	}
+	kill := func() {
+		query[int64](t, url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'ovstream' AND pid <> pg_backend_pid()")
+	}
+	batch := store.Batch{Pipeline: "p", Epoch: epoch,
+		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 2, 1, 1, 1, 1)},
+		Positions: []store.Position{{PartitionID: aggregate.PartitionID{Topic: "t"}, NextOffset: 3, ConsumedOffset: 3}}}
+	for _, hook := range []string{"AfterWindows", "BeforeCommit"} {
+		if hook == "AfterWindows" {
+			s.Hooks = store.Hooks{AfterWindows: kill}
+		} else {
+			s.Hooks = store.Hooks{BeforeCommit: kill}
+		}
+		err := s.Commit(ctx, batch)
+		if err == nil || !store.Retryable(err) {
+			t.Fatalf("%s: commit on a killed connection = %v, want a retryable error", hook, err)
+		}
+		var ce *store.CommitError
+		if errors.As(err, &ce) && ce.Ambiguous {
+			t.Errorf("%s: %v reported as ambiguous, but the server never saw COMMIT", hook, err)
+		}
+		if n := query[int64](t, url, "SELECT count(*) FROM delay_aggregates") + query[int64](t, url, "SELECT count(*) FROM stream_positions"); n != 0 {
+			t.Fatalf("%s: killed commit wrote %d rows", hook, n)
+		}
+	}
+	s.Hooks = store.Hooks{}
+	if err := s.Commit(ctx, batch); err != nil {
+		t.Fatalf("retry after reconnect: %v", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,292 @@
+// Package migrations holds ovstream's schema as numbered golang-migrate files
+// (NNNN_name.up.sql / NNNN_name.down.sql, embedded in the binary) and applies
+// them.
+//
+// Guarantees:
+//   - Up on an up-to-date schema is a success (migrate.ErrNoChange is not an error).
+//   - Check tells the service, before it writes anything, whether the schema is
+//     exactly the version this binary was built for; its *SchemaError says what
+//     to run to fix it (behind, dirty after a failed migration, or ahead).
+//   - Each migration file runs in one PostgreSQL transaction: it applies entirely
+//     or not at all. Applied files are never edited; changes are new files.
+//   - Two processes migrating at once do not hang: the connection carries
+//     lock_timeout, so the loser of golang-migrate's advisory lock fails after
+//     LockTimeout with SQLSTATE 55P03 instead of waiting forever.
+//   - Returned errors never hold the database password.
+//
+// Version 0 means "no migration applied".
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
+	"github.com/golang-migrate/migrate/v4/source"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+)
+
+// FS holds the migration files.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// MigrationsTable is golang-migrate's version table (its default name), in the
+// connection's current schema.
+const MigrationsTable = "schema_migrations"
+
+// Defaults added to the database URL of a migration when it does not set them.
+const (
+	// LockTimeout bounds the wait for golang-migrate's advisory lock (and for
+	// table locks of the DDL) when another process is migrating.
+	LockTimeout = 15 * time.Second
+	// ConnectTimeout bounds connecting to the server.
+	ConnectTimeout = 10 * time.Second
+)
+
+// SchemaError says that the database schema is not the version this binary
+// needs, and what to do about it.
+type SchemaError struct {
+	Version uint // the version in the database; 0 = no migration applied
+	Dirty   bool // a migration to Version failed half-way
+	Want    uint // the version this binary needs (Latest())
+}
+
+func (e *SchemaError) Error() string {
+	switch {
+	case e.Dirty:
+		before := "N-1"
+		if e.Version > 0 {
+			before = fmt.Sprint(e.Version - 1)
+		}
+		return fmt.Sprintf("schema version %d is dirty (a migration to version %d failed half-way): "+
+			"each migration file runs in one transaction, so the schema is usually still at the version it started from; "+
+			"check the tables, mark that version with `ovstream migrate force V` (V = %s after a failed `up`), "+
+			"then run `ovstream migrate up`", e.Version, e.Version, before)
+	case e.Version < e.Want:
+		return fmt.Sprintf("schema is at version %d, this binary needs %d: run `ovstream migrate up` or start `run` with --migrate",
+			e.Version, e.Want)
+	default:
+		return fmt.Sprintf("schema is at version %d, newer than the %d this binary knows: run a newer ovstream binary "+
+			"(or, to go back, `ovstream migrate down` with the binary that applied version %d)", e.Version, e.Want, e.Version)
+	}
+}
+
+// Latest is the highest version among the embedded migrations.
+func Latest() uint {
+	var latest uint
+	entries, err := fs.ReadDir(FS, ".")
+	if err != nil {
+		panic(err) // embedded: cannot fail
+	}
+	for _, e := range entries {
+		if m, err := source.Parse(e.Name()); err == nil && m.Version > latest {
+			latest = m.Version
+		}
+	}
+	return latest
+}
+
+// Up applies every migration not yet applied. An up-to-date schema is a success.
+func Up(ctx context.Context, databaseURL string) error {
+	err := run(ctx, databaseURL, "up", func(m *migrate.Migrate) error { return m.Up() })
+	if errors.Is(err, migrate.ErrNoChange) {
+		return nil
+	}
+	return err
+}
+
+// Down reverts every migration: it DROPS ALL ovstream TABLES AND THEIR DATA.
+// A schema with no migration applied is a success.
+func Down(ctx context.Context, databaseURL string) error {
+	err := run(ctx, databaseURL, "down", func(m *migrate.Migrate) error { return m.Down() })
+	if errors.Is(err, migrate.ErrNoChange) {
+		return nil
+	}
+	return err
+}
+
+// Force records version as applied and clean, WITHOUT running any SQL: the
+// repair after a migration failed half-way (see SchemaError). 0 = no
+// migration applied.
+func Force(ctx context.Context, databaseURL string, version uint) error {
+	if version > Latest() {
+		return fmt.Errorf("migrations: force %d: this binary knows versions up to %d", version, Latest())
+	}
+	v := int(version)
+	if version == 0 {
+		v = -1 // golang-migrate's "nil version"
+	}
+	return run(ctx, databaseURL, fmt.Sprintf("force %d", version), func(m *migrate.Migrate) error { return m.Force(v) })
+}
+
+// Version reads the schema version and whether it is dirty. It only reads: it
+// takes no lock and creates nothing, so it is safe while another process
+// migrates (which shows as dirty until that migration ends). 0 = no migration
+// applied.
+func Version(ctx context.Context, databaseURL string) (version uint, dirty bool, err error) {
+	u, err := parseURL(databaseURL)
+	if err != nil {
+		return 0, false, err
+	}
+	u = withDefaults(u)
+	u.Scheme = "postgres"
+	fail := func(what string, err error) (uint, bool, error) {
+		return 0, false, redact(fmt.Errorf("migrations: version: %s: %w", what, err), u)
+	}
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		return fail("connect", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", MigrationsTable).Scan(&exists); err != nil {
+		return fail("look for "+MigrationsTable, err)
+	}
+	if !exists {
+		return 0, false, nil
+	}
+	var v int64
+	err = conn.QueryRow(ctx, "SELECT version, dirty FROM "+pgx.Identifier{MigrationsTable}.Sanitize()+" LIMIT 1").Scan(&v, &dirty)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return fail("read "+MigrationsTable, err)
+	}
+	if v < 0 { // nil version, dirty after a failed down of the first migration
+		v = 0
+	}
+	return uint(v), dirty, nil
+}
+
+// Check returns nil when the schema is exactly Latest() and clean, a
+// *SchemaError when it is behind, dirty or ahead, and another error when the
+// version cannot be read.
+func Check(ctx context.Context, databaseURL string) error {
+	v, dirty, err := Version(ctx, databaseURL)
+	if err != nil {
+		return err
+	}
+	if dirty || v != Latest() {
+		return &SchemaError{Version: v, Dirty: dirty, Want: Latest()}
+	}
+	return nil
+}
+
+// run opens golang-migrate on databaseURL, runs op, and closes it. When ctx is
+// cancelled, golang-migrate is asked to stop after the migration in progress
+// (a migration is never cut in half); run always waits for op to return.
+func run(ctx context.Context, databaseURL, what string, op func(*migrate.Migrate) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("migrations: %s: %w", what, err)
+	}
+	u, err := parseURL(databaseURL)
+	if err != nil {
+		return err
+	}
+	u = withDefaults(u)
+	u.Scheme = "pgx5"
+	defer func() {
+		if err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			err = redact(fmt.Errorf("migrations: %s: %w", what, err), u)
+		}
+	}()
+	src, err := iofs.New(FS, ".")
+	if err != nil {
+		return err
+	}
+	m, err := migrate.NewWithSourceInstance("iofs", src, u.String())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			err = errors.Join(srcErr, dbErr)
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- op(m) }()
+	select {
+	case err = <-done:
+		return err
+	case <-ctx.Done():
+		m.GracefulStop <- true
+		err = <-done
+		if err == nil || errors.Is(err, migrate.ErrNoChange) {
+			err = ctx.Err()
+		}
+		return err
+	}
+}
+
+// parseURL accepts postgres://, postgresql:// and pgx5:// URLs. Its errors do
+// not echo the URL (it may hold a password).
+func parseURL(databaseURL string) (*url.URL, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil || u.Host == "" && u.Path == "" {
+		return nil, errors.New("migrations: the database URL does not parse (want postgres://user:password@host:port/dbname?sslmode=...)")
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql", "pgx5":
+		return u, nil
+	default:
+		return nil, fmt.Errorf("migrations: database URL scheme %q: want postgres:// or postgresql://", u.Scheme)
+	}
+}
+
+// withDefaults returns a copy of u with lock_timeout and connect_timeout set
+// when u does not set them (STACK.md: migrate's advisory lock has no timeout).
+func withDefaults(u *url.URL) *url.URL {
+	c := *u
+	q := c.Query()
+	if q.Get("lock_timeout") == "" {
+		q.Set("lock_timeout", fmt.Sprint(LockTimeout.Milliseconds()))
+	}
+	if q.Get("connect_timeout") == "" {
+		q.Set("connect_timeout", fmt.Sprint(int(ConnectTimeout.Seconds())))
+	}
+	c.RawQuery = q.Encode()
+	return &c
+}
+
+// redact returns err with the password of u removed from its text; errors.Is
+// and errors.As still see the original chain.
+func redact(err error, u *url.URL) error {
+	if err == nil || u == nil {
+		return err
+	}
+	pw := u.Query().Get("password")
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			pw = p
+		}
+	}
+	if pw == "" {
+		return err
+	}
+	msg := err.Error()
+	for _, s := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw), (&url.URL{User: url.UserPassword("", pw)}).User.String()[1:]} {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

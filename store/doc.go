@@ -1,0 +1,26 @@
+// Package store writes ovstream's results to PostgreSQL and reads back its
+// progress, with pgx v5 on ONE connection owned by one goroutine.
+//
+// The invariant (DESIGN.md "The commit"): the finalized windows, the
+// latest-state rows, the dead letters and the stream positions that produced
+// them are committed in ONE transaction, behind the fencing epoch. So a stored
+// position never points past a record whose rows are not stored, and a commit
+// either writes all of its batch or nothing.
+//
+// Guarantees:
+//   - Windows are replaced, never added to: replaying a batch leaves the same rows.
+//   - Latest-state rows keep, per key, the greatest (observed_at, offset) ever
+//     committed; an older one replayed later does not overwrite it.
+//   - Dead letters are stored byte for byte (bytea), once per (topic, partition, offset).
+//   - Stored positions never move backwards (GREATEST), never by delete-then-insert.
+//   - A commit whose epoch is no longer the pipeline's writes nothing and
+//     returns ErrFenced.
+//   - After any error the connection is thrown away; the next call reconnects.
+//     An error of the COMMIT statement itself is a *CommitError: when it is
+//     Ambiguous the transaction may have committed, so re-read the positions.
+//   - Retryable tells transient failures (connection lost, serialization
+//     failure, deadlock, server shutting down) from terminal ones (fenced,
+//     constraint violations).
+//
+// A Store is not safe for concurrent use.
+package store

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Retryable reports whether err is transient: running the whole operation
+// again (for Commit, the whole batch, on a new connection) may succeed.
+//
+// True: connection lost or refused, timeouts, an ambiguous COMMIT (re-read the
+// positions first), SQLSTATE class 08 (connection exception), 40001
+// (serialization failure), 40P01 (deadlock), 55P03 (lock not available),
+// 57P01/57P02/57P03 (server shutting down or starting up), 53300 (too many
+// connections).
+// False: ErrFenced, context.Canceled, every other server error (constraint
+// violations such as a CHECK, bad data, missing tables, authentication).
+//
+// A dead transaction can report pgconn.SafeToRetry on its next statement
+// (STACK.md): that means "retry the transaction", never "retry the statement".
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrFenced) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch code := pgErr.Code; {
+		case strings.HasPrefix(code, "08"):
+			return true
+		case code == "40001", code == "40P01", code == "55P03",
+			code == "57P01", code == "57P02", code == "57P03", code == "53300":
+			return true
+		default:
+			return false
+		}
+	}
+	var commitErr *CommitError
+	if errors.As(err, &commitErr) {
+		return true // the server did not answer (or would have been a PgError above)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		return true
+	case errors.As(err, &connectErr), errors.As(err, &netErr):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return true
+	case errors.Is(err, pgx.ErrTxClosed), errors.Is(err, pgx.ErrTxCommitRollback):
+		return true // the transaction is gone: retry it whole
+	}
+	return false
+}

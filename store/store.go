@@ -1,0 +1,481 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// ErrFenced means another instance claimed the pipeline (its epoch is newer
+// than the one of the batch): nothing was written, and this instance must stop.
+var ErrFenced = errors.New("store: fenced: another instance claimed the pipeline")
+
+// CommitError is returned when the COMMIT statement itself failed. When
+// Ambiguous is true the server may have committed the transaction (the
+// connection broke after COMMIT was sent): reconnect, re-read the positions
+// with LoadPositions and re-seek; the idempotent upserts absorb the replay.
+// When false the server answered, and nothing was committed.
+type CommitError struct {
+	Ambiguous bool
+	Err       error
+}
+
+func (e *CommitError) Error() string {
+	if e.Ambiguous {
+		return "COMMIT failed, the transaction may have committed: " + e.Err.Error()
+	}
+	return "COMMIT failed, nothing committed: " + e.Err.Error()
+}
+
+func (e *CommitError) Unwrap() error { return e.Err }
+
+// Hooks are called inside Commit, for crash-injection tests; nil = no-op.
+type Hooks struct {
+	// AfterWindows runs once the windows and latest-state rows are upserted
+	// and before dead letters and stream_positions are written.
+	AfterWindows func()
+	// BeforeCommit runs once every statement is sent, before COMMIT.
+	BeforeCommit func()
+}
+
+// Store writes ovstream's results on one PostgreSQL connection. It is not
+// safe for concurrent use: one goroutine owns it.
+type Store struct {
+	Hooks Hooks
+
+	config *pgx.ConnConfig
+	conn   *pgx.Conn // nil after an error: the next call reconnects
+}
+
+// Open connects to databaseURL (postgres://user:password@host:port/db?...).
+// Errors never hold the password.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	config, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if config.RuntimeParams == nil {
+		config.RuntimeParams = map[string]string{}
+	}
+	if _, ok := config.RuntimeParams["application_name"]; !ok {
+		config.RuntimeParams["application_name"] = "ovstream"
+	}
+	config.RuntimeParams["timezone"] = "UTC"
+	s := &Store{config: config}
+	if _, err := s.connection(ctx); err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes the connection. The Store may still be used: the next call reconnects.
+func (s *Store) Close(ctx context.Context) error {
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.Close(ctx)
+	s.conn = nil
+	return err
+}
+
+// Ping checks the connection, reconnecting if it was thrown away.
+func (s *Store) Ping(ctx context.Context) error {
+	conn, err := s.connection(ctx)
+	if err == nil {
+		err = conn.Ping(ctx)
+	}
+	if err != nil {
+		s.discard()
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
+// Claim makes owner the owner of pipeline and returns its new fencing epoch
+// (1 on the first claim, then one more each time). Every commit with an older
+// epoch fails with ErrFenced from then on. A claim waits for a commit in
+// progress (it holds the pipelines row), so nothing a fenced instance writes
+// becomes visible after Claim returns.
+func (s *Store) Claim(ctx context.Context, pipeline, owner string) (epoch int64, err error) {
+	err = s.do(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `
+INSERT INTO pipelines AS p (name, epoch, owner, heartbeat_at) VALUES ($1, 1, $2, now())
+ON CONFLICT (name) DO UPDATE SET epoch = p.epoch + 1, owner = EXCLUDED.owner, heartbeat_at = now()
+RETURNING epoch`, pipeline, owner).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: claim pipeline %q: %w", pipeline, err)
+	}
+	return epoch, nil
+}
+
+// LoadPositions returns the stored progress of every partition of pipeline;
+// a partition without a row is absent from the map.
+func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggregate.PartitionID]Position, error) {
+	positions := map[aggregate.PartitionID]Position{}
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		clear(positions)
+		rows, err := conn.Query(ctx,
+			`SELECT topic, partition, next_offset, consumed_offset FROM stream_positions WHERE pipeline = $1`, pipeline)
+		if err != nil {
+			return err
+		}
+		var p Position
+		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset}, func() error {
+			positions[p.PartitionID] = p
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load positions of pipeline %q: %w", pipeline, err)
+	}
+	return positions, nil
+}
+
+// SeedWatermark returns the watermark to start from, in UTC: the later of the
+// watermark pipeline last committed and max(window_end) of delay_aggregates;
+// the zero time when neither exists.
+func (s *Store) SeedWatermark(ctx context.Context, pipeline string) (time.Time, error) {
+	var wm *time.Time
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `
+SELECT GREATEST((SELECT watermark FROM pipelines WHERE name = $1),
+                (SELECT max(window_end) FROM delay_aggregates))`, pipeline).Scan(&wm)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("store: seed watermark of pipeline %q: %w", pipeline, err)
+	}
+	if wm == nil {
+		return time.Time{}, nil
+	}
+	return wm.UTC(), nil
+}
+
+// Commit writes b in ONE transaction (DESIGN.md "The commit"): fencing and the
+// watermark, windows (replace), latest state (newer wins), dead letters (once),
+// stream positions (never backwards). It writes all of b or nothing.
+//
+// Errors: ErrFenced (errors.Is) when b.Epoch is no longer the pipeline's;
+// *CommitError when the COMMIT statement failed; otherwise the failing step,
+// wrapped. After any error the connection is thrown away. Retry the whole
+// batch, never a part of it, when Retryable says so.
+func (s *Store) Commit(ctx context.Context, b Batch) error {
+	if err := s.commit(ctx, &b); err != nil {
+		s.discard()
+		what := fmt.Sprintf("store: commit %d windows, %d vehicles, %d trips, %d dead letters, %d partitions",
+			len(b.Windows), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
+		if errors.Is(err, ErrFenced) {
+			return fmt.Errorf("%s: pipeline %q epoch %d: %w", what, b.Pipeline, b.Epoch, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // the connection is thrown away anyway
+		}
+	}()
+
+	var wm any // nil keeps the stored watermark
+	if !b.Watermark.IsZero() {
+		wm = b.Watermark.UTC()
+	}
+	tag, err := tx.Exec(ctx, `
+UPDATE pipelines SET heartbeat_at = now(), watermark = GREATEST(watermark, $3)
+WHERE name = $1 AND epoch = $2`, b.Pipeline, b.Epoch, wm)
+	if err != nil {
+		return fmt.Errorf("fencing: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrFenced
+	}
+
+	if err := upsertWindows(ctx, tx, b.Windows); err != nil {
+		return fmt.Errorf("upsert windows: %w", err)
+	}
+	if err := upsertVehicles(ctx, tx, b.Vehicles); err != nil {
+		return fmt.Errorf("upsert vehicle_latest: %w", err)
+	}
+	if err := upsertTrips(ctx, tx, b.Trips); err != nil {
+		return fmt.Errorf("upsert trip_delay_latest: %w", err)
+	}
+	if h := s.Hooks.AfterWindows; h != nil {
+		h()
+	}
+	if err := insertDeadLetters(ctx, tx, b.DeadLetters); err != nil {
+		return fmt.Errorf("insert dead letters: %w", err)
+	}
+	if err := upsertPositions(ctx, tx, b.Pipeline, b.Positions); err != nil {
+		return fmt.Errorf("upsert stream_positions: %w", err)
+	}
+	if h := s.Hooks.BeforeCommit; h != nil {
+		h()
+	}
+	committed = true // from here on Commit closes the transaction either way
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		definite := errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err)
+		return &CommitError{Ambiguous: !definite, Err: err}
+	}
+	return nil
+}
+
+// Temporary tables, created once per connection (outside any transaction, so
+// a rollback cannot drop them) and emptied by every commit or rollback.
+const createTempTables = `
+CREATE TEMP TABLE IF NOT EXISTS ovs_windows (
+    window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
+    event_count bigint, mean_delay_s double precision, p90_delay_s double precision,
+    min_delay_s double precision, max_delay_s double precision
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS ovs_vehicles (
+    vehicle_id text, trip_id text, line text, operator text, lat double precision, lon double precision,
+    bearing double precision, speed_mps double precision, observed_at timestamptz,
+    kafka_partition integer, kafka_offset bigint
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
+    trip_id text, line text, stop_id text, operator text, vehicle_id text, stop_sequence bigint,
+    delay_s double precision, observed_at timestamptz, kafka_partition integer, kafka_offset bigint
+) ON COMMIT DELETE ROWS;`
+
+func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_windows"},
+		[]string{"window_start", "window_end", "dimension", "dimension_id", "operator",
+			"event_count", "mean_delay_s", "p90_delay_s", "min_delay_s", "max_delay_s"},
+		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+			r := &rows[i]
+			return []any{r.WindowStart.UTC(), r.WindowEnd.UTC(), r.Dimension, r.DimensionID, nullString(r.Operator),
+				r.Count, within(r.Mean, r.Min, r.Max), within(r.P90, r.Min, r.Max), r.Min, r.Max}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	// DISTINCT ON: two rows for one key would fail the whole statement (21000);
+	// the caller sends one per key, this keeps the last one if not.
+	_, err = tx.Exec(ctx, `
+INSERT INTO delay_aggregates AS t (window_start, window_end, dimension, dimension_id, operator,
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, updated_at)
+SELECT DISTINCT ON (window_start, dimension, dimension_id)
+    window_start, window_end, dimension, dimension_id, operator,
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, now()
+FROM ovs_windows
+ORDER BY window_start, dimension, dimension_id, ctid DESC
+ON CONFLICT (window_start, dimension, dimension_id) DO UPDATE SET
+    window_end = EXCLUDED.window_end, operator = EXCLUDED.operator, event_count = EXCLUDED.event_count,
+    mean_delay_s = EXCLUDED.mean_delay_s, p90_delay_s = EXCLUDED.p90_delay_s,
+    min_delay_s = EXCLUDED.min_delay_s, max_delay_s = EXCLUDED.max_delay_s, updated_at = now()`)
+	return err
+}
+
+func upsertVehicles(ctx context.Context, tx pgx.Tx, rows []Vehicle) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_vehicles"},
+		[]string{"vehicle_id", "trip_id", "line", "operator", "lat", "lon", "bearing", "speed_mps",
+			"observed_at", "kafka_partition", "kafka_offset"},
+		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+			v := &rows[i]
+			return []any{v.VehicleID, nullString(v.TripID), nullString(v.Line), nullString(v.Operator),
+				v.Lat, v.Lon, v.Bearing, v.SpeedMPS, v.EventTime.UTC(), v.Partition, v.Offset}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO vehicle_latest AS t (vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
+    observed_at, kafka_partition, kafka_offset, updated_at)
+SELECT DISTINCT ON (vehicle_id)
+    vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
+    observed_at, kafka_partition, kafka_offset, now()
+FROM ovs_vehicles
+ORDER BY vehicle_id, observed_at DESC, kafka_offset DESC
+ON CONFLICT (vehicle_id) DO UPDATE SET
+    trip_id = EXCLUDED.trip_id, line = EXCLUDED.line, operator = EXCLUDED.operator,
+    lat = EXCLUDED.lat, lon = EXCLUDED.lon, bearing = EXCLUDED.bearing, speed_mps = EXCLUDED.speed_mps,
+    observed_at = EXCLUDED.observed_at, kafka_partition = EXCLUDED.kafka_partition,
+    kafka_offset = EXCLUDED.kafka_offset, updated_at = now()
+WHERE (EXCLUDED.observed_at, EXCLUDED.kafka_offset) >= (t.observed_at, t.kafka_offset)`)
+	return err
+}
+
+func upsertTrips(ctx context.Context, tx pgx.Tx, rows []Trip) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_trips"},
+		[]string{"trip_id", "line", "stop_id", "operator", "vehicle_id", "stop_sequence", "delay_s",
+			"observed_at", "kafka_partition", "kafka_offset"},
+		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+			t := &rows[i]
+			var seq any
+			if t.HasStopSequence {
+				seq = t.StopSequence
+			}
+			return []any{t.TripID, t.Line, t.StopID, t.Operator, nullString(t.VehicleID), seq, t.DelayS,
+				t.EventTime.UTC(), t.Partition, t.Offset}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO trip_delay_latest AS t (trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
+    observed_at, kafka_partition, kafka_offset, updated_at)
+SELECT DISTINCT ON (trip_id)
+    trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
+    observed_at, kafka_partition, kafka_offset, now()
+FROM ovs_trips
+ORDER BY trip_id, observed_at DESC, kafka_offset DESC
+ON CONFLICT (trip_id) DO UPDATE SET
+    line = EXCLUDED.line, stop_id = EXCLUDED.stop_id, operator = EXCLUDED.operator,
+    vehicle_id = EXCLUDED.vehicle_id, stop_sequence = EXCLUDED.stop_sequence, delay_s = EXCLUDED.delay_s,
+    observed_at = EXCLUDED.observed_at, kafka_partition = EXCLUDED.kafka_partition,
+    kafka_offset = EXCLUDED.kafka_offset, updated_at = now()
+WHERE (EXCLUDED.observed_at, EXCLUDED.kafka_offset) >= (t.observed_at, t.kafka_offset)`)
+	return err
+}
+
+func insertDeadLetters(ctx context.Context, tx pgx.Tx, dls []DeadLetter) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	n := len(dls)
+	topics, parts, offsets := make([]string, n), make([]int32, n), make([]int64, n)
+	keys, values := make([][]byte, n), make([][]byte, n)
+	reasons, errs := make([]string, n), make([]string, n)
+	for i, d := range dls {
+		topics[i], parts[i], offsets[i] = d.Topic, d.Partition, d.Offset
+		keys[i], values[i] = d.Key, d.Value
+		reasons[i], errs[i] = d.Reason, d.Error
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO dead_letters (topic, partition, "offset", key, value, reason, error)
+SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::text[])
+ON CONFLICT (topic, partition, "offset") DO NOTHING`, topics, parts, offsets, keys, values, reasons, errs)
+	return err
+}
+
+func upsertPositions(ctx context.Context, tx pgx.Tx, pipeline string, ps []Position) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	// One row per partition (two would fail the statement with 21000): keep the
+	// greatest of each offset, as the upsert itself does.
+	merged := map[aggregate.PartitionID]Position{}
+	for _, p := range ps {
+		if m, ok := merged[p.PartitionID]; ok {
+			p.NextOffset = max(p.NextOffset, m.NextOffset)
+			p.ConsumedOffset = max(p.ConsumedOffset, m.ConsumedOffset)
+		}
+		merged[p.PartitionID] = p
+	}
+	keys := make([]aggregate.PartitionID, 0, len(merged))
+	for k := range merged {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { // a fixed lock order
+		if keys[i].Topic != keys[j].Topic {
+			return keys[i].Topic < keys[j].Topic
+		}
+		return keys[i].Partition < keys[j].Partition
+	})
+	topics, parts := make([]string, len(keys)), make([]int32, len(keys))
+	next, consumed := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		p := merged[k]
+		topics[i], parts[i], next[i], consumed[i] = k.Topic, k.Partition, p.NextOffset, p.ConsumedOffset
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO stream_positions AS t (pipeline, topic, partition, next_offset, consumed_offset, updated_at)
+SELECT $1, u.topic, u.partition, u.next_offset, u.consumed_offset, now()
+FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::bigint[]) AS u(topic, partition, next_offset, consumed_offset)
+ON CONFLICT (pipeline, topic, partition) DO UPDATE SET
+    next_offset = GREATEST(t.next_offset, EXCLUDED.next_offset),
+    consumed_offset = GREATEST(t.consumed_offset, EXCLUDED.consumed_offset),
+    updated_at = now()`, pipeline, topics, parts, next, consumed)
+	return err
+}
+
+// connection returns the live connection, connecting if there is none.
+func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
+	if s.conn != nil && !s.conn.IsClosed() {
+		return s.conn, nil
+	}
+	s.discard()
+	conn, err := pgx.ConnectConfig(ctx, s.config)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if _, err := conn.Exec(ctx, createTempTables); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("create temporary tables: %w", err)
+	}
+	s.conn = conn
+	return conn, nil
+}
+
+// do runs f on the connection; on error the connection is thrown away.
+func (s *Store) do(ctx context.Context, f func(*pgx.Conn) error) error {
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return err
+	}
+	if err := f(conn); err != nil {
+		s.discard()
+		return err
+	}
+	return nil
+}
+
+// discard closes and forgets the connection.
+func (s *Store) discard() {
+	if s.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = s.conn.Close(ctx)
+	cancel()
+	s.conn = nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// within clamps a statistic that floating-point rounding put a few ulps
+// outside [lo, hi] (e.g. the mean of three 0.1s is 0.10000000000000002): the
+// exact value lies inside, and the table's CHECK would otherwise reject the
+// row for good. NaN is passed through, for the CHECK to reject.
+func within(v, lo, hi float64) float64 {
+	if math.IsNaN(v) || lo > hi {
+		return v
+	}
+	return min(max(v, lo), hi)
+}
