@@ -439,7 +439,7 @@ func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
 	for _, v := range l.vehicles {
 		b.Vehicles = append(b.Vehicles, v)
 	}
-	for _, tp := range sortedPartitions(l.led.parts) {
+	for _, tp := range SortedPartitions(l.led.parts) {
 		b.Positions = append(b.Positions, store.Position{PartitionID: tp,
 			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
 	}
@@ -485,8 +485,8 @@ func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
 	return true, nil
 }
 
-// sortedPartitions returns m's keys in (topic, partition) order.
-func sortedPartitions[V any](m map[aggregate.PartitionID]V) []aggregate.PartitionID {
+// SortedPartitions returns m's keys in (topic, partition) order.
+func SortedPartitions[V any](m map[aggregate.PartitionID]V) []aggregate.PartitionID {
 	ps := make([]aggregate.PartitionID, 0, len(m))
 	for p := range m {
 		ps = append(ps, p)

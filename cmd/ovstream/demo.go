@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ovstream/ovstream/consumer/embedded"
+	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/store"
+)
+
+func init() {
+	register("demo", "embedded broker + bundled real sample + run --drain + summary", cmdDemo)
+}
+
+// demoFeeds are the bundled real samples (testdata/README.md has their provenance).
+var demoFeeds = []struct {
+	dir, operator string
+}{
+	{"nl-ovapi-20141130", ""},             // OVapi: the operator is in the entity ids
+	{"auckland-20160519-peak10min", "AT"}, // Auckland Transport
+	{"halifax-20251106", "HFX"},           // Halifax Transit: trip updates and vehicle positions
+}
+
+func cmdDemo(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	var f runFlags
+	f.register(fs)
+	data := fs.String("data", "testdata", "folder holding the bundled samples")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ovstream demo [flags]\n\nStarts the embedded broker on a free port, produces the bundled real GTFS-realtime\n"+
+			"sample, applies migrations, runs with --drain and prints a summary. The run flags apply;\n"+
+			"the demo sets --pipeline demo, --allowed-lateness 10m (the sample is out of order by up to\n"+
+			"294 s, so no event is late) and --flush-interval 1s unless given.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["pipeline"] {
+		f.pipeline = "demo"
+	}
+	if !set["allowed-lateness"] {
+		f.lateness = 10 * time.Minute
+	}
+	if !set["flush-interval"] {
+		f.flush = time.Second
+	}
+	if !set["log-level"] {
+		f.logLevel = "warn"
+	}
+	f.drain, f.migrate = true, true
+	if err := demo(ctx, os.Stdout, &f, *data); err != nil {
+		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {
+	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0",
+		Topics: map[string]int32{"arrival_predictions": 6, "vehicle_positions": 3}})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	f.brokers = b.Addr()
+	fmt.Fprintf(w, "embedded broker on %s (arrival_predictions: 6 partitions, vehicle_positions: 3)\n", b.Addr())
+
+	var predictions int
+	for _, feed := range demoFeeds {
+		res, err := gtfsrt.Load([]string{filepath.Join(data, feed.dir)}, gtfsrt.Options{Operator: feed.operator})
+		if err != nil {
+			return err
+		}
+		if err := produceResult(ctx, []string{b.Addr()}, res); err != nil {
+			return err
+		}
+		predictions += len(res.Predictions)
+		fmt.Fprintf(w, "produced %s: %d predictions, %d positions from %d files (skipped: %s)\n",
+			feed.dir, len(res.Predictions), len(res.Positions), res.Files, res.SkipSummary())
+	}
+
+	log, err := f.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.config(log)
+	if err != nil {
+		return err
+	}
+	if err := migrations.Up(ctx, f.databaseURL); err != nil {
+		return err
+	}
+	sum, err := runService(ctx, f, cfg)
+	if err != nil {
+		return err
+	}
+	printSummary(w, sum)
+
+	st, err := store.Open(ctx, f.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close(context.Background())
+	r, err := st.Report(ctx, f.pipeline)
+	if err != nil {
+		return err
+	}
+	printReport(w, r, predictions, f.window)
+	return nil
+}
+
+func printReport(w io.Writer, r *store.Report, produced int, window time.Duration) {
+	fmt.Fprintf(w, "\ndelay_aggregates (database, all runs so far):\n")
+	for _, d := range []string{"line", "station", "operator", "network"} {
+		fmt.Fprintf(w, "  %-9s %7d rows, %8d events\n", d, r.Rows[d], r.Events[d])
+	}
+	fmt.Fprintf(w, "  predictions produced by this demo: %d\n", produced)
+	for _, reason := range sortedKeys(r.DeadLetters) {
+		fmt.Fprintf(w, "  dead letters (%s): %d\n", reason, r.DeadLetters[reason])
+	}
+	if r.BusiestCount > 0 {
+		for _, top := range []struct {
+			what string
+			rows []store.Ranked
+		}{{"lines", r.TopLines}, {"stations", r.TopStations}} {
+			fmt.Fprintf(w, "\nten most delayed %s of the busiest window [%s, %s), %d events:\n",
+				top.what, r.BusiestWindow.Format(time.RFC3339), r.BusiestWindow.Add(window).Format("15:04:05Z"), r.BusiestCount)
+			fmt.Fprintf(w, "  %-28s %6s %9s %9s %9s\n", "id", "count", "mean s", "p90 s", "max s")
+			for _, k := range top.rows {
+				fmt.Fprintf(w, "  %-28s %6d %9.1f %9.1f %9.0f\n", k.ID, k.Count, k.Mean, k.P90, k.Max)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nstored offsets (stream_positions):\n")
+	for _, p := range r.Positions {
+		fmt.Fprintf(w, "  %-24s next %6d  consumed %6d  updated %s\n", p.PartitionID.String(), p.NextOffset, p.ConsumedOffset,
+			p.UpdatedAt.Format(time.RFC3339))
+	}
+}
+
+func produceResult(ctx context.Context, brokers []string, res *gtfsrt.Result) error {
+	_, err := produce.GTFSRT(ctx, produce.Config{Brokers: brokers, ClientID: "ovstream-demo"}, res,
+		produce.Topics{Predictions: "arrival_predictions", Positions: "vehicle_positions"})
+	return err
+}

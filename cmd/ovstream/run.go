@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/store"
+)
+
+func init() {
+	register("run", "consume Kafka into PostgreSQL: the service", cmdRun)
+}
+
+// runFlags are the flags of `run`; demo reuses them.
+type runFlags struct {
+	brokers, databaseURL, pipeline, topics, partitions  string
+	window, lateness, idle, skew, flush, connectTimeout time.Duration
+	startOffset, onOutOfRange                           string
+	drain, migrate                                      bool
+	logFormat, logLevel                                 string
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
+	fs.StringVar(&f.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&f.pipeline, "pipeline", envOr("OVSTREAM_PIPELINE", "ovstream"), "pipeline name: key of stream_positions and the fencing epoch (env OVSTREAM_PIPELINE)")
+	fs.StringVar(&f.topics, "topics", "arrival_predictions,vehicle_positions", "PREDICTIONS_TOPIC,POSITIONS_TOPIC (leave one empty to skip it, e.g. 'arrival_predictions,')")
+	fs.StringVar(&f.partitions, "partitions", "", "manual assignment TOPIC:N,... (default: every partition of the topics)")
+	fs.DurationVar(&f.window, "window", 5*time.Minute, "tumbling window size")
+	fs.DurationVar(&f.lateness, "allowed-lateness", 2*time.Minute, "watermark = min over active partitions of their max event time, minus this")
+	fs.DurationVar(&f.idle, "idle-timeout", 30*time.Second, "a caught-up partition quiet this long stops holding the watermark")
+	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
+	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
+	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
+	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water]: fail|earliest|latest")
+	fs.BoolVar(&f.drain, "drain", false, "stop once every partition reached its high water mark at start; finalize every window; print a summary")
+	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations before starting")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, "how long to retry connecting to PostgreSQL at start")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
+}
+
+func (f *runFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+}
+
+// config turns the flags into a consumer.Config.
+func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
+	host, _ := os.Hostname()
+	cfg := consumer.Config{
+		Brokers:            splitList(f.brokers),
+		Pipeline:           f.pipeline,
+		Owner:              fmt.Sprintf("%s:%d", host, os.Getpid()),
+		Window:             f.window,
+		AllowedLateness:    f.lateness,
+		IdleTimeout:        f.idle,
+		MaxFutureSkew:      f.skew,
+		FlushInterval:      f.flush,
+		StartOffset:        f.startOffset,
+		OnOffsetOutOfRange: f.onOutOfRange,
+		Drain:              f.drain,
+		Logger:             log,
+	}
+	topics := strings.Split(f.topics, ",")
+	if len(topics) > 2 {
+		return cfg, fmt.Errorf("--topics %q: want PREDICTIONS_TOPIC,POSITIONS_TOPIC", f.topics)
+	}
+	cfg.PredictionsTopic = strings.TrimSpace(topics[0])
+	if len(topics) == 2 {
+		cfg.PositionsTopic = strings.TrimSpace(topics[1])
+	}
+	for _, s := range splitList(f.partitions) {
+		topic, n, ok := strings.Cut(s, ":")
+		p, err := strconv.ParseInt(n, 10, 32)
+		if !ok || err != nil || p < 0 {
+			return cfg, fmt.Errorf("--partitions: %q is not TOPIC:N", s)
+		}
+		cfg.Partitions = append(cfg.Partitions, aggregate.PartitionID{Topic: topic, Partition: int32(p)})
+	}
+	return cfg, cfg.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func cmdRun(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	log, err := f.logger(os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ovstream run:", err)
+		return exitUsage
+	}
+	cfg, err := f.config(log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ovstream run:", err)
+		return exitUsage
+	}
+	sum, err := runService(ctx, &f, cfg)
+	return reportRun(os.Stdout, cfg, sum, err)
+}
+
+// runService checks the schema, connects and runs the consumer.
+func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consumer.Summary, error) {
+	st, err := openStore(ctx, f.databaseURL, f.connectTimeout, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close(context.Background())
+	if f.migrate {
+		if err := migrations.Up(ctx, f.databaseURL); err != nil {
+			return nil, err
+		}
+	}
+	if err := migrations.Check(ctx, f.databaseURL); err != nil {
+		return nil, err
+	}
+	return consumer.Run(ctx, cfg, st)
+}
+
+// openStore connects to PostgreSQL, retrying retryable errors until timeout.
+func openStore(ctx context.Context, url string, timeout time.Duration, log *slog.Logger) (*store.Store, error) {
+	deadline := time.Now().Add(timeout)
+	backoff := 200 * time.Millisecond
+	for {
+		st, err := store.Open(ctx, url)
+		if err == nil {
+			return st, nil
+		}
+		if !store.Retryable(err) || time.Now().Add(backoff).After(deadline) || ctx.Err() != nil {
+			return nil, err
+		}
+		log.Warn("cannot reach PostgreSQL yet; retrying", "err", err, "retry_in", backoff)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// reportRun prints the outcome and returns the exit code.
+func reportRun(w io.Writer, cfg consumer.Config, sum *consumer.Summary, err error) int {
+	if sum != nil && (cfg.Drain || err == nil) {
+		printSummary(w, sum)
+	}
+	switch {
+	case errors.Is(err, consumer.ErrFenced):
+		fmt.Fprintf(os.Stderr, "ovstream run: fenced: another instance claimed pipeline %q; this one wrote nothing after the claim and stops\n", cfg.Pipeline)
+		return exitFenced
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "ovstream run:", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func printSummary(w io.Writer, s *consumer.Summary) {
+	fmt.Fprintf(w, "summary: %s elapsed, %d commits (%d failed, %d resyncs)\n", s.Elapsed.Round(time.Millisecond), s.Commits, s.CommitFailures, s.Resyncs)
+	for _, topic := range sortedKeys(s.Consumed) {
+		fmt.Fprintf(w, "  consumed %-22s %d records\n", topic, s.Consumed[topic])
+	}
+	fmt.Fprintf(w, "  predictions aggregated  %d\n  positions applied       %d\n  replayed and skipped    %d\n  window rows written     %d\n",
+		s.Predictions, s.Positions, s.Skipped, s.WindowRows)
+	for _, r := range sortedKeys(s.DeadLetters) {
+		fmt.Fprintf(w, "  dead letters (%s) %d\n", r, s.DeadLetters[r])
+	}
+	if !s.Watermark.IsZero() {
+		fmt.Fprintf(w, "  watermark               %s\n", s.Watermark.UTC().Format(time.RFC3339))
+	}
+	for _, tp := range consumer.SortedPartitions(s.Stored) {
+		fmt.Fprintf(w, "  stored offset %-24s %d (high water %d)\n", tp.String(), s.Stored[tp], s.HighWater[tp])
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

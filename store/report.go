@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Ranked is one row of a top-N list: a dimension id in one window, delays in seconds.
+type Ranked struct {
+	ID    string
+	Count int64
+	Mean  float64
+	P90   float64
+	Max   float64
+}
+
+// StoredPosition is one stream_positions row.
+type StoredPosition struct {
+	Position
+	UpdatedAt time.Time // UTC
+}
+
+// Report summarizes what delay_aggregates and stream_positions hold.
+type Report struct {
+	Rows          map[string]int64 // delay_aggregates rows per dimension
+	Events        map[string]int64 // sum of event_count per dimension
+	BusiestWindow time.Time        // window_start of the window with the most events (network row); zero if none
+	BusiestCount  int64
+	TopLines      []Ranked // the ten lines with the highest mean delay in the busiest window
+	TopStations   []Ranked // the same for stations
+	Positions     []StoredPosition
+	DeadLetters   map[string]int64 // per reason
+}
+
+// Report reads the summary the demo and drain print, for pipeline's positions.
+func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
+	r := &Report{Rows: map[string]int64{}, Events: map[string]int64{}, DeadLetters: map[string]int64{}}
+	err := s.do(ctx, func(c *pgx.Conn) error {
+		rows, err := c.Query(ctx, `SELECT dimension, count(*), coalesce(sum(event_count), 0)::bigint
+			FROM delay_aggregates GROUP BY dimension`)
+		if err != nil {
+			return err
+		}
+		var dim string
+		var n, events int64
+		if _, err := pgx.ForEachRow(rows, []any{&dim, &n, &events}, func() error {
+			r.Rows[dim], r.Events[dim] = n, events
+			return nil
+		}); err != nil {
+			return err
+		}
+		err = c.QueryRow(ctx, `SELECT window_start, event_count FROM delay_aggregates
+			WHERE dimension = 'network' ORDER BY event_count DESC, window_start LIMIT 1`).Scan(&r.BusiestWindow, &r.BusiestCount)
+		if err != nil && err != pgx.ErrNoRows {
+			return err
+		}
+		for _, top := range []struct {
+			dim string
+			out *[]Ranked
+		}{{"line", &r.TopLines}, {"station", &r.TopStations}} {
+			rows, err := c.Query(ctx, `SELECT dimension_id, event_count, mean_delay_s, p90_delay_s, max_delay_s
+				FROM delay_aggregates WHERE window_start = $1 AND dimension = $2
+				ORDER BY mean_delay_s DESC, dimension_id LIMIT 10`, r.BusiestWindow, top.dim)
+			if err != nil {
+				return err
+			}
+			var k Ranked
+			if _, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
+				*top.out = append(*top.out, k)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		rows, err = c.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, updated_at
+			FROM stream_positions WHERE pipeline = $1 ORDER BY topic, partition`, pipeline)
+		if err != nil {
+			return err
+		}
+		var p StoredPosition
+		if _, err := pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &p.UpdatedAt}, func() error {
+			p.UpdatedAt = p.UpdatedAt.UTC()
+			r.Positions = append(r.Positions, p)
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = c.Query(ctx, `SELECT reason, count(*) FROM dead_letters GROUP BY reason`)
+		if err != nil {
+			return err
+		}
+		var reason string
+		_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error {
+			r.DeadLetters[reason] = n
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: report: %w", err)
+	}
+	r.BusiestWindow = r.BusiestWindow.UTC()
+	return r, nil
+}
