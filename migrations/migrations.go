@@ -32,6 +32,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // FS holds the migration files.
@@ -197,6 +198,10 @@ func run(ctx context.Context, databaseURL, what string, op func(*migrate.Migrate
 	u.Scheme = "pgx5"
 	defer func() {
 		if err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				what += " (another process holds the migration lock or a table lock: is a migration running? try again)"
+			}
 			err = redact(fmt.Errorf("migrations: %s: %w", what, err), u)
 		}
 	}()

@@ -193,7 +193,11 @@ func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
 	committed := false
 	defer func() {
 		if !committed {
-			_ = tx.Rollback(context.WithoutCancel(ctx)) // the connection is thrown away anyway
+			// Best effort and bounded: the connection is thrown away next,
+			// which rolls back on the server anyway.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = tx.Rollback(rctx)
+			cancel()
 		}
 	}()
 
