@@ -11,7 +11,9 @@ import (
 )
 
 func TestRetryable(t *testing.T) {
-	pg := func(code string) error { return fmt.Errorf("store: commit: upsert windows: %w", &pgconn.PgError{Code: code}) }
+	pg := func(code string) error {
+		return fmt.Errorf("store: commit: upsert windows: %w", &pgconn.PgError{Code: code})
+	}
 	for _, c := range []struct {
 		err  error
 		want bool
