@@ -312,7 +312,7 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 	}
 	operator, line, err := l.operatorLine(entityID, tu.GetTrip().GetRouteId())
 	if err != nil {
-		return fmt.Errorf("trip %s: %w", tripID, err)
+		return fmt.Errorf("%w (trip %s, entity %s)", err, tripID, entityID)
 	}
 	if line == "" {
 		skip(SkipNoLine)
@@ -388,7 +388,7 @@ func (l *loader) vehiclePosition(entityID string, vp *gtfs.VehiclePosition, head
 	}
 	operator, line, err := l.operatorLine(entityID, vp.GetTrip().GetRouteId())
 	if err != nil {
-		return fmt.Errorf("vehicle %s: %w", vehicleID, err)
+		return fmt.Errorf("%w (vehicle %s, entity %s)", err, vehicleID, entityID)
 	}
 	ts := headerTS
 	if vp.Timestamp != nil && vp.GetTimestamp() != 0 {
