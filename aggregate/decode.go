@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -56,7 +57,7 @@ const (
 // returned as a *DecodeError, e.g. "delay_s: not a finite number". It never
 // panics, whatever the input.
 func DecodePrediction(value []byte) (Prediction, error) {
-	obj, err := decodeObject(value)
+	obj, err := decodeObject(value, predictionFields)
 	if err != nil {
 		return Prediction{}, err
 	}
@@ -111,7 +112,7 @@ func DecodePrediction(value []byte) (Prediction, error) {
 // second, >= 0) are optional, null or missing meaning absent, a wrong type
 // being an error. Other rules and errors are those of DecodePrediction.
 func DecodePosition(value []byte) (Position, error) {
-	obj, err := decodeObject(value)
+	obj, err := decodeObject(value, positionFields)
 	if err != nil {
 		return Position{}, err
 	}
@@ -166,39 +167,169 @@ func DecodePosition(value []byte) (Position, error) {
 	return p, nil
 }
 
+// predictionFields and positionFields are the members of the contract that
+// the decoders read; every other member is ignored.
+var (
+	predictionFields = []string{"trip_id", "line", "stop_id", "operator", "delay_s", "event_time",
+		"vehicle_id", "stop_sequence"}
+	positionFields = []string{"vehicle_id", "lat", "lon", "event_time", "trip_id", "line", "operator",
+		"bearing", "speed_mps"}
+)
+
+// members holds the raw JSON values of the wanted members of one object.
+type members struct {
+	names []string
+	raw   [9][]byte // raw[i] is the value of names[i]; nil when absent
+}
+
+// get returns the raw JSON value of field, nil when absent.
+func (m *members) get(field string) json.RawMessage {
+	for i, n := range m.names {
+		if n == field {
+			return m.raw[i]
+		}
+	}
+	return nil
+}
+
 // decodeObject checks that value is valid UTF-8 holding one JSON object and
-// returns its members. Member names match exactly (encoding/json's struct
-// decoding would also match "Trip_ID").
-func decodeObject(value []byte) (map[string]json.RawMessage, error) {
+// returns the raw values of its members named in names (at most 9). Member
+// names match exactly (encoding/json's struct decoding would also match
+// "Trip_ID"); of duplicate members the last wins, as with encoding/json.
+func decodeObject(value []byte, names []string) (*members, error) {
 	if !utf8.Valid(value) {
 		return nil, &DecodeError{Reason: ReasonInvalidUTF8}
 	}
-	first := firstNonSpace(value)
-	if first == 0 {
+	i := skipSpace(value, 0)
+	if i == len(value) {
 		return nil, &DecodeError{Reason: ReasonNotObject}
 	}
-	var obj map[string]json.RawMessage
-	err := json.Unmarshal(value, &obj)
-	var syn *json.SyntaxError
-	switch {
-	case errors.As(err, &syn):
-		return nil, &DecodeError{Reason: "invalid JSON: " + syn.Error()}
-	case first != '{' || err != nil || obj == nil:
+	if !json.Valid(value) {
+		var raw json.RawMessage
+		err := json.Unmarshal(value, &raw)
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return nil, &DecodeError{Reason: "invalid JSON: " + syn.Error()}
+		}
+		return nil, &DecodeError{Reason: "invalid JSON"}
+	}
+	if value[i] != '{' {
 		return nil, &DecodeError{Reason: ReasonNotObject}
 	}
-	return obj, nil
+	m := &members{names: names}
+	// value is valid JSON from here on; the bounds checks only make sure that a
+	// mistake in this scanner cannot panic.
+	i++
+	for {
+		i = skipSpace(value, i)
+		if i >= len(value) || value[i] == '}' {
+			return m, nil
+		}
+		if value[i] == ',' {
+			i = skipSpace(value, i+1)
+		}
+		keyEnd := endOfValue(value, i)
+		if keyEnd < 0 || value[i] != '"' {
+			return nil, &DecodeError{Reason: "invalid JSON"}
+		}
+		key := value[i:keyEnd]
+		i = skipSpace(value, keyEnd)
+		if i >= len(value) || value[i] != ':' {
+			return nil, &DecodeError{Reason: "invalid JSON"}
+		}
+		i = skipSpace(value, i+1)
+		end := endOfValue(value, i)
+		if end < 0 {
+			return nil, &DecodeError{Reason: "invalid JSON"}
+		}
+		if idx := m.index(key); idx >= 0 {
+			m.raw[idx] = value[i:end]
+		}
+		i = end
+	}
 }
 
-// firstNonSpace returns the first byte of b that is not JSON whitespace, or 0.
-func firstNonSpace(b []byte) byte {
-	for _, c := range b {
-		switch c {
-		case ' ', '\t', '\n', '\r':
-		default:
-			return c
+// index returns the position in m.names of the member whose raw JSON string
+// key is key, or -1.
+func (m *members) index(key []byte) int {
+	name := key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		var s string
+		if json.Unmarshal(key, &s) != nil {
+			return -1
+		}
+		name = []byte(s)
+	}
+	for i, n := range m.names {
+		if string(name) == n {
+			return i
 		}
 	}
-	return 0
+	return -1
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace, or len(b).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// endOfValue returns the index just past the JSON value that starts at b[i],
+// or -1 if b ends first. b is valid JSON.
+func endOfValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		for k := i + 1; k < len(b); k++ {
+			switch b[k] {
+			case '\\':
+				k++
+			case '"':
+				return k + 1
+			}
+		}
+		return -1
+	case '{', '[':
+		depth := 0
+		for k := i; k < len(b); k++ {
+			switch b[k] {
+			case '"':
+				end := endOfValue(b, k)
+				if end < 0 {
+					return -1
+				}
+				k = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return k + 1
+				}
+			}
+		}
+		return -1
+	default: // number, true, false, null
+		k := i
+		for k < len(b) {
+			switch b[k] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return k
+			}
+			k++
+		}
+		return k
+	}
 }
 
 // present reports whether raw holds a value other than JSON null.
@@ -206,8 +337,8 @@ func present(raw json.RawMessage) bool {
 	return len(raw) > 0 && string(raw) != "null"
 }
 
-func requiredString(obj map[string]json.RawMessage, field string) (string, error) {
-	raw := obj[field]
+func requiredString(obj *members, field string) (string, error) {
+	raw := obj.get(field)
 	if !present(raw) {
 		return "", &DecodeError{Field: field, Reason: ReasonMissing}
 	}
@@ -222,8 +353,8 @@ func requiredString(obj map[string]json.RawMessage, field string) (string, error
 }
 
 // optionalString returns "" for a missing or null field.
-func optionalString(obj map[string]json.RawMessage, field string) (string, error) {
-	raw := obj[field]
+func optionalString(obj *members, field string) (string, error) {
+	raw := obj.get(field)
 	if !present(raw) {
 		return "", nil
 	}
@@ -234,8 +365,8 @@ func stringValue(raw json.RawMessage, field, wrongType string) (string, error) {
 	if raw[0] != '"' {
 		return "", &DecodeError{Field: field, Reason: wrongType}
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	s, ok := unquote(raw)
+	if !ok {
 		return "", &DecodeError{Field: field, Reason: wrongType}
 	}
 	if strings.IndexByte(s, 0) >= 0 {
@@ -244,7 +375,7 @@ func stringValue(raw json.RawMessage, field, wrongType string) (string, error) {
 	return s, nil
 }
 
-func requiredNumber(obj map[string]json.RawMessage, field string) (float64, error) {
+func requiredNumber(obj *members, field string) (float64, error) {
 	f, ok, err := optionalNumber(obj, field)
 	if err != nil {
 		return 0, err
@@ -257,8 +388,8 @@ func requiredNumber(obj map[string]json.RawMessage, field string) (float64, erro
 
 // optionalNumber returns ok=false for a missing or null field. A present value
 // must be a JSON number (not a string) that is finite as a float64.
-func optionalNumber(obj map[string]json.RawMessage, field string) (float64, bool, error) {
-	raw := obj[field]
+func optionalNumber(obj *members, field string) (float64, bool, error) {
+	raw := obj.get(field)
 	if !present(raw) {
 		return 0, false, nil
 	}
@@ -275,8 +406,8 @@ func optionalNumber(obj map[string]json.RawMessage, field string) (float64, bool
 
 // optionalInteger accepts a JSON number with an integral value in int64 range
 // (12, 12.0 and 1.2e1 alike); ok=false for a missing or null field.
-func optionalInteger(obj map[string]json.RawMessage, field string) (int64, bool, error) {
-	raw := obj[field]
+func optionalInteger(obj *members, field string) (int64, bool, error) {
+	raw := obj.get(field)
 	if !present(raw) {
 		return 0, false, nil
 	}
@@ -302,16 +433,16 @@ func isNumber(raw json.RawMessage) bool {
 
 // requiredTime parses an RFC 3339 timestamp that carries an offset ("Z" or
 // "+02:00") and returns it in UTC.
-func requiredTime(obj map[string]json.RawMessage, field string) (time.Time, error) {
-	raw := obj[field]
+func requiredTime(obj *members, field string) (time.Time, error) {
+	raw := obj.get(field)
 	if !present(raw) {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonMissing}
 	}
 	if raw[0] != '"' {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	s, ok := unquote(raw)
+	if !ok {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
@@ -319,4 +450,20 @@ func requiredTime(obj map[string]json.RawMessage, field string) (time.Time, erro
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
 	return t.UTC(), nil
+}
+
+// unquote returns the string value of the raw JSON string raw.
+func unquote(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') < 0 {
+		return string(body), true // valid JSON: no escapes, no control characters
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }

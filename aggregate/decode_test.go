@@ -1,11 +1,14 @@
 package aggregate
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 const validPrediction = `{"trip_id":"t1","line":"L1","stop_id":"S1","operator":"OP","delay_s":-30,` +
@@ -311,6 +314,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, value []byte) {
+		checkMembers(t, value)
 		p, err := DecodePrediction(value)
 		if err != nil {
 			var de *DecodeError
@@ -364,6 +368,44 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("position: bad event time %v", q.EventTime)
 		}
 	})
+}
+
+// checkMembers compares decodeObject's scanner with encoding/json decoding
+// into a map: the same members, the same raw values (the last of duplicates).
+func checkMembers(t *testing.T, value []byte) {
+	t.Helper()
+	checkMembersOf(t, value, predictionFields)
+	checkMembersOf(t, value, positionFields)
+}
+
+func checkMembersOf(t *testing.T, value []byte, names []string) {
+	t.Helper()
+	m, err := decodeObject(value, names)
+	var ref map[string]json.RawMessage
+	refErr := json.Unmarshal(value, &ref)
+	isObj := refErr == nil && ref != nil && utf8.Valid(value)
+	if (err == nil) != isObj {
+		t.Fatalf("decodeObject error %v, encoding/json error %v, map %v", err, refErr, ref)
+	}
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if got, want := m.get(n), ref[n]; !bytes.Equal(got, want) {
+			t.Fatalf("member %q: scanner %q, encoding/json %q", n, got, want)
+		}
+	}
+}
+
+func TestMembersScanner(t *testing.T) {
+	for _, in := range []string{
+		validPrediction, validPosition, `{}`, ` { } `,
+		`{"trip_id" : "a" , "line":[1,{"x":"]}"}],"lat":{"a":{"b":[]}},"lon":-1.5e3 }`,
+		`{"tr\u0069p_id":"escaped key","trip_id\n":"other","a\"b":"c","lat":"\"}"}`,
+		`{"trip_id":"a","trip_id":"b"}`, `{"lat":true,"lon":false,"bearing":null}`,
+	} {
+		checkMembers(t, []byte(in))
+	}
 }
 
 func BenchmarkDecodePrediction(b *testing.B) {
