@@ -76,3 +76,26 @@ func TestLedgerMemoryPerWindow(t *testing.T) {
 		t.Fatalf("committable %d, want 1", got)
 	}
 }
+
+// On replay after a restart (stored consumed_offset 110), an event below
+// consumed_offset in a written window is skipped, one at or past it is late,
+// and one in an open window is counted whatever its offset.
+func TestClassifyReplay(t *testing.T) {
+	wm := at("12:10") // windows ending at or before 12:10 are written
+	for _, c := range []struct {
+		offset int64
+		end    time.Time
+		want   verdict
+	}{
+		{105, at("12:10"), replayed},
+		{109, at("12:05"), replayed},
+		{110, at("12:10"), late},
+		{111, at("12:05"), late},
+		{105, at("12:15"), aggregateIt},
+		{120, at("12:15"), aggregateIt},
+	} {
+		if got := classify(c.offset, c.end, wm, 110); got != c.want {
+			t.Errorf("offset %d, window end %s: verdict %d, want %d", c.offset, c.end.Format("15:04"), got, c.want)
+		}
+	}
+}

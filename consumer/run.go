@@ -59,6 +59,10 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if crashpoint.Enabled {
+		st.Hooks.AfterWindows = func() { crashpoint.Hit(crashpoint.MidCommit) }
+		st.Hooks.BeforeCommit = func() { crashpoint.Hit(crashpoint.BeforeCommit) }
+	}
 	began := cfg.Now()
 	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
@@ -271,12 +275,12 @@ func (l *loop) handle(r record) {
 		l.wm.Observe(r.tp, p.EventTime, now)
 		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
 		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
-		if !end.After(l.wm.Current()) { // the window is already finalized
-			if r.offset < l.replayUntil[r.tp] {
-				l.sum.Skipped++ // counted (or recorded as late) before the restart
-				l.led.Consumed(r.tp, r.offset)
-				return
-			}
+		switch classify(r.offset, end, l.wm.Current(), l.replayUntil[r.tp]) {
+		case replayed:
+			l.sum.Skipped++
+			l.led.Consumed(r.tp, r.offset)
+			return
+		case late:
 			l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
 				p.EventTime.Format(time.RFC3339), end.Add(-cfg.Window).Format(time.RFC3339),
 				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
@@ -299,6 +303,30 @@ func (l *loop) handle(r record) {
 	l.keepVehicle(store.Vehicle{Position: v, Partition: r.tp.Partition, Offset: r.offset})
 	l.led.Consumed(r.tp, r.offset)
 	l.sum.Positions++
+}
+
+// verdict is what happens to a decoded prediction.
+type verdict int
+
+const (
+	aggregateIt verdict = iota // its window is open: count it
+	replayed                   // its window was written and it was consumed before a restart: skip it
+	late                       // its window was written before it first arrived: dead letter "late"
+)
+
+// classify applies DESIGN.md "Watermark and lateness" and "Replay after a
+// restart": an event whose window ends at or before the watermark is late,
+// unless its offset is below consumedOffset, the stored one-past-last offset
+// consumed before the restart: then it was counted (or recorded as late)
+// before, and is skipped without a trace.
+func classify(offset int64, windowEnd, watermark time.Time, consumedOffset int64) verdict {
+	switch {
+	case windowEnd.After(watermark):
+		return aggregateIt
+	case offset < consumedOffset:
+		return replayed
+	}
+	return late
 }
 
 // future dead-letters an event later than wall clock + max future skew.

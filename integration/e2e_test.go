@@ -1,0 +1,180 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// badLines are records that break the data contract: each must end as
+// exactly one dead letter, and the rest must flow.
+var badLines = []string{
+	`{"trip_id":"bad-1","line":"L","stop_id":"S","operator":"AT","delay_s":"12","event_time":"2016-05-18T20:01:00Z"}`,
+	`not json at all`,
+	`{"trip_id":"bad-3","line":"L","stop_id":"S","operator":"AT","delay_s":1e309,"event_time":"2016-05-18T20:01:00Z"}`,
+	`{"trip_id":"bad-4","line":"L","stop_id":"S","operator":"AT","delay_s":5,"event_time":"2016-05-18T20:01:00"}`,
+}
+
+// oracleAggregates computes delay_aggregates from the raw records in table
+// oracle_msgs with SQL alone (JSON operators, percentile_cont), leaving out
+// the records that dead_letters holds. Window size: 300 s.
+const oracleAggregates = `
+WITH ok AS (
+	SELECT convert_from(m.value, 'UTF8')::jsonb AS j FROM oracle_msgs m
+	WHERE NOT EXISTS (SELECT 1 FROM dead_letters d
+		WHERE d.topic = m.topic AND d.partition = m.partition AND d."offset" = m."offset")
+), ev AS (
+	SELECT to_timestamp(floor(extract(epoch FROM (j->>'event_time')::timestamptz) / 300) * 300) AS ws,
+		(j->>'delay_s')::float8 AS d, j->>'line' AS line, j->>'stop_id' AS stop, j->>'operator' AS op
+	FROM ok
+), dims AS (
+	SELECT ws, 'line' AS dim, line AS id, d, op FROM ev
+	UNION ALL SELECT ws, 'station', stop, d, op FROM ev
+	UNION ALL SELECT ws, 'operator', op, d, op FROM ev
+	UNION ALL SELECT ws, 'network', 'all', d, op FROM ev
+)
+SELECT ws, ws + interval '300 seconds', dim, id,
+	CASE WHEN count(DISTINCT op) = 1 THEN min(op) END,
+	count(*), avg(d), percentile_cont(0.9) WITHIN GROUP (ORDER BY d), min(d), max(d)
+FROM dims GROUP BY ws, dim, id`
+
+// loadOracleInput copies every record of topic into oracle_msgs of db.
+func loadOracleInput(t *testing.T, db, addr, topic string) int {
+	t.Helper()
+	msgs := readTopic(t, addr, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS oracle_msgs (topic text, partition int, "offset" bigint, value bytea)`); err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		rows[i] = []any{m.Topic, m.Partition, m.Offset, m.Value}
+	}
+	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"oracle_msgs"}, []string{"topic", "partition", "offset", "value"},
+		pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+	return len(msgs)
+}
+
+// The Dutch and Auckland files, produced into the broker, then run --drain
+// with the default allowed lateness: delay_aggregates equals the SQL oracle
+// over the records in the topic minus those recorded as dead letters, and
+// every bad record has exactly one dead letter.
+func TestDrainEqualsSQLOracle(t *testing.T) {
+	addr := startBroker(t)
+	db := freshDB(t)
+	produceFeeds(t, addr, loadFeeds(t, "", "../testdata/nl-ovapi-20141130"))
+	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	produceLines(t, addr, predictionsTopic, badLines...)
+
+	out := drain(t, db, addr, "--allowed-lateness", "2m")
+	n := loadOracleInput(t, db, addr, predictionsTopic)
+	if want := 59946 + 4610 + len(badLines); n != want {
+		t.Fatalf("topic holds %d records, want %d", n, want)
+	}
+
+	got := dump(t, db, dumpAggregates)
+	want := dump(t, db, oracleAggregates)
+	if len(got) == 0 {
+		t.Fatalf("no delay_aggregates rows; run output:\n%s", out)
+	}
+	sameRows(t, "delay_aggregates vs SQL oracle", got, want)
+
+	decode := dump(t, db, `SELECT convert_from(value, 'UTF8'), error FROM dead_letters WHERE reason = 'decode'`)
+	if len(decode) != len(badLines) {
+		t.Fatalf("%d decode dead letters, want %d: %v", len(decode), len(badLines), decode)
+	}
+	for _, line := range badLines {
+		found := false
+		for _, d := range decode {
+			found = found || strings.HasPrefix(d, "["+line+" ")
+		}
+		if !found {
+			t.Errorf("no dead letter holds %s; have %v", line, decode)
+		}
+	}
+	// Every produced record is accounted for: counted once in the network
+	// rows, or dead-lettered once.
+	counted := dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
+	dead := dump(t, db, `SELECT count(*) FROM dead_letters WHERE topic = 'arrival_predictions'`)
+	if fmt.Sprint(counted) == "[[<nil>]]" || len(dead) != 1 {
+		t.Fatalf("counted %v, dead %v", counted, dead)
+	}
+	var c, d int
+	fmt.Sscanf(counted[0], "[%d]", &c)
+	fmt.Sscanf(dead[0], "[%d]", &d)
+	if c+d != n {
+		t.Fatalf("counted %d + dead letters %d = %d, want every record once: %d", c, d, c+d, n)
+	}
+	// stream_positions holds each partition's high water mark.
+	pos := dump(t, db, `SELECT sum(next_offset)::bigint FROM stream_positions WHERE topic = 'arrival_predictions'`)
+	if pos[0] != fmt.Sprintf("[%d]", n) {
+		t.Fatalf("stored offsets sum to %v, want %d (every partition at its high water mark)", pos, n)
+	}
+}
+
+// One kill -9 of run mid-stream, after commits that wrote windows and
+// positions, and a restart: the tables equal those of an uninterrupted run
+// over the same topic, on real, slightly out-of-order data.
+func TestKillMidStreamThenRestart(t *testing.T) {
+	addr := startBroker(t)
+	res := loadFeeds(t, "AT", extractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
+	half := len(res.Predictions) / 2
+	first, second := *res, *res
+	first.Predictions = res.Predictions[:half]
+	second.Predictions = res.Predictions[half:]
+
+	killed := freshDB(t)
+	produceFeeds(t, addr, &first)
+	produceLines(t, addr, predictionsTopic, badLines[:2]...)
+	p := startOvstream(t, nil, runArgs(killed, addr)...)
+	// Wait until commits have written windows and moved the stored offsets.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		w := dump(t, killed, `SELECT count(*) > 0 FROM delay_aggregates`)
+		s := dump(t, killed, `SELECT coalesce(sum(next_offset), 0) > 0 FROM stream_positions`)
+		if w[0] == "[true]" && s[0] == "[true]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no commit with windows within 2 minutes; output:\n%s", p.output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	produceFeeds(t, addr, &second)
+	produceLines(t, addr, predictionsTopic, badLines[2:]...)
+	time.Sleep(150 * time.Millisecond) // mid-stream: part of the second half consumed
+	p.kill()
+	before := dump(t, killed, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
+	t.Logf("killed with %v events in written windows", before)
+	drain(t, killed, addr)
+
+	reference := freshDB(t)
+	drain(t, reference, addr)
+
+	for _, q := range []struct{ what, sql string }{
+		{"delay_aggregates", dumpAggregates}, {"dead_letters", dumpDeadLetters},
+		{"trip_delay_latest", dumpTrips}, {"vehicle_latest", dumpVehicles},
+	} {
+		sameRows(t, q.what+" (killed and restarted vs uninterrupted)", dump(t, killed, q.sql), dump(t, reference, q.sql))
+	}
+	if n := len(dump(t, reference, dumpDeadLetters)); n != len(badLines) {
+		t.Fatalf("%d dead letters, want %d", n, len(badLines))
+	}
+	// And the uninterrupted run equals the SQL oracle.
+	loadOracleInput(t, reference, addr, predictionsTopic)
+	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, reference, dumpAggregates), dump(t, reference, oracleAggregates))
+}
