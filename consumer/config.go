@@ -10,6 +10,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
 )
 
 // Config configures Run. Zero values take the defaults in the comments.
@@ -39,9 +40,20 @@ type Config struct {
 	// had at start: every open window is finalized and committed.
 	Drain bool
 
-	Sarama *sarama.Config   // base client config (TLS, SASL); nil = defaults
-	Logger *slog.Logger     // nil = discard
-	Now    func() time.Time // wall clock; nil = time.Now
+	// MaxUncommitted pauses fetching while this many records consumed since
+	// the last successful commit wait for one (a database outage), so memory
+	// stays bounded; default 2,000,000.
+	MaxUncommitted int64
+	// OnCommit, when set, is called after each successful commit with the
+	// committed positions (e.g. to mirror them into a Kafka consumer group
+	// for lag monitoring). It must not block for long; its errors are its own.
+	OnCommit func(positions []store.Position)
+
+	Metrics *Metrics         // nil = unregistered series
+	Health  *Health          // nil = none; read by /readyz
+	Sarama  *sarama.Config   // base client config (TLS, SASL); nil = defaults
+	Logger  *slog.Logger     // nil = discard
+	Now     func() time.Time // wall clock; nil = time.Now
 }
 
 // Validate fills in defaults and reports the first invalid setting.
@@ -98,6 +110,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.MaxUncommitted == 0 {
+		c.MaxUncommitted = 2_000_000
+	}
+	if c.MaxUncommitted < 0 {
+		return fmt.Errorf("consumer: max uncommitted messages %d is negative", c.MaxUncommitted)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.Health == nil {
+		c.Health = &Health{}
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -111,8 +111,9 @@ type loop struct {
 	dead     []store.DeadLetter
 	stored   map[aggregate.PartitionID]store.Position
 
-	nextCommit time.Time
-	backoff    time.Duration
+	nextCommit  time.Time
+	backoff     time.Duration
+	uncommitted int64 // records consumed since the last successful commit
 }
 
 func (l *loop) run(ctx context.Context) (err error) {
@@ -127,11 +128,17 @@ func (l *loop) run(ctx context.Context) (err error) {
 	poll := time.NewTicker(pollInterval)
 	defer poll.Stop()
 	l.nextCommit = cfg.Now().Add(cfg.FlushInterval)
+	defer cfg.Health.assigned.Store(false)
 	for {
+		in := l.src.out
+		if l.uncommitted >= cfg.MaxUncommitted {
+			in = nil // pause fetching until a commit succeeds: memory stays bounded
+		}
 		select {
 		case <-ctx.Done():
 			return l.shutdown()
-		case batch := <-l.src.out:
+		case batch := <-in:
+			l.uncommitted += int64(len(batch))
 			for _, r := range batch {
 				crashpoint.Hit(crashpoint.AfterConsume)
 				l.handle(r)
@@ -143,7 +150,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 		case <-tick.C:
 			now := cfg.Now()
 			l.updateCaughtUp(now)
-			l.wm.Advance(now)
+			cfg.Metrics.watermark(l.wm.Advance(now))
+			cfg.Metrics.Uncommitted.Set(float64(l.uncommitted))
+			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}
@@ -252,6 +261,9 @@ func (l *loop) start(ctx context.Context) error {
 		}
 		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
 	}
+	cfg.Metrics.assign(assigned)
+	cfg.Metrics.watermark(seed)
+	cfg.Health.assigned.Store(true)
 	cfg.Logger.Info("watermark seeded", "watermark", seed.UTC().Format(time.RFC3339))
 	ok = true
 	return nil
@@ -262,6 +274,7 @@ func (l *loop) handle(r record) {
 	cfg := l.cfg
 	now := cfg.Now()
 	l.sum.Consumed[r.tp.Topic]++
+	cfg.Metrics.Consumed.WithLabelValues(r.tp.Topic).Inc()
 	l.lastSeen[r.tp] = now
 	if r.tp.Topic == cfg.PredictionsTopic {
 		p, err := aggregate.DecodePrediction(r.value)
@@ -281,6 +294,7 @@ func (l *loop) handle(r record) {
 			l.led.Consumed(r.tp, r.offset)
 			return
 		case late:
+			cfg.Metrics.Late.WithLabelValues(r.tp.Topic).Inc()
 			l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
 				p.EventTime.Format(time.RFC3339), end.Add(-cfg.Window).Format(time.RFC3339),
 				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
@@ -344,6 +358,7 @@ func (l *loop) deadLetter(r record, reason, msg string) {
 	l.dead = append(l.dead, store.DeadLetter{Topic: r.tp.Topic, Partition: r.tp.Partition, Offset: r.offset,
 		Key: r.key, Value: r.value, Reason: reason, Error: msg})
 	l.sum.DeadLetters[reason]++
+	l.cfg.Metrics.DeadLetters.WithLabelValues(r.tp.Topic, reason).Inc()
 	l.led.Consumed(r.tp, r.offset)
 }
 
@@ -377,6 +392,7 @@ func (l *loop) pollHighWater() {
 		}
 		l.highWater[tp] = hw
 		l.sum.HighWater[tp] = hw
+		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, l.wm.Idle(tp, l.cfg.Now()))
 	}
 }
 
@@ -477,16 +493,22 @@ func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
 	if err != nil {
 		l.sum.CommitFailures++
 		var ce *store.CommitError
+		fail := cfg.Metrics.CommitFailures.WithLabelValues
 		switch {
 		case errors.Is(err, store.ErrFenced):
+			fail(FailFenced).Inc()
+			cfg.Metrics.Fenced.Set(1)
 			cfg.Logger.Error("fenced: another instance claimed the pipeline; this one wrote nothing after the claim",
 				"pipeline", cfg.Pipeline, "epoch", l.epoch)
 			return false, ErrFenced
 		case errors.As(err, &ce) && ce.Ambiguous:
+			fail(FailAmbiguous).Inc()
 			return false, errResync
 		case !store.Retryable(err):
+			fail(FailTerminal).Inc()
 			return false, fmt.Errorf("consumer: commit: %w", err)
 		}
+		fail(FailRetryable).Inc()
 		l.backoff = min(max(2*l.backoff, 100*time.Millisecond), maxBackoff)
 		l.nextCommit = now.Add(l.backoff)
 		cfg.Logger.Warn("commit failed; retrying", "err", err, "retry_in", l.backoff)
@@ -503,13 +525,26 @@ func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
 		l.stored[p.PartitionID] = p
 		l.sum.Stored[p.PartitionID] = p.NextOffset
 	}
+	took := time.Since(began)
+	l.uncommitted = 0
 	l.sum.Commits++
 	l.sum.WindowRows += int64(len(b.Windows))
+	m := cfg.Metrics
+	m.Commits.Inc()
+	m.CommitDuration.Observe(took.Seconds())
+	m.WindowsFinalized.Add(float64(len(b.Windows)))
+	m.LastCommit.Set(float64(now.UnixNano()) / 1e9)
+	m.Uncommitted.Set(0)
+	m.OpenWindows.Set(float64(l.win.OpenWindows()))
+	cfg.Health.lastCommit.Store(now.UnixNano())
+	if cfg.OnCommit != nil {
+		cfg.OnCommit(b.Positions)
+	}
 	l.sum.Watermark = wm
 	l.backoff = 0
 	l.nextCommit = now.Add(cfg.FlushInterval)
 	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles),
-		"dead_letters", len(b.DeadLetters), "watermark", wm.Format(time.RFC3339), "took", time.Since(began))
+		"dead_letters", len(b.DeadLetters), "watermark", wm.Format(time.RFC3339), "took", took)
 	return true, nil
 }
 

@@ -1,0 +1,141 @@
+package consumer
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
+)
+
+// Metrics are the Prometheus series of a run. Every series exists from
+// start-up, at zero for each label set known then (each assigned topic and
+// partition, each dead-letter reason, each commit failure reason), so
+// dashboards and alerts see it before the first event.
+type Metrics struct {
+	Consumed         *prometheus.CounterVec // ovstream_consumed_messages_total{topic}
+	DeadLetters      *prometheus.CounterVec // ovstream_dead_letters_total{topic,reason}
+	Late             *prometheus.CounterVec // ovstream_late_events_total{topic}
+	WindowsFinalized prometheus.Counter     // ovstream_windows_finalized_total
+	Commits          prometheus.Counter     // ovstream_commits_total
+	CommitFailures   *prometheus.CounterVec // ovstream_commit_failures_total{reason}
+	CommitDuration   prometheus.Histogram   // ovstream_commit_duration_seconds
+	Uncommitted      prometheus.Gauge       // ovstream_uncommitted_messages
+	Watermark        prometheus.Gauge       // ovstream_watermark_timestamp_seconds
+	OpenWindows      prometheus.Gauge       // ovstream_open_windows
+	Lag              *prometheus.GaugeVec   // ovstream_partition_lag_messages{topic,partition}
+	Idle             *prometheus.GaugeVec   // ovstream_partition_idle{topic,partition}
+	Fenced           prometheus.Gauge       // ovstream_fenced
+	LastCommit       prometheus.Gauge       // ovstream_last_commit_timestamp_seconds
+	KafkaCommitFails prometheus.Counter     // ovstream_kafka_offset_commit_failures_total
+	all              []prometheus.Collector
+}
+
+// Commit failure reasons (label reason of ovstream_commit_failures_total).
+const (
+	FailRetryable = "retryable" // connection lost, serialization failure: retried
+	FailAmbiguous = "ambiguous" // COMMIT's outcome unknown: positions re-read
+	FailFenced    = "fenced"
+	FailTerminal  = "terminal" // e.g. a constraint violation: the run stops
+)
+
+// NewMetrics creates the series and registers them with reg (nil = do not register).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_consumed_messages_total",
+			Help: "Kafka records consumed, per topic."}, []string{"topic"}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_dead_letters_total",
+			Help: "Records sent to dead_letters, per topic and reason (decode, future, late)."}, []string{"topic", "reason"}),
+		Late: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_late_events_total",
+			Help: "Events whose window was already finalized when they arrived (also dead-lettered with reason late)."}, []string{"topic"}),
+		WindowsFinalized: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_windows_finalized_total",
+			Help: "delay_aggregates rows written by committed transactions."}),
+		Commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_commits_total",
+			Help: "Successful commit transactions."}),
+		CommitFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_commit_failures_total",
+			Help: "Failed commit transactions, per reason (retryable, ambiguous, fenced, terminal)."}, []string{"reason"}),
+		CommitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovstream_commit_duration_seconds",
+			Help: "Duration of successful commit transactions, seconds.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		Uncommitted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_uncommitted_messages",
+			Help: "Records consumed since the last successful commit."}),
+		Watermark: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_watermark_timestamp_seconds",
+			Help: "The event-time watermark, Unix seconds (0 before the first event)."}),
+		OpenWindows: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_open_windows",
+			Help: "Tumbling windows held in memory (not yet finalized and committed)."}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_lag_messages",
+			Help: "High water mark minus the stored next offset, per partition."}, []string{"topic", "partition"}),
+		Idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_idle",
+			Help: "1 when the partition is idle and does not hold the watermark, else 0."}, []string{"topic", "partition"}),
+		Fenced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_fenced",
+			Help: "1 once another instance claimed the pipeline and this one stopped writing."}),
+		LastCommit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_last_commit_timestamp_seconds",
+			Help: "Wall time of the last successful commit, Unix seconds."}),
+		KafkaCommitFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_kafka_offset_commit_failures_total",
+			Help: "Failed commits of offsets to the Kafka consumer group (monitoring only, never fatal)."}),
+	}
+	for _, r := range []string{FailRetryable, FailAmbiguous, FailFenced, FailTerminal} {
+		m.CommitFailures.WithLabelValues(r)
+	}
+	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
+		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.LastCommit, m.KafkaCommitFails}
+	if reg != nil {
+		for _, c := range m.all {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+// assign creates the zero series of every label set of the assignment.
+func (m *Metrics) assign(tps []aggregate.PartitionID) {
+	for _, tp := range tps {
+		m.Consumed.WithLabelValues(tp.Topic)
+		m.Late.WithLabelValues(tp.Topic)
+		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate} {
+			m.DeadLetters.WithLabelValues(tp.Topic, r)
+		}
+		p := strconv.Itoa(int(tp.Partition))
+		m.Lag.WithLabelValues(tp.Topic, p)
+		m.Idle.WithLabelValues(tp.Topic, p)
+	}
+}
+
+// partition sets tp's lag and idle gauges.
+func (m *Metrics) partition(tp aggregate.PartitionID, lag int64, idle bool) {
+	p := strconv.Itoa(int(tp.Partition))
+	m.Lag.WithLabelValues(tp.Topic, p).Set(float64(lag))
+	v := 0.0
+	if idle {
+		v = 1
+	}
+	m.Idle.WithLabelValues(tp.Topic, p).Set(v)
+}
+
+// watermark sets the watermark gauge; the zero time reads 0.
+func (m *Metrics) watermark(t time.Time) {
+	if t.IsZero() {
+		m.Watermark.Set(0)
+		return
+	}
+	m.Watermark.Set(float64(t.UnixNano()) / 1e9)
+}
+
+// Health is what /readyz needs from a run, safe for concurrent reads.
+type Health struct {
+	assigned   atomic.Bool
+	lastCommit atomic.Int64 // Unix ns of the last successful commit; 0 = none
+}
+
+// Assigned tells whether every partition was assigned and sought.
+func (h *Health) Assigned() bool { return h.assigned.Load() }
+
+// LastCommit returns the wall time of the last successful commit (zero if none).
+func (h *Health) LastCommit() time.Time {
+	if ns := h.lastCommit.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
