@@ -143,6 +143,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 				crashpoint.Hit(crashpoint.AfterConsume)
 				l.handle(r)
 			}
+			l.wm.Advance(cfg.Now())
 		case err := <-l.src.errs:
 			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
 		case <-poll.C:
