@@ -209,7 +209,7 @@ func decodeObject(value []byte, names []string) (*members, error) {
 		err := json.Unmarshal(value, &raw)
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			return nil, &DecodeError{Reason: "invalid JSON: " + syn.Error()}
+			return nil, syntaxError(value, syn)
 		}
 		return nil, &DecodeError{Reason: "invalid JSON"}
 	}
@@ -466,4 +466,44 @@ func unquote(raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// syntaxError names the member whose value broke the JSON syntax when it can
+// find one, so that `"delay_s":NaN` reads "delay_s: not a finite number (NaN
+// and Infinity are not JSON)" rather than a bare syntax error (RFC 8259 has
+// no NaN or Infinity).
+func syntaxError(value []byte, syn *json.SyntaxError) *DecodeError {
+	generic := &DecodeError{Reason: "invalid JSON: " + syn.Error()}
+	off := int(syn.Offset) - 1 // the offending byte
+	if off < 0 || off >= len(value) {
+		return generic
+	}
+	start := off
+	for start > 0 && strings.IndexByte("+-.0123456789eEaAnNiIfFtyY", value[start-1]) >= 0 {
+		start-- // back to the start of the bad literal
+	}
+	colon := start - 1
+	for colon >= 0 && (value[colon] == ' ' || value[colon] == '\t' || value[colon] == '\n' || value[colon] == '\r') {
+		colon--
+	}
+	if colon < 2 || value[colon] != ':' {
+		return generic
+	}
+	keyEnd := colon - 1
+	for keyEnd >= 0 && (value[keyEnd] == ' ' || value[keyEnd] == '\t' || value[keyEnd] == '\n' || value[keyEnd] == '\r') {
+		keyEnd--
+	}
+	if keyEnd < 1 || value[keyEnd] != '"' {
+		return generic
+	}
+	keyStart := bytes.LastIndexByte(value[:keyEnd], '"')
+	if keyStart < 0 {
+		return generic
+	}
+	field := string(value[keyStart+1 : keyEnd])
+	lit := strings.TrimLeft(string(value[start:min(len(value), start+9)]), "+-")
+	if strings.HasPrefix(lit, "NaN") || strings.HasPrefix(lit, "Inf") {
+		return &DecodeError{Field: field, Reason: ReasonNotFinite + " (NaN and Infinity are not JSON)"}
+	}
+	return &DecodeError{Field: field, Reason: "invalid JSON value: " + syn.Error()}
 }
