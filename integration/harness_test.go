@@ -339,3 +339,6 @@ func extractTarGz(t testing.TB, path string) string {
 		}
 	}
 }
+
+// sigterm is what a service manager sends to stop the service.
+var sigterm = syscall.SIGTERM
