@@ -1,0 +1,139 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// transactional produces each group of values to predictions partition 0 in
+// its own transaction, committed or aborted as told.
+func transactional(t *testing.T, addr string, groups []struct {
+	commit bool
+	values [][]byte
+}) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Producer.Idempotent = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.Transaction.ID = fmt.Sprintf("ovstream-test-%d", time.Now().UnixNano())
+	cfg.Net.MaxOpenRequests = 1
+	p, err := sarama.NewSyncProducer([]string{addr}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, g := range groups {
+		if err := p.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range g.values {
+			if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: predictionsTopic, Partition: 0,
+				Key: sarama.StringEncoder("T"), Value: sarama.ByteEncoder(v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if g.commit {
+			err = p.CommitTxn()
+		} else {
+			err = p.AbortTxn()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Offset gaps from transactions: records of aborted transactions are not
+// counted (read_committed), and the commit marker that ends the partition
+// stalls neither the committable offset nor --drain: the stored offset
+// reaches the high water mark.
+func TestTransactionsAndTrailingMarker(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	transactional(t, addr, []struct {
+		commit bool
+		values [][]byte
+	}{
+		{true, [][]byte{v(1), v(2), v(3)}},
+		{false, [][]byte{v(1000), v(2000), v(3000)}},
+		{true, [][]byte{v(4), v(5), v(6)}},
+	})
+	start := time.Now()
+	drain(t, db, addr)
+	t.Logf("drain took %v", time.Since(start))
+	got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
+	if len(got) != 1 || got[0] != "[6 1 6]" {
+		t.Fatalf("network row %v, want 6 events from 1 to 6 (the aborted ones not counted)", got)
+	}
+	// 3 committed + marker + 3 aborted + marker + 3 committed + marker = 12.
+	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	if len(pos) != 1 || pos[0] != "[12 12]" {
+		t.Fatalf("stored position %v, want [12 12]: the trailing marker must not stall the committable offset", pos)
+	}
+}
+
+// A stored offset outside what the broker holds: by default run exits 1 with
+// an error naming topic, partition, stored offset and the available range;
+// --on-offset-out-of-range=earliest|latest resumes there and logs the skip.
+func TestStoredOffsetOutOfRange(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	var recs []rec
+	for i := 0; i < 30; i++ {
+		recs = append(recs, rec{predictionsTopic, 0, "T", pred("T", "L", "S", "AT", i, time.Date(2016, 5, 18, 20, i, 0, 0, time.UTC).Format(time.RFC3339))})
+	}
+	produceRecords(t, addr, recs[:10]...)
+	drain(t, db, addr)
+	produceRecords(t, addr, recs[10:]...)
+
+	// Retention deleted records 0..24: the stored offset 10 is below the log start.
+	admin, err := sarama.NewClusterAdmin([]string{addr}, func() *sarama.Config {
+		c := sarama.NewConfig()
+		c.Version = sarama.V2_8_0_0
+		return c
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords(predictionsTopic, map[int32]int64{0: 25}); err != nil {
+		t.Fatal(err)
+	}
+	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
+	if code := p.wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.output())
+	}
+	want := "arrival_predictions/0: stored offset 10 is outside the available range [25, 30]"
+	if !strings.Contains(p.output(), want) {
+		t.Fatalf("output does not say %q:\n%s", want, p.output())
+	}
+	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[10]" {
+		t.Fatalf("stored offset moved to %v after a refused start", got)
+	}
+	out := drain(t, db, addr, "--on-offset-out-of-range", "earliest")
+	if !strings.Contains(out, "stored offset out of range: resuming") || !strings.Contains(out, "resume_at=25") {
+		t.Fatalf("the skipped range is not logged:\n%s", out)
+	}
+	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
+		t.Fatalf("stored offset %v, want 30", got)
+	}
+
+	// Beyond the high water mark (the topic was recreated): the same, with latest.
+	dump(t, db, `UPDATE stream_positions SET next_offset = 500, consumed_offset = 500 WHERE partition = 0 AND topic = 'arrival_predictions' RETURNING 1`)
+	p = startOvstream(t, nil, runArgs(db, addr, "--drain")...)
+	if code := p.wait(t, time.Minute); code != 1 || !strings.Contains(p.output(), "stored offset 500 is outside the available range [25, 30]") {
+		t.Fatalf("exit %d, want 1 naming offset 500 and [25, 30]:\n%s", code, p.output())
+	}
+	drain(t, db, addr, "--on-offset-out-of-range", "latest")
+	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
+		t.Fatalf("stored offset %v, want 30 (latest)", got)
+	}
+}
