@@ -5,6 +5,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,18 +71,29 @@ func loadOracleInput(t *testing.T, db, addr, topic string) int {
 	return len(msgs)
 }
 
-// The Dutch and Auckland files, produced into the broker, then run --drain
-// with the default allowed lateness: delay_aggregates equals the SQL oracle
-// over the records in the topic minus those recorded as dead letters, and
-// every bad record has exactly one dead letter.
+// The Dutch and Auckland files, produced with `ovstream produce` into a
+// standalone `ovstream broker`, then run --drain with the default allowed
+// lateness: delay_aggregates equals the SQL oracle over the records in the
+// topic minus those recorded as dead letters, and every bad record has
+// exactly one dead letter.
 func TestDrainEqualsSQLOracle(t *testing.T) {
-	addr := startBroker(t)
+	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
 	db := freshDB(t)
-	produceFeeds(t, addr, loadFeeds(t, "", "../testdata/nl-ovapi-20141130"))
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	produceLines(t, addr, predictionsTopic, badLines...)
+	out := produceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130")
+	if !strings.Contains(out, "59946") {
+		t.Fatalf("produce of the OVapi snapshot does not report 59946 predictions:\n%s", out)
+	}
+	out = produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	if !strings.Contains(out, "4610") {
+		t.Fatalf("produce of the Auckland peak does not report 4610 predictions:\n%s", out)
+	}
+	lines := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(lines, []byte(strings.Join(badLines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	produceCLI(t, addr, "--jsonl", lines, "--topic", predictionsTopic)
 
-	out := drain(t, db, addr, "--allowed-lateness", "2m")
+	out = drain(t, db, addr, "--allowed-lateness", "2m")
 	n := loadOracleInput(t, db, addr, predictionsTopic)
 	if want := 59946 + 4610 + len(badLines); n != want {
 		t.Fatalf("topic holds %d records, want %d", n, want)

@@ -342,3 +342,40 @@ func extractTarGz(t testing.TB, path string) string {
 
 // sigterm is what a service manager sends to stop the service.
 var sigterm = syscall.SIGTERM
+
+// startBrokerProcess runs `ovstream broker` as its own process on addr
+// ("127.0.0.1:0" = a free port) with 6 + 3 partitions and returns the
+// address it listens on.
+func startBrokerProcess(t testing.TB, addr, dataDir string) (string, *proc) {
+	t.Helper()
+	args := []string{"broker", "--addr", addr, "--topics", predictionsTopic + ":6," + positionsTopic + ":3"}
+	if dataDir != "" {
+		args = append(args, "--data-dir", dataDir)
+	}
+	p := startOvstream(t, nil, args...)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(p.output(), "\n") {
+			if a, ok := strings.CutPrefix(strings.TrimSpace(line), "broker listening on "); ok {
+				return a, p
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("ovstream broker exited: %s", p.output())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("ovstream broker did not start:\n%s", p.output())
+	return "", nil
+}
+
+// produceCLI runs `ovstream produce ARGS...` against brokers and returns its output.
+func produceCLI(t testing.TB, brokers string, args ...string) string {
+	t.Helper()
+	p := startOvstream(t, nil, append([]string{"produce", "--brokers", brokers}, args...)...)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("produce exited %d:\n%s", code, p.output())
+	}
+	return p.output()
+}
