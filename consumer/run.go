@@ -43,6 +43,7 @@ const (
 	probeAfter    = time.Second            // quiet time before probing for trailing transaction markers
 	maxBackoff    = 30 * time.Second
 	shutdownGrace = 30 * time.Second // final commit after SIGTERM
+	commitTimeout = 2 * time.Minute  // one commit transaction, then it counts as failed
 )
 
 // Run consumes the assigned partitions until ctx is cancelled (final commit
@@ -495,7 +496,10 @@ func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
 	}
 	crashpoint.Hit(crashpoint.BeforeBegin)
 	began := time.Now()
-	err := l.st.Commit(ctx, b)
+	// A SIGTERM does not interrupt a commit in flight; a hung server does, after commitTimeout.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	err := l.st.Commit(cctx, b)
+	cancel()
 	if err != nil {
 		l.sum.CommitFailures++
 		var ce *store.CommitError

@@ -69,6 +69,9 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		config.RuntimeParams["application_name"] = "ovstream"
 	}
 	config.RuntimeParams["timezone"] = "UTC"
+	if config.ConnectTimeout == 0 { // no connect_timeout in the URL: do not hang on an unreachable host
+		config.ConnectTimeout = 10 * time.Second
+	}
 	s := &Store{config: config}
 	if _, err := s.connection(ctx); err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
