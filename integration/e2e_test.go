@@ -191,3 +191,21 @@ func TestKillMidStreamThenRestart(t *testing.T) {
 	loadOracleInput(t, reference, addr, predictionsTopic)
 	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, reference, dumpAggregates), dump(t, reference, oracleAggregates))
 }
+
+// run refuses a schema that is behind, saying what to do; --migrate applies
+// the migrations first and then runs.
+func TestRunRefusesSchemaBehind(t *testing.T) {
+	addr, db := startBroker(t), emptyDB(t)
+	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
+	if code := p.wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d on an empty database, want 1:\n%s", code, p.output())
+	}
+	if want := "run `ovstream migrate up` or start `run` with --migrate"; !strings.Contains(p.output(), want) {
+		t.Fatalf("the refusal does not say %q:\n%s", want, p.output())
+	}
+	produceRecords(t, addr, rec{predictionsTopic, 0, "T", pred("T", "L", "S", "AT", 7, "2016-05-18T20:01:00Z")})
+	drain(t, db, addr, "--migrate")
+	if got := dump(t, db, `SELECT event_count, mean_delay_s FROM delay_aggregates WHERE dimension = 'network'`); len(got) != 1 || got[0] != "[1 7]" {
+		t.Fatalf("after run --migrate: network rows %v, want [1 7]", got)
+	}
+}
