@@ -139,12 +139,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 		case <-ctx.Done():
 			return l.shutdown()
 		case batch := <-in:
-			l.uncommitted += int64(len(batch))
-			for _, r := range batch {
-				crashpoint.Hit(crashpoint.AfterConsume)
-				l.handle(r)
-			}
-			l.wm.Advance(cfg.Now())
+			l.handleBatch(batch)
 		case err := <-l.src.errs:
 			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
 		case <-poll.C:
@@ -276,13 +271,26 @@ func (l *loop) start(ctx context.Context) error {
 	return nil
 }
 
-// handle processes one record: decode, check time, window, ledger.
-func (l *loop) handle(r record) {
+// handleBatch processes the records of one partition read together, then
+// advances the watermark.
+func (l *loop) handleBatch(batch []record) {
+	now := l.cfg.Now()
+	tp := batch[0].tp
+	l.uncommitted += int64(len(batch))
+	l.sum.Consumed[tp.Topic] += int64(len(batch))
+	l.cfg.Metrics.Consumed.WithLabelValues(tp.Topic).Add(float64(len(batch)))
+	l.lastSeen[tp] = now
+	for _, r := range batch {
+		crashpoint.Hit(crashpoint.AfterConsume)
+		l.handle(r, now)
+	}
+	l.wm.Advance(now)
+}
+
+// handle processes one record read at wall time now: decode, check time,
+// window, ledger.
+func (l *loop) handle(r record, now time.Time) {
 	cfg := l.cfg
-	now := cfg.Now()
-	l.sum.Consumed[r.tp.Topic]++
-	cfg.Metrics.Consumed.WithLabelValues(r.tp.Topic).Inc()
-	l.lastSeen[r.tp] = now
 	if r.tp.Topic == cfg.PredictionsTopic {
 		p, err := aggregate.DecodePrediction(r.value)
 		if err != nil {
