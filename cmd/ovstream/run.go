@@ -12,10 +12,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/consumer/groupoffsets"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
@@ -31,6 +36,10 @@ type runFlags struct {
 	startOffset, onOutOfRange                           string
 	drain, migrate                                      bool
 	logFormat, logLevel                                 string
+	metricsAddr                                         string
+	kafkaCommitOffsets                                  bool
+	maxUncommitted                                      int64
+	kafka                                               kafkaFlags
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -51,6 +60,16 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, "how long to retry connecting to PostgreSQL at start")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", defaultMetricsAddr, "`host:port` serving /metrics, /healthz and /readyz (empty: none; port 0: a free port, logged)")
+	fs.BoolVar(&f.kafkaCommitOffsets, "kafka-commit-offsets", true, "after each database commit, commit the same offsets to the Kafka consumer group named after the pipeline (monitoring only, never read back)")
+	fs.Int64Var(&f.maxUncommitted, "max-uncommitted-messages", 2_000_000, "pause fetching while this many consumed records wait for a database commit (bounds memory during an outage)")
+	f.kafka.register(fs)
+}
+
+// secrets returns what must never appear in a log line, an error or output:
+// the database password and the SASL password.
+func (f *runFlags) secrets() []string {
+	return append(databaseSecrets(f.databaseURL), spellings(f.kafka.secrets())...)
 }
 
 func (f *runFlags) logger(w io.Writer) (*slog.Logger, error) {
@@ -83,8 +102,17 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		StartOffset:        f.startOffset,
 		OnOffsetOutOfRange: f.onOutOfRange,
 		Drain:              f.drain,
+		MaxUncommitted:     f.maxUncommitted,
 		Logger:             log,
 	}
+	if f.maxUncommitted <= 0 {
+		return cfg, fmt.Errorf("--max-uncommitted-messages %d: want a positive number", f.maxUncommitted)
+	}
+	sc, err := f.kafka.consumerConfig()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Sarama = sc
 	topics := strings.Split(f.topics, ",")
 	if len(topics) > 2 {
 		return cfg, fmt.Errorf("--topics %q: want PREDICTIONS_TOPIC,POSITIONS_TOPIC", f.topics)
@@ -121,22 +149,60 @@ func cmdRun(ctx context.Context, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	log, err := f.logger(os.Stderr)
+	stderr := newRedactingWriter(os.Stderr, f.secrets())
+	log, err := f.logger(stderr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ovstream run:", err)
+		fmt.Fprintln(stderr, "ovstream run:", err)
 		return exitUsage
 	}
 	cfg, err := f.config(log)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ovstream run:", err)
+		fmt.Fprintln(stderr, "ovstream run:", err)
 		return exitUsage
 	}
 	sum, err := runService(ctx, &f, cfg)
-	return reportRun(os.Stdout, cfg, sum, err)
+	return reportRun(os.Stdout, stderr, cfg, sum, err)
 }
 
-// runService checks the schema, connects and runs the consumer.
+// runService checks the schema, connects and runs the consumer, with the
+// metrics and health endpoint and the consumer-group offset mirror.
 func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consumer.Summary, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// config's Validate filled in unregistered ones: these are served.
+	cfg.Metrics = consumer.NewMetrics(reg)
+	cfg.Health = &consumer.Health{}
+	flush := cfg.FlushInterval
+	if flush <= 0 {
+		flush = 5 * time.Second
+	}
+	ready := &readiness{health: cfg.Health, flush: flush, databaseURL: f.databaseURL,
+		pingTimeout: 2 * time.Second, secrets: f.secrets(), now: time.Now}
+	ops, err := startOpsServer(f.metricsAddr, reg, ready, cfg.Logger)
+	if err != nil && f.metricsAddr == defaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
+		// The default address is taken (another ovstream on this host?):
+		// run without the endpoint rather than not at all. An address given
+		// on purpose must work.
+		cfg.Logger.Warn("metrics and health endpoint disabled: the default address is in use; set --metrics-addr",
+			"addr", f.metricsAddr, "err", err)
+	} else if err != nil {
+		return nil, err
+	}
+	defer ops.stop()
+	if f.kafkaCommitOffsets {
+		sc, err := f.kafka.consumerConfig()
+		if err != nil {
+			return nil, err
+		}
+		fails := cfg.Metrics.KafkaCommitFails
+		mirror, err := groupoffsets.Start(groupoffsets.Config{Brokers: cfg.Brokers, Group: cfg.Pipeline, Sarama: sc,
+			Logger: cfg.Logger, OnFailure: func(error) { fails.Inc() }})
+		if err != nil {
+			return nil, err
+		}
+		defer mirror.Close()
+		cfg.OnCommit = mirror.Commit
+	}
 	st, err := openStore(ctx, f.databaseURL, f.connectTimeout, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -171,17 +237,17 @@ func openStore(ctx context.Context, url string, timeout time.Duration, log *slog
 	}
 }
 
-// reportRun prints the outcome and returns the exit code.
-func reportRun(w io.Writer, cfg consumer.Config, sum *consumer.Summary, err error) int {
+// reportRun prints the outcome to w, errors to errw, and returns the exit code.
+func reportRun(w, errw io.Writer, cfg consumer.Config, sum *consumer.Summary, err error) int {
 	if sum != nil && (cfg.Drain || err == nil) {
 		printSummary(w, sum)
 	}
 	switch {
 	case errors.Is(err, consumer.ErrFenced):
-		fmt.Fprintf(os.Stderr, "ovstream run: fenced: another instance claimed pipeline %q; this one wrote nothing after the claim and stops\n", cfg.Pipeline)
+		fmt.Fprintf(errw, "ovstream run: fenced: another instance claimed pipeline %q; this one wrote nothing after the claim and stops\n", cfg.Pipeline)
 		return exitFenced
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "ovstream run:", err)
+		fmt.Fprintln(errw, "ovstream run:", err)
 		return exitError
 	}
 	return exitOK

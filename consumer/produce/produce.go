@@ -74,9 +74,18 @@ func NewSaramaConfig(clientID string) *sarama.Config {
 
 // Message is one record to produce.
 type Message struct {
-	Topic string
-	Key   []byte // nil: no key (the hash partitioner then picks a random partition)
-	Value []byte
+	Topic   string
+	Key     []byte // nil: no key (the hash partitioner then picks a random partition)
+	Value   []byte
+	Headers []Header
+	// Ack, when set, is called once the broker acknowledged the record (nil)
+	// or the producer gave up on it (the error), from Send's goroutines.
+	Ack func(err error)
+}
+
+// Header is one Kafka record header.
+type Header struct {
+	Key, Value []byte
 }
 
 // TopicCount is what happened to the records of one topic.
@@ -142,6 +151,9 @@ func Send(ctx context.Context, cfg Config, next func() (Message, bool)) (Counts,
 			tc.Produced++
 			counts[m.Topic] = tc
 			mu.Unlock()
+			if ack, ok := m.Metadata.(func(error)); ok {
+				ack(nil)
+			}
 		}
 	}()
 	go func() {
@@ -155,6 +167,9 @@ func Send(ctx context.Context, cfg Config, next func() (Message, bool)) (Counts,
 			}
 			counts[e.Msg.Topic] = tc
 			mu.Unlock()
+			if ack, ok := e.Msg.Metadata.(func(error)); ok {
+				ack(e.Err)
+			}
 		}
 	}()
 	var ctxErr error
@@ -167,6 +182,12 @@ feed:
 		pm := &sarama.ProducerMessage{Topic: m.Topic, Value: sarama.ByteEncoder(m.Value)}
 		if m.Key != nil {
 			pm.Key = sarama.ByteEncoder(m.Key)
+		}
+		for _, h := range m.Headers {
+			pm.Headers = append(pm.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		if m.Ack != nil {
+			pm.Metadata = m.Ack
 		}
 		select {
 		case p.Input() <- pm:

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/store"
+)
+
+func init() {
+	register("dlq", "dead letters: list them, or replay them to a topic", cmdDLQ)
+}
+
+const dlqUsage = `usage: ovstream dlq list   [--reason R] [--topic T] [--pending] [--limit N] [--json]
+       ovstream dlq replay --to TOPIC [--reason R] [--topic T] [--limit N]
+
+list prints the dead_letters rows by topic, partition and offset: reason, error,
+when stored and when replayed, the key and a preview of the value (--json: every
+column, key and value base64-encoded, byte for byte).
+
+replay re-produces the original key and value of every dead letter not replayed
+yet (idempotent producer, acks=all), with headers ovstream-dlq-source
+(topic/partition/offset) and ovstream-dlq-reason, and marks the rows replayed
+(dead_letters.replayed_at, replayed_to) once Kafka acknowledged them, so a second
+replay does not send them again. A crash between the acknowledgement and the
+database commit sends those rows again at the next replay (at least once).
+
+flags:`
+
+func cmdDLQ(ctx context.Context, args []string) int {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintln(os.Stderr, dlqUsage)
+			return exitOK
+		}
+		fmt.Fprintln(os.Stderr, dlqUsage)
+		return exitUsage
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	var o opsFlags
+	o.register(fs, sub == "replay")
+	reason := fs.String("reason", "", "only this `reason`: decode, future or late")
+	topic := fs.String("topic", "", "only dead letters of this source `topic`")
+	limit := fs.Int("limit", 0, "at most `N` rows (list: default 100; replay: default all)")
+	var pending, asJSON *bool
+	var to *string
+	if sub == "list" {
+		pending = fs.Bool("pending", false, "only rows not replayed yet")
+		asJSON = fs.Bool("json", false, "print one JSON object per line")
+	} else {
+		to = fs.String("to", "", "`topic` to re-produce to (required)")
+	}
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), dlqUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	stdout := newRedactingWriter(os.Stdout, o.secrets())
+	stderr := newRedactingWriter(os.Stderr, o.secrets())
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "dlq %s: "+format+"\n", append([]any{sub}, a...)...)
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageErr("unexpected arguments %q", fs.Args())
+	case *reason != "" && *reason != store.ReasonDecode && *reason != store.ReasonFuture && *reason != store.ReasonLate:
+		return usageErr("--reason %q: want decode, future or late", *reason)
+	case *limit < 0:
+		return usageErr("--limit %d: want 0 or more", *limit)
+	case sub == "replay" && *to == "":
+		return usageErr("--to TOPIC is required")
+	}
+	filter := store.DeadLetterFilter{Reason: *reason, Topic: *topic, Limit: *limit}
+	st, err := openStoreQuick(ctx, o.databaseURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "ovstream dlq %s: %v\n", sub, err)
+		return exitError
+	}
+	defer st.Close(context.Background())
+	if sub == "list" {
+		if filter.Limit == 0 {
+			filter.Limit = 100
+		}
+		filter.Pending = *pending
+		dls, err := st.DeadLetters(ctx, filter)
+		if err != nil {
+			fmt.Fprintln(stderr, "ovstream dlq list:", err)
+			return exitError
+		}
+		if *asJSON {
+			err = listJSON(stdout, dls)
+		} else {
+			listText(stdout, dls)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "ovstream dlq list:", err)
+			return exitError
+		}
+		return exitOK
+	}
+
+	pc := produce.NewSaramaConfig("ovstream-dlq")
+	if err := o.kafka.apply(pc); err != nil {
+		return usageErr("%v", err)
+	}
+	cfg := produce.Config{Brokers: splitList(o.brokers), Sarama: pc}
+	n, err := st.ReplayDeadLetters(ctx, filter, *to, func(dls []store.StoredDeadLetter) ([]bool, error) {
+		acked := make([]bool, len(dls))
+		var mu sync.Mutex
+		i := 0
+		_, err := produce.Send(ctx, cfg, func() (produce.Message, bool) {
+			if i == len(dls) {
+				return produce.Message{}, false
+			}
+			d, idx := dls[i], i
+			i++
+			return produce.Message{Topic: *to, Key: d.Key, Value: d.Value,
+				Headers: []produce.Header{
+					{Key: []byte("ovstream-dlq-source"), Value: []byte(d.Topic + "/" + strconv.Itoa(int(d.Partition)) + "/" + strconv.FormatInt(d.Offset, 10))},
+					{Key: []byte("ovstream-dlq-reason"), Value: []byte(d.Reason)},
+				},
+				Ack: func(err error) {
+					mu.Lock()
+					acked[idx] = err == nil
+					mu.Unlock()
+				}}, true
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return acked, err
+	})
+	fmt.Fprintf(stdout, "replayed %d dead letters to %s\n", n, *to)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream dlq replay:", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// preview shows at most 120 bytes of b: as text when it is valid UTF-8
+// without control characters, else quoted with escapes.
+func preview(b []byte) string {
+	if b == nil {
+		return "(null)"
+	}
+	cut := b
+	more := ""
+	if len(cut) > 120 {
+		cut, more = cut[:120], "..."
+	}
+	s := string(cut)
+	if !utf8.Valid(cut) || containsControl(s) {
+		return strconv.Quote(s) + more
+	}
+	return s + more
+}
+
+func containsControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func listText(w io.Writer, dls []store.StoredDeadLetter) {
+	for _, d := range dls {
+		replayed := "not replayed"
+		if !d.ReplayedAt.IsZero() {
+			replayed = "replayed to " + d.ReplayedTo + " at " + d.ReplayedAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s/%d/%d %s stored %s, %s\n  error: %s\n  key:   %s\n  value: %s\n",
+			d.Topic, d.Partition, d.Offset, d.Reason, d.CreatedAt.Format(time.RFC3339), replayed,
+			d.Error, preview(d.Key), preview(d.Value))
+	}
+	fmt.Fprintf(w, "%d dead letters\n", len(dls))
+}
+
+// dlqJSON is one line of `dlq list --json`; key and value are base64 ([]byte).
+type dlqJSON struct {
+	Topic      string     `json:"topic"`
+	Partition  int32      `json:"partition"`
+	Offset     int64      `json:"offset"`
+	Reason     string     `json:"reason"`
+	Error      string     `json:"error"`
+	Key        []byte     `json:"key"`
+	Value      []byte     `json:"value"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ReplayedAt *time.Time `json:"replayed_at"`
+	ReplayedTo *string    `json:"replayed_to"`
+}
+
+func listJSON(w io.Writer, dls []store.StoredDeadLetter) error {
+	enc := json.NewEncoder(w)
+	for _, d := range dls {
+		j := dlqJSON{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Reason: d.Reason, Error: d.Error,
+			Key: d.Key, Value: d.Value, CreatedAt: d.CreatedAt, ReplayedAt: timePtr(d.ReplayedAt)}
+		if d.ReplayedTo != "" {
+			j.ReplayedTo = &d.ReplayedTo
+		}
+		if err := enc.Encode(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}

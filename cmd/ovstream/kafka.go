@@ -1,0 +1,250 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"hash"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/IBM/sarama"
+)
+
+// saslPasswordEnv holds the SASL password: never a flag, so it shows up in
+// neither `ps` nor shell history, and it is never logged.
+const saslPasswordEnv = "KAFKA_SASL_PASSWORD"
+
+// kafkaFlags are the Kafka security flags shared by run, demo, produce,
+// status and dlq.
+type kafkaFlags struct {
+	tls                    bool
+	tlsCA, tlsCert, tlsKey string
+	tlsServerName          string
+	saslMechanism          string
+	saslUser               string
+}
+
+func (k *kafkaFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&k.tls, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
+	fs.StringVar(&k.tlsCA, "kafka-tls-ca", "", "PEM `file` of the CA certificates that sign the brokers' certificates (default: the system pool)")
+	fs.StringVar(&k.tlsCert, "kafka-tls-cert", "", "PEM `file` of the client certificate, for mutual TLS (with --kafka-tls-key)")
+	fs.StringVar(&k.tlsKey, "kafka-tls-key", "", "PEM `file` of the client certificate's private key")
+	fs.StringVar(&k.tlsServerName, "kafka-tls-server-name", "", "`name` the brokers' certificates must carry (default: the host of each broker address)")
+	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from env "+saslPasswordEnv+" only)")
+	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL `user` name")
+}
+
+// password returns the SASL password from the environment.
+func (k *kafkaFlags) password() string { return os.Getenv(saslPasswordEnv) }
+
+// apply adds TLS and SASL to c. Errors name flags and files, never the password.
+func (k *kafkaFlags) apply(c *sarama.Config) error {
+	if k.tls || k.tlsCA != "" || k.tlsCert != "" || k.tlsKey != "" || k.tlsServerName != "" {
+		tc, err := k.tlsConfig()
+		if err != nil {
+			return err
+		}
+		c.Net.TLS.Enable = true
+		c.Net.TLS.Config = tc
+	}
+	mech := strings.ToUpper(strings.TrimSpace(k.saslMechanism))
+	if mech == "" {
+		if k.saslUser != "" {
+			return errors.New("--kafka-sasl-user needs --kafka-sasl-mechanism")
+		}
+		return nil
+	}
+	if k.saslUser == "" {
+		return errors.New("--kafka-sasl-mechanism needs --kafka-sasl-user")
+	}
+	pw := k.password()
+	if pw == "" {
+		return fmt.Errorf("--kafka-sasl-mechanism %s needs the password in env %s", mech, saslPasswordEnv)
+	}
+	c.Net.SASL.Enable = true
+	c.Net.SASL.Handshake = true
+	c.Net.SASL.Version = sarama.SASLHandshakeV1
+	c.Net.SASL.User = k.saslUser
+	c.Net.SASL.Password = pw
+	switch mech {
+	case "PLAIN":
+		c.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+	case "SCRAM-SHA-256":
+		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
+		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha256.New} }
+	case "SCRAM-SHA-512":
+		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
+		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha512.New} }
+	default:
+		return fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.saslMechanism)
+	}
+	return nil
+}
+
+// secrets returns the SASL password, for redaction.
+func (k *kafkaFlags) secrets() []string {
+	if pw := k.password(); pw != "" {
+		return []string{pw}
+	}
+	return nil
+}
+
+// consumerConfig returns a sarama base config with security applied, for
+// clients that read (run, status): consumer.Config.Sarama.
+func (k *kafkaFlags) consumerConfig() (*sarama.Config, error) {
+	c := sarama.NewConfig()
+	c.ClientID = "ovstream"
+	c.Version = sarama.V2_8_0_0
+	if err := k.apply(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.tlsServerName}
+	if k.tlsCA != "" {
+		pem, err := os.ReadFile(k.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--kafka-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--kafka-tls-ca %s: no PEM certificate in it", k.tlsCA)
+		}
+		tc.RootCAs = pool
+	}
+	switch {
+	case k.tlsCert != "" && k.tlsKey != "":
+		cert, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--kafka-tls-cert/--kafka-tls-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	case k.tlsCert != "" || k.tlsKey != "":
+		return nil, errors.New("--kafka-tls-cert and --kafka-tls-key go together")
+	}
+	return tc, nil
+}
+
+// scramClient is the client side of SCRAM (RFC 5802, RFC 7677) for sarama:
+// SCRAM-SHA-256 and SCRAM-SHA-512 as Kafka uses them (no channel binding).
+// The password is used as it is (no SASLprep): ASCII passwords are exact.
+type scramClient struct {
+	hash func() hash.Hash
+
+	user, password, authzID string
+	clientNonce             string
+	clientFirstBare         string
+	serverSignature         []byte
+	step                    int
+	done                    bool
+}
+
+func (s *scramClient) Begin(user, password, authzID string) error {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	s.user, s.password, s.authzID = user, password, authzID
+	s.clientNonce = base64.RawStdEncoding.EncodeToString(b[:])
+	s.step, s.done = 0, false
+	return nil
+}
+
+func (s *scramClient) gs2Header() string {
+	if s.authzID == "" {
+		return "n,,"
+	}
+	return "n,a=" + scramName(s.authzID) + ","
+}
+
+func (s *scramClient) Step(challenge string) (string, error) {
+	s.step++
+	switch s.step {
+	case 1:
+		s.clientFirstBare = "n=" + scramName(s.user) + ",r=" + s.clientNonce
+		return s.gs2Header() + s.clientFirstBare, nil
+	case 2:
+		attrs := scramAttrs(challenge)
+		nonce, salt64, iters := attrs["r"], attrs["s"], attrs["i"]
+		if e, ok := attrs["e"]; ok {
+			return "", fmt.Errorf("scram: server error %q", e)
+		}
+		if !strings.HasPrefix(nonce, s.clientNonce) || len(nonce) == len(s.clientNonce) {
+			return "", errors.New("scram: the server nonce does not extend the client nonce")
+		}
+		salt, err := base64.StdEncoding.DecodeString(salt64)
+		if err != nil {
+			return "", errors.New("scram: bad salt from the server")
+		}
+		n, err := strconv.Atoi(iters)
+		if err != nil || n < 1 {
+			return "", errors.New("scram: bad iteration count from the server")
+		}
+		size := s.hash().Size()
+		salted, err := pbkdf2.Key(s.hash, s.password, salt, n, size)
+		if err != nil {
+			return "", fmt.Errorf("scram: %w", err)
+		}
+		clientKey := s.hmac(salted, "Client Key")
+		h := s.hash()
+		h.Write(clientKey)
+		storedKey := h.Sum(nil)
+		final := "c=" + base64.StdEncoding.EncodeToString([]byte(s.gs2Header())) + ",r=" + nonce
+		authMessage := s.clientFirstBare + "," + challenge + "," + final
+		sig := s.hmac(storedKey, authMessage)
+		proof := make([]byte, len(clientKey))
+		for i := range clientKey {
+			proof[i] = clientKey[i] ^ sig[i]
+		}
+		s.serverSignature = s.hmac(s.hmac(salted, "Server Key"), authMessage)
+		return final + ",p=" + base64.StdEncoding.EncodeToString(proof), nil
+	case 3:
+		attrs := scramAttrs(challenge)
+		if e, ok := attrs["e"]; ok {
+			return "", fmt.Errorf("scram: authentication failed: %s", e)
+		}
+		v, err := base64.StdEncoding.DecodeString(attrs["v"])
+		if err != nil || !hmac.Equal(v, s.serverSignature) {
+			return "", errors.New("scram: the server signature does not verify")
+		}
+		s.done = true
+		return "", nil
+	}
+	return "", errors.New("scram: unexpected extra step")
+}
+
+func (s *scramClient) Done() bool { return s.done }
+
+func (s *scramClient) hmac(key []byte, msg string) []byte {
+	m := hmac.New(s.hash, key)
+	m.Write([]byte(msg))
+	return m.Sum(nil)
+}
+
+// scramName escapes a user name for SCRAM: '=' as =3D, ',' as =2C.
+func scramName(s string) string {
+	return strings.NewReplacer("=", "=3D", ",", "=2C").Replace(s)
+}
+
+// scramAttrs parses "k=v,k=v" (a value may hold '=').
+func scramAttrs(msg string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(msg, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
