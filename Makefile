@@ -29,3 +29,11 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# Performance (issue 6, BENCHMARKS.md): ovstream broker as its own process, 5M predictions of the
+# Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain) and T_write in one run;
+# ends with ratio=R. BENCHFLAGS e.g. "--predictions 500000" or "--scale 1,4,16".
+.PHONY: bench
+bench:
+	@bash .ci/postgres.sh
+	$(GO) run ./integration/bench $(BENCHFLAGS)

@@ -1,0 +1,348 @@
+// Command bench measures ovstream end to end against the two costs it cannot
+// avoid, in one run on the same data (issue 6, BENCHMARKS.md):
+//
+//	(a) T_read:     a bare sarama ConsumePartition reader over every partition that only counts;
+//	(b) T_ovstream: `ovstream run --drain` on a fresh database, from process start to exit;
+//	(c) T_write:    the rows (b) left in delay_aggregates, vehicle_latest, trip_delay_latest and
+//	                stream_positions, written again into empty tables of the same schema by one
+//	                plain CopyFrom per table in one transaction;
+//
+// and prints a table and, last, `ratio=R` with R = (T_read + T_write) / T_ovstream.
+//
+// The data is the Auckland 48 h GTFS-realtime archive (../shared/data), mapped
+// like `ovstream produce --operator AT`, repeated with event times shifted by
+// 48 h per copy up to --predictions predictions, plus positions synthesized
+// from the archive's vehicle ids (the archive holds trip updates only): one
+// per vehicle per --position-every in which it reported. `ovstream broker`
+// runs as its own process with 6 + 3 partitions; the messages are produced
+// once per measured size, idempotent, lz4, batches of up to 1 MiB.
+//
+// Usage (from the repository root; `make bench` runs the first):
+//
+//	go run ./integration/bench                        # 5M predictions
+//	go run ./integration/bench --predictions 500000   # quick iteration
+//	go run ./integration/bench --scale 1,4,16 --base 312500
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	predTopic = "arrival_predictions"
+	posTopic  = "vehicle_positions"
+	topics    = predTopic + ":6," + posTopic + ":3"
+)
+
+type options struct {
+	predictions   int
+	base          int
+	scales        []int
+	archive       string
+	cache         string
+	adminURL      string
+	bin           string
+	positionEvery time.Duration
+	runArgs       []string
+	wrap          []string
+	goBench       bool
+	keep          bool
+	logFile       string
+}
+
+func main() {
+	var o options
+	var scale, runArgs, wrap string
+	flag.IntVar(&o.predictions, "predictions", 5_000_000, "predictions to produce and measure")
+	flag.StringVar(&scale, "scale", "", "comma-separated multipliers of --base, one full measurement each (e.g. 1,4,16)")
+	flag.IntVar(&o.base, "base", 312_500, "predictions at scale 1 (with --scale)")
+	flag.StringVar(&o.archive, "archive", "../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz", "the Auckland 48 h archive (.tar.xz)")
+	flag.StringVar(&o.cache, "cache", filepath.Join(os.TempDir(), "ovstream-bench"), "folder for the unpacked archive and the binary")
+	flag.StringVar(&o.adminURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		"PostgreSQL where the bench creates (and drops) its databases (env DATABASE_URL)")
+	flag.StringVar(&o.bin, "bin", "", "ovstream binary (default: go build ./cmd/ovstream into --cache)")
+	flag.DurationVar(&o.positionEvery, "position-every", 5*time.Minute, "one synthesized position per vehicle per this much time it reported (0 = none)")
+	flag.StringVar(&runArgs, "run-args", "", "extra arguments for `ovstream run`, space-separated (e.g. \"--flush-interval 2s\")")
+	flag.StringVar(&wrap, "wrap", "", "run ovstream under this command, space-separated (e.g. \"perf record -g -o perf.data --\"); peak RSS is then the wrapper's")
+	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
+	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
+	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
+	flag.Parse()
+	if scale != "" {
+		for _, s := range strings.Split(scale, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || k <= 0 {
+				fatalf("--scale %q: want positive integers", scale)
+			}
+			o.scales = append(o.scales, k)
+		}
+	}
+	o.runArgs = strings.Fields(runArgs)
+	o.wrap = strings.Fields(wrap)
+	if err := run(o); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	if err := os.MkdirAll(o.cache, 0o755); err != nil {
+		return err
+	}
+	if o.bin == "" {
+		o.bin = filepath.Join(o.cache, "ovstream")
+		logf("building %s", o.bin)
+		if out, err := exec.Command("go", "build", "-o", o.bin, "./cmd/ovstream").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build ./cmd/ovstream (run from the repository root): %v\n%s", err, out)
+		}
+	}
+	logf("unpacking %s", o.archive)
+	dir, err := extractArchive(o.archive, o.cache)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	d, err := loadDataset(dir, o.positionEvery)
+	if err != nil {
+		return err
+	}
+	logf("archive: %d files, %d predictions, %d synthesized positions per 48 h copy (%v)",
+		d.files, len(d.predictions), len(d.positions), time.Since(t0).Round(time.Millisecond))
+
+	allocs := "n/a"
+	if o.goBench {
+		allocs = hotPathAllocs()
+	}
+	var logTo io.Writer
+	if o.logFile != "" {
+		f, err := os.OpenFile(o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logTo = f
+	}
+
+	sizes := []int{o.predictions}
+	if len(o.scales) > 0 {
+		sizes = nil
+		for _, k := range o.scales {
+			sizes = append(sizes, k*o.base)
+		}
+	}
+	var results []*measurement
+	for i, n := range sizes {
+		m, err := measure(ctx, o, d, n, logTo)
+		if err != nil {
+			return err
+		}
+		m.allocs = allocs
+		if len(o.scales) > 0 {
+			m.label = fmt.Sprintf("%dx", o.scales[i])
+		}
+		results = append(results, m)
+		m.print(os.Stdout)
+	}
+	if len(results) > 1 {
+		printScaling(os.Stdout, results)
+	}
+	fmt.Printf("ratio=%.2f\n", results[len(results)-1].ratio())
+	return nil
+}
+
+// measurement is one full run at one size.
+type measurement struct {
+	label                  string
+	predictions, positions int
+	messages               int64
+	bytes                  int64
+	produce                time.Duration
+	read                   time.Duration
+	readMsgs               int64
+	readBusy               float64
+	run                    *runResult
+	runBusy                float64
+	brokerCPURun           time.Duration
+	brokerRSS              int64
+	write                  time.Duration
+	writeRows              int64
+	writeBusy              float64
+	tableRows              map[string]int
+	allocs                 string
+}
+
+func (m *measurement) ratio() float64 {
+	return (m.read + m.write).Seconds() / m.run.elapsed.Seconds()
+}
+
+func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer) (*measurement, error) {
+	m := &measurement{predictions: n, tableRows: map[string]int{}}
+	b, err := startBroker(o.bin, topics)
+	if err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	logf("broker pid %d on %s; producing %d predictions", b.cmd.Process.Pid, b.addr, n)
+
+	g := newGenerator(d, n, predTopic, posTopic)
+	t0 := time.Now()
+	counts, err := produceAll(ctx, b.addr, g)
+	if err != nil {
+		return nil, fmt.Errorf("produce: %w", err)
+	}
+	m.produce = time.Since(t0)
+	m.positions = g.positions
+	m.messages = int64(counts.Produced(predTopic) + counts.Produced(posTopic))
+	m.bytes = g.bytes
+	logf("produced %d messages (%d predictions, %d positions, %.0f MB JSON) in %v; broker RSS %d MB",
+		m.messages, counts.Produced(predTopic), counts.Produced(posTopic), float64(m.bytes)/1e6,
+		m.produce.Round(time.Millisecond), b.rss()>>20)
+
+	// (a) T_read
+	c0 := sampleCPU()
+	m.readMsgs, m.read, err = readAll(b.addr, []string{predTopic, posTopic})
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	m.readBusy = busy(c0, sampleCPU())
+	if m.readMsgs != m.messages {
+		return nil, fmt.Errorf("read %d messages, produced %d", m.readMsgs, m.messages)
+	}
+	logf("T_read %v", m.read.Round(time.Millisecond))
+
+	// (b) T_ovstream
+	dbs := &databases{admin: o.adminURL}
+	if !o.keep {
+		defer dbs.dropAll(context.Background())
+	}
+	tag := fmt.Sprintf("%d_%d", os.Getpid(), n)
+	runDB, err := dbs.fresh(ctx, "ovsbench_run_"+tag)
+	if err != nil {
+		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	c0 = sampleCPU()
+	bc0 := b.cpu()
+	m.run, err = runOvstream(o.bin, runDB, b.addr, o.runArgs, o.wrap, logTo)
+	if err != nil {
+		return nil, err
+	}
+	m.runBusy = busy(c0, sampleCPU())
+	m.brokerCPURun = b.cpu() - bc0
+	m.brokerRSS = b.rss()
+	logf("T_ovstream %v, peak RSS %d MB, %d commits", m.run.elapsed.Round(time.Millisecond), m.run.maxRSS>>20, len(m.run.commits))
+
+	// (c) T_write
+	tables, err := readTables(ctx, runDB)
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	for _, t := range tables {
+		m.tableRows[t.name] = len(t.rows)
+	}
+	copyDB, err := dbs.fresh(ctx, "ovsbench_copy_"+tag)
+	if err != nil {
+		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	c0 = sampleCPU()
+	m.writeRows, m.write, err = writeAll(ctx, copyDB, tables)
+	if err != nil {
+		return nil, fmt.Errorf("write: %w", err)
+	}
+	m.writeBusy = busy(c0, sampleCPU())
+	logf("T_write %v (%d rows)", m.write.Round(time.Millisecond), m.writeRows)
+	return m, nil
+}
+
+func (m *measurement) print(w io.Writer) {
+	r := m.run
+	label := ""
+	if m.label != "" {
+		label = " [" + m.label + "]"
+	}
+	fmt.Fprintf(w, "\novstream bench%s: %d predictions + %d positions = %d messages (%.0f MB JSON), partitions 6+3, lz4; %d CPUs, %s\n",
+		label, m.predictions, m.positions, m.messages, float64(m.bytes)/1e6, runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(w, "produce (not timed in R): %v, %.0f msgs/s\n", m.produce.Round(time.Millisecond), rate(m.messages, m.produce))
+	fmt.Fprintf(w, "%-14s %10s %12s %12s %9s  %s\n", "phase", "seconds", "msgs/s", "rows/s", "CPU busy", "notes")
+	fmt.Fprintf(w, "%-14s %10.2f %12.0f %12s %8.0f%%  %d messages counted\n", "(a) T_read", m.read.Seconds(),
+		rate(m.readMsgs, m.read), "-", 100*m.readBusy, m.readMsgs)
+	fmt.Fprintf(w, "%-14s %10.2f %12.0f %12.0f %8.0f%%  peak RSS %d MB; commits %d, p50 %v, p99 %v; CPU user %.1fs sys %.1fs; broker CPU %.1fs\n",
+		"(b) T_ovstream", r.elapsed.Seconds(), rate(m.messages, r.elapsed), rate(m.writeRows, r.elapsed), 100*m.runBusy,
+		r.maxRSS>>20, len(r.commits), percentile(r.commits, 0.5).Round(time.Millisecond),
+		percentile(r.commits, 0.99).Round(time.Millisecond), r.userCPU.Seconds(), r.sysCPU.Seconds(), m.brokerCPURun.Seconds())
+	fmt.Fprintf(w, "%-14s %10.2f %12s %12.0f %8.0f%%  %d rows: %s\n", "(c) T_write", m.write.Seconds(), "-",
+		rate(m.writeRows, m.write), 100*m.writeBusy, m.writeRows, m.tableSummary())
+	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
+		float64(m.writeRows)/float64(m.messages), float64(m.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
+	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)
+	fmt.Fprintf(w, "T_read + T_write = %.2fs; T_ovstream = %.2fs; ratio %.2f\n",
+		(m.read + m.write).Seconds(), r.elapsed.Seconds(), m.ratio())
+}
+
+func (m *measurement) tableSummary() string {
+	var parts []string
+	for _, t := range resultTables {
+		parts = append(parts, fmt.Sprintf("%s %d", t, m.tableRows[t]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printScaling(w io.Writer, ms []*measurement) {
+	fmt.Fprintf(w, "\nscaling curve\n%-6s %12s %12s %12s %14s %12s %12s %8s\n",
+		"scale", "predictions", "messages", "T_ovstream", "msgs/s", "peak RSS MB", "s per 1M msg", "ratio")
+	for _, m := range ms {
+		fmt.Fprintf(w, "%-6s %12d %12d %11.2fs %14.0f %12d %12.2f %8.2f\n", m.label, m.predictions, m.messages,
+			m.run.elapsed.Seconds(), rate(m.messages, m.run.elapsed), m.run.maxRSS>>20,
+			m.run.elapsed.Seconds()/float64(m.messages)*1e6, m.ratio())
+	}
+}
+
+var allocsRe = regexp.MustCompile(`(\d+(?:\.\d+)?) allocs/msg`)
+
+// hotPathAllocs runs the Go benchmark of the hot path and returns its
+// allocations per message.
+func hotPathAllocs() string {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkHotPath$", "-benchtime", "3x", "./aggregate/")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		logf("hot-path benchmark failed: %v\n%s", err, out)
+		return "n/a"
+	}
+	if m := allocsRe.FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return "n/a"
+}
+
+func rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench %s: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	os.Exit(1)
+}

@@ -1,0 +1,441 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/migrations"
+)
+
+// broker is `ovstream broker` running as its own process.
+type broker struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func startBroker(bin string, topics string) (*broker, error) {
+	cmd := exec.Command(bin, "broker", "--addr", "127.0.0.1:0", "--topics", topics)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("broker: no address line: %v", err)
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "broker listening on ")
+	if !ok {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("broker: unexpected first line %q", line)
+	}
+	go io.Copy(io.Discard, out)
+	return &broker{cmd: cmd, addr: addr}, nil
+}
+
+// cpu returns the broker's CPU time so far.
+func (b *broker) cpu() time.Duration { return procCPU(b.cmd.Process.Pid) }
+
+// rss returns the broker's resident memory now, bytes.
+func (b *broker) rss() int64 { return procStatusKB(b.cmd.Process.Pid, "VmRSS:") * 1024 }
+
+func (b *broker) stop() {
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = b.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// produceAll produces every message of g: sarama AsyncProducer, idempotent,
+// acks=all, lz4, batches of up to 1 MiB.
+func produceAll(ctx context.Context, addr string, g *generator) (produce.Counts, error) {
+	sc := produce.NewSaramaConfig("ovstream-bench")
+	sc.Producer.Compression = sarama.CompressionLZ4
+	sc.Producer.Flush.Bytes = 1 << 20
+	sc.Producer.Flush.Frequency = 20 * time.Millisecond
+	sc.Producer.MaxMessageBytes = 4 << 20
+	sc.ChannelBufferSize = 8192
+	return produce.Send(ctx, produce.Config{Brokers: []string{addr}, Sarama: sc}, g.next)
+}
+
+// consumerConfig is the sarama configuration of ovstream's reader
+// (consumer/source.go newSaramaConfig) on sarama's defaults.
+func consumerConfig() *sarama.Config {
+	c := sarama.NewConfig()
+	c.ClientID = "ovstream-bench-reader"
+	c.Version = sarama.V2_1_0_0
+	c.Consumer.IsolationLevel = sarama.ReadCommitted
+	c.Consumer.Return.Errors = true
+	return c
+}
+
+// readAll is T_read: one sarama ConsumePartition per partition of topics,
+// from the oldest offset to the high water mark, counting messages and
+// nothing else. It returns the count and the elapsed time, including the
+// client's start-up.
+func readAll(addr string, topics []string) (int64, time.Duration, error) {
+	began := time.Now()
+	client, err := sarama.NewClient([]string{addr}, consumerConfig())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer client.Close()
+	cons, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cons.Close()
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for _, topic := range topics {
+		parts, err := client.Partitions(topic)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, p := range parts {
+			hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil {
+				return 0, 0, err
+			}
+			if hw == 0 {
+				continue
+			}
+			pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
+			if err != nil {
+				return 0, 0, err
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer pc.AsyncClose()
+				var n int64
+				msgs, perrs := pc.Messages(), pc.Errors()
+				for {
+					select {
+					case m := <-msgs:
+						n++
+						if m.Offset+1 >= hw {
+							total.Add(n)
+							return
+						}
+					case err := <-perrs:
+						errs <- err
+						total.Add(n)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, err
+	}
+	return total.Load(), time.Since(began), nil
+}
+
+// runResult is what T_ovstream measured.
+type runResult struct {
+	elapsed    time.Duration
+	maxRSS     int64 // bytes, getrusage ru_maxrss of the process (= VmHWM)
+	userCPU    time.Duration
+	sysCPU     time.Duration
+	commits    []time.Duration
+	latestRows int64 // trips + vehicles upserted over all commits
+	windowRows int64
+	summary    string
+}
+
+var (
+	tookRe    = regexp.MustCompile(` took=(\S+)`)
+	tripsRe   = regexp.MustCompile(` trips=(\d+)`)
+	vehRe     = regexp.MustCompile(` vehicles=(\d+)`)
+	windowsRe = regexp.MustCompile(` windows=(\d+)`)
+)
+
+// runOvstream is T_ovstream: `ovstream run --drain` from process start to
+// exit. Commit durations come from the debug log lines "committed ... took=".
+func runOvstream(bin, dbURL, brokers string, extra, wrap []string, logTo io.Writer) (*runResult, error) {
+	args := append([]string{bin, "run", "--drain", "--database-url", dbURL, "--brokers", brokers,
+		"--pipeline", "bench", "--allowed-lateness", "10m", "--log-level", "debug"}, extra...)
+	args = append(slices.Clone(wrap), args...)
+	cmd := exec.Command(args[0], args[1:]...)
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	r := &runResult{}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var tail []string
+	for sc.Scan() {
+		line := sc.Text()
+		if logTo != nil {
+			fmt.Fprintln(logTo, line)
+		}
+		if strings.Contains(line, "msg=committed ") {
+			if m := tookRe.FindStringSubmatch(line); m != nil {
+				if d, err := time.ParseDuration(m[1]); err == nil {
+					r.commits = append(r.commits, d)
+				}
+			}
+			r.latestRows += atoiMatch(tripsRe, line) + atoiMatch(vehRe, line)
+			r.windowRows += atoiMatch(windowsRe, line)
+			continue
+		}
+		tail = append(tail, line)
+		if len(tail) > 40 {
+			tail = tail[1:]
+		}
+	}
+	err = cmd.Wait()
+	r.elapsed = time.Since(began)
+	r.summary = stdout.String()
+	if err != nil {
+		return nil, fmt.Errorf("ovstream run --drain: %v\n%s\n%s", err, strings.Join(tail, "\n"), r.summary)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss * 1024
+		r.userCPU = time.Duration(ru.Utime.Nano())
+		r.sysCPU = time.Duration(ru.Stime.Nano())
+	}
+	return r, nil
+}
+
+func atoiMatch(re *regexp.Regexp, s string) int64 {
+	m := re.FindStringSubmatch(s)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// percentile returns the p-quantile (nearest rank) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(p*float64(len(s))+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// databases creates and drops the bench's databases.
+type databases struct {
+	admin string
+	made  []string
+}
+
+// fresh creates an empty database with ovstream's schema and returns its URL.
+func (d *databases) fresh(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, d.admin)
+	if err != nil {
+		return "", fmt.Errorf("connect %s: %w", d.admin, err)
+	}
+	defer conn.Close(ctx)
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+id); err != nil {
+		return "", err
+	}
+	d.made = append(d.made, name)
+	u, err := url.Parse(d.admin)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	if err := migrations.Up(ctx, u.String()); err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
+func (d *databases) dropAll(ctx context.Context) {
+	conn, err := pgx.Connect(ctx, d.admin)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	for _, name := range d.made {
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+	d.made = nil
+}
+
+// table is the content of one result table, read back after T_ovstream.
+type table struct {
+	name    string
+	columns []string
+	rows    [][]any
+}
+
+// resultTables are the tables T_write writes again: everything (b) left
+// in the results, in the order of a commit.
+var resultTables = []string{"delay_aggregates", "vehicle_latest", "trip_delay_latest", "stream_positions"}
+
+func readTables(ctx context.Context, dbURL string) ([]table, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	var out []table
+	for _, name := range resultTables {
+		rows, err := conn.Query(ctx, "SELECT * FROM "+name)
+		if err != nil {
+			return nil, err
+		}
+		t := table{name: name}
+		for _, f := range rows.FieldDescriptions() {
+			t.columns = append(t.columns, f.Name)
+		}
+		for rows.Next() {
+			v, err := rows.Values()
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			t.rows = append(t.rows, v)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// writeAll is T_write: the rows of tables into the empty tables of dbURL,
+// one plain CopyFrom per table, in one transaction, committed.
+func writeAll(ctx context.Context, dbURL string, tables []table) (int64, time.Duration, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close(ctx)
+	began := time.Now()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback(ctx)
+	var n int64
+	for _, t := range tables {
+		c, err := tx.CopyFrom(ctx, pgx.Identifier{t.name}, t.columns, pgx.CopyFromRows(t.rows))
+		if err != nil {
+			return 0, 0, fmt.Errorf("copy %s: %w", t.name, err)
+		}
+		n += c
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, 0, err
+	}
+	return n, time.Since(began), nil
+}
+
+// procCPU returns utime+stime of pid from /proc/PID/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * time.Second / 100 // USER_HZ = 100 on Linux
+}
+
+// procStatusKB returns a "kB" field of /proc/PID/status.
+func procStatusKB(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// cpuSample is the machine's CPU time from /proc/stat.
+type cpuSample struct{ busy, total int64 }
+
+func sampleCPU() cpuSample {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuSample{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var s cpuSample
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		s.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			s.busy += n
+		}
+	}
+	return s
+}
+
+// busy returns the share of the machine's CPU time that was busy between a and b.
+func busy(a, b cpuSample) float64 {
+	if b.total == a.total {
+		return 0
+	}
+	return float64(b.busy-a.busy) / float64(b.total-a.total)
+}
