@@ -20,19 +20,10 @@ type rec struct {
 	value     []byte
 }
 
-// produceRecords produces recs in order, each to its own partition, with an
-// idempotent producer that accepts values up to 2 MB.
+// produceRecords produces recs in order, each to the partition it names.
 func produceRecords(t testing.TB, addr string, recs ...rec) {
 	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V2_8_0_0
-	cfg.Producer.Idempotent = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
-	cfg.Producer.MaxMessageBytes = 2 << 20
-	cfg.Net.MaxOpenRequests = 1
-	p, err := sarama.NewSyncProducer([]string{addr}, cfg)
+	p, err := sarama.NewSyncProducer([]string{addr}, producerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +40,20 @@ func produceRecords(t testing.TB, addr string, recs ...rec) {
 			t.Fatalf("produce to %s/%d: %v", r.topic, r.partition, err)
 		}
 	}
+}
+
+// producerConfig is an idempotent producer (acks=all) that writes each record
+// to the partition it names and accepts values up to 2 MB.
+func producerConfig() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Producer.Idempotent = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.MaxMessageBytes = 2 << 20
+	cfg.Net.MaxOpenRequests = 1
+	return cfg
 }
 
 // pred is a valid prediction of the data contract.

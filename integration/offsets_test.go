@@ -18,14 +18,8 @@ func transactional(t *testing.T, addr string, groups []struct {
 	values [][]byte
 }) {
 	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V2_8_0_0
-	cfg.Producer.Idempotent = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg := producerConfig()
 	cfg.Producer.Transaction.ID = fmt.Sprintf("ovstream-test-%d", time.Now().UnixNano())
-	cfg.Net.MaxOpenRequests = 1
 	p, err := sarama.NewSyncProducer([]string{addr}, cfg)
 	if err != nil {
 		t.Fatal(err)
