@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ovstream/ovstream/consumer/gtfsrt"
 	"github.com/ovstream/ovstream/consumer/produce"
@@ -24,6 +26,7 @@ func (p *pathsFlag) String() string     { return strings.Join(*p, ",") }
 func (p *pathsFlag) Set(s string) error { *p = append(*p, s); return nil }
 
 const produceUsage = `usage: ovstream produce [flags] --gtfs-rt PATH [PATH...]
+       ovstream produce [flags] --gtfs-rt-url URL [--gtfs-rt-url URL...] [--interval 30s] [--polls N]
        ovstream produce [flags] --jsonl FILE --topic TOPIC
 
 GTFS-realtime: each PATH is a FeedMessage file or a folder searched recursively
@@ -34,6 +37,18 @@ trip_id; vehicle positions become positions, keyed by vehicle_id. Each (trip,
 stop, stop_sequence, timestamp) and each (vehicle, timestamp) is produced once.
 The operator comes from OVapi entity ids (Date:Operator:Line:Journey), else from
 --operator; a feed with neither is refused, naming the file.
+
+Live GTFS-realtime: each --gtfs-rt-url (TripUpdates, VehiclePositions or a
+combined feed) is fetched every --interval, with a --http-timeout per request,
+conditional requests (If-None-Match with the last ETag, If-Modified-Since with
+the last Last-Modified: a 304 costs nothing), and up to --http-attempts tries
+with doubling backoff on network errors, timeouts, 5xx and 429. The once-only
+rule holds across polls (per URL; a key is forgotten once the feed stopped
+carrying it and it is older than --retention), so a snapshot repeated poll after
+poll produces each event once. One progress line per poll on stdout. Records
+the producer gave up on are produced first at the next poll. Runs until
+SIGINT/SIGTERM or --polls polls (exit 0; 1 if records are still unproduced).
+URLs are printed without their query (API keys); --http-header values never.
 
 JSONL: each non-empty line of FILE ("-" = stdin) is produced as it is, valid or
 not, to TOPIC; its key is the line's trip_id (vehicle_id first when TOPIC is the
@@ -54,6 +69,16 @@ func cmdProduce(ctx context.Context, args []string) int {
 	var gtfsPaths pathsFlag
 	brokers := fs.String("brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka bootstrap brokers, comma-separated `host:port` (env KAFKA_BROKERS)")
 	fs.Var(&gtfsPaths, "gtfs-rt", "GTFS-realtime `path` (file or folder of *.pb), repeatable")
+	var feedURLs, httpHeaders pathsFlag
+	fs.Var(&feedURLs, "gtfs-rt-url", "live GTFS-realtime feed `URL` to poll, repeatable")
+	interval := fs.Duration("interval", 30*time.Second, "time between the starts of two polls (--gtfs-rt-url)")
+	httpTimeout := fs.Duration("http-timeout", 20*time.Second, "timeout of one HTTP request, body included (--gtfs-rt-url)")
+	httpAttempts := fs.Int("http-attempts", 3, "tries per URL and poll on network errors, timeouts, 5xx, 429 (--gtfs-rt-url)")
+	polls := fs.Int("polls", 0, "stop after `N` polls (0: until SIGTERM) (--gtfs-rt-url)")
+	retention := fs.Duration("retention", gtfsrt.DefaultRetention, "how long a key absent from the feed is remembered for the once-only rule (--gtfs-rt-url)")
+	fs.Var(&httpHeaders, "http-header", "`'Name: value'` header for every feed request (API keys), repeatable; never printed")
+	var kafka kafkaFlags
+	kafka.register(fs)
 	operator := fs.String("operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
 	predTopic := fs.String("predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
 	posTopic := fs.String("positions-topic", "vehicle_positions", "`topic` for vehicle positions")
@@ -90,16 +115,45 @@ func cmdProduce(ctx context.Context, args []string) int {
 	switch {
 	case len(brokerList) == 0:
 		return usageErr("no brokers (--brokers or KAFKA_BROKERS)")
-	case *jsonlFile != "" && len(gtfsPaths) > 0:
-		return usageErr("give --gtfs-rt paths or --jsonl, not both")
-	case *jsonlFile == "" && len(gtfsPaths) == 0:
-		return usageErr("nothing to produce: give --gtfs-rt PATH or --jsonl FILE --topic TOPIC")
+	case btoi(*jsonlFile != "")+btoi(len(gtfsPaths) > 0)+btoi(len(feedURLs) > 0) > 1:
+		return usageErr("give one of --gtfs-rt paths, --gtfs-rt-url or --jsonl")
+	case *jsonlFile == "" && len(gtfsPaths) == 0 && len(feedURLs) == 0:
+		return usageErr("nothing to produce: give --gtfs-rt PATH, --gtfs-rt-url URL or --jsonl FILE --topic TOPIC")
+	case *interval <= 0 || *httpTimeout <= 0 || *httpAttempts < 1 || *polls < 0:
+		return usageErr("--interval and --http-timeout must be positive, --http-attempts at least 1, --polls 0 or more")
 	case *jsonlFile != "" && *topic == "":
 		return usageErr("--jsonl needs --topic")
 	case *jsonlFile == "" && *topic != "":
 		return usageErr("--topic is for --jsonl; GTFS-realtime uses --predictions-topic and --positions-topic")
 	}
-	cfg := produce.Config{Brokers: brokerList}
+	sc := produce.NewSaramaConfig("")
+	if err := kafka.apply(sc); err != nil {
+		return usageErr("%v", err)
+	}
+	cfg := produce.Config{Brokers: brokerList, Sarama: sc}
+	stderr := newRedactingWriter(os.Stderr, spellings(kafka.secrets()))
+
+	if len(feedURLs) > 0 {
+		header := http.Header{}
+		for _, h := range httpHeaders {
+			name, value, ok := strings.Cut(h, ":")
+			if !ok || strings.TrimSpace(name) == "" {
+				return usageErr("--http-header: want 'Name: value'")
+			}
+			header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+		}
+		err := produce.Poll(ctx, produce.PollConfig{
+			URLs: feedURLs, Interval: *interval, Timeout: *httpTimeout, Attempts: *httpAttempts, Polls: *polls,
+			Header: header, Options: gtfsrt.Options{Operator: *operator}, Retention: *retention,
+			Topics: produce.Topics{Predictions: *predTopic, Positions: *posTopic}, Producer: cfg,
+			Progress: func(r produce.PollReport) { fmt.Println(pollLine(r)) },
+		})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
 
 	if *jsonlFile != "" {
 		var r io.Reader = os.Stdin
@@ -120,7 +174,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 		}
 		fmt.Println()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "ovstream produce: %s: %v\n", *jsonlFile, err)
+			fmt.Fprintf(stderr, "ovstream produce: %s: %v\n", *jsonlFile, err)
 			return exitError
 		}
 		return exitOK
@@ -128,7 +182,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 
 	res, err := gtfsrt.Load(gtfsPaths, gtfsrt.Options{Operator: *operator})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ovstream produce: %v\n", err)
+		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
 		return exitError
 	}
 	counts, err := produce.GTFSRT(ctx, cfg, res, produce.Topics{Predictions: *predTopic, Positions: *posTopic})
@@ -139,8 +193,57 @@ func cmdProduce(ctx context.Context, args []string) int {
 	}
 	fmt.Println()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ovstream produce: %v\n", err)
+		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
 		return exitError
 	}
 	return exitOK
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// pollLine is the progress line of one poll.
+func pollLine(r produce.PollReport) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "poll %d at %s:", r.Poll, r.Started.UTC().Format(time.RFC3339))
+	preds, pos := 0, 0
+	skipped := map[string]int{}
+	for i, f := range r.Fetches {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " %s", f.URL)
+		switch {
+		case f.Err != nil:
+			fmt.Fprintf(&b, " FAILED (%v)", f.Err)
+		case f.NotModified:
+			b.WriteString(" 304 not modified")
+		default:
+			fmt.Fprintf(&b, " %d, %d bytes, feed time %s, %d new predictions, %d new positions",
+				f.Status, f.Bytes, f.FeedTime.Format(time.RFC3339), f.Predictions, f.Positions)
+		}
+		if f.Attempts > 1 {
+			fmt.Fprintf(&b, " (%d attempts)", f.Attempts)
+		}
+		preds += f.Predictions
+		pos += f.Positions
+		for k, v := range f.Skipped {
+			skipped[k] += v
+		}
+	}
+	res := gtfsrt.Result{Skipped: skipped}
+	produced := 0
+	for _, tc := range r.Produced {
+		produced += tc.Produced
+	}
+	fmt.Fprintf(&b, "; produced %d records", produced)
+	fmt.Fprintf(&b, "; skipped: %s", res.SkipSummary())
+	if r.Pending > 0 {
+		fmt.Fprintf(&b, "; %d records NOT produced yet (retried next poll): %v", r.Pending, r.ProduceErr)
+	}
+	return b.String()
 }

@@ -180,8 +180,8 @@ func Load(paths []string, opt Options) (*Result, error) {
 	l := loader{
 		opt:      opt,
 		res:      &Result{Skipped: make(map[string]int)},
-		predSeen: make(map[predKey]struct{}),
-		posSeen:  make(map[posKey]struct{}),
+		predSeen: make(map[predKey]uint64),
+		posSeen:  make(map[posKey]uint64),
 	}
 	for _, f := range ordered {
 		b, err := os.ReadFile(f.path)
@@ -254,8 +254,16 @@ type posKey struct {
 type loader struct {
 	opt      Options
 	res      *Result
-	predSeen map[predKey]struct{}
-	posSeen  map[posKey]struct{}
+	// The keys emitted so far, each with the number of the last feed that
+	// held it (Stream forgets keys that are absent and old).
+	predSeen map[predKey]uint64
+	posSeen  map[posKey]uint64
+	feeds    uint64 // feeds mapped so far
+	// With track, the keys first seen in the current feed (Stream undoes them
+	// when the feed fails half-way).
+	track   bool
+	newPred []predKey
+	newPos  []posKey
 }
 
 // ovapiID matches OVapi entity ids: OperatingDay:Operator:Line:Journey,
@@ -277,6 +285,7 @@ func (l *loader) operatorLine(entityID, routeID string) (operator, line string, 
 }
 
 func (l *loader) feed(msg *gtfs.FeedMessage) error {
+	l.feeds++
 	headerTS := msg.GetHeader().GetTimestamp()
 	for _, e := range msg.GetEntity() {
 		if e.GetIsDeleted() {
@@ -345,11 +354,15 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 			continue
 		}
 		k := predKey{tripID, stopID, stu.GetStopSequence(), int64(ts)}
-		if _, dup := l.predSeen[k]; dup {
+		_, dup := l.predSeen[k]
+		l.predSeen[k] = l.feeds
+		if dup {
 			l.res.Skipped[SkipDuplicatePrediction]++
 			continue
 		}
-		l.predSeen[k] = struct{}{}
+		if l.track {
+			l.newPred = append(l.newPred, k)
+		}
 		l.res.Predictions = append(l.res.Predictions, aggregate.Prediction{
 			TripID:          tripID,
 			Line:            line,
@@ -399,11 +412,15 @@ func (l *loader) vehiclePosition(entityID string, vp *gtfs.VehiclePosition, head
 		return nil
 	}
 	k := posKey{vehicleID, int64(ts)}
-	if _, dup := l.posSeen[k]; dup {
+	_, dup := l.posSeen[k]
+	l.posSeen[k] = l.feeds
+	if dup {
 		l.res.Skipped[SkipDuplicatePosition]++
 		return nil
 	}
-	l.posSeen[k] = struct{}{}
+	if l.track {
+		l.newPos = append(l.newPos, k)
+	}
 	p := aggregate.Position{
 		VehicleID: vehicleID,
 		Lat:       widen(pos.GetLatitude()),
