@@ -252,8 +252,8 @@ type posKey struct {
 }
 
 type loader struct {
-	opt      Options
-	res      *Result
+	opt Options
+	res *Result
 	// The keys emitted so far, each with the number of the last feed that
 	// held it (Stream forgets keys that are absent and old).
 	predSeen map[predKey]uint64
