@@ -220,7 +220,7 @@ func dump(t testing.TB, db, query string) []string {
 const (
 	dumpAggregates = `SELECT window_start, window_end, dimension, dimension_id, operator, event_count,
 		mean_delay_s, p90_delay_s, min_delay_s, max_delay_s FROM delay_aggregates`
-	dumpDeadLetters = `SELECT topic, partition, "offset", key, value, reason, error FROM dead_letters`
+	dumpDeadLetters = `SELECT topic, partition, "offset", encode(key, 'escape'), encode(value, 'escape'), reason, error FROM dead_letters`
 	dumpVehicles    = `SELECT vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps, observed_at,
 		kafka_partition, kafka_offset FROM vehicle_latest`
 	dumpTrips = `SELECT trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s, observed_at,
