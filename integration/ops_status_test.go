@@ -1,0 +1,242 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runCLI runs `ovstream ARGS...` to the end with env added; it returns
+// stdout, stderr and the exit code.
+func runCLI(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(ovstreamBin(t), args...)
+	cmd.Env = append(cmd.Environ(), env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatalf("ovstream %v: %v", args, err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+// statusJSON mirrors `status --json`.
+type statusJSON struct {
+	Pipeline        string     `json:"pipeline"`
+	Claimed         bool       `json:"claimed"`
+	Epoch           int64      `json:"epoch"`
+	Owner           string     `json:"owner"`
+	HeartbeatAt     *time.Time `json:"heartbeat_at"`
+	Watermark       *time.Time `json:"watermark"`
+	NewestWindowEnd *time.Time `json:"newest_window_end"`
+	Partitions      []struct {
+		Topic      string     `json:"topic"`
+		Partition  int32      `json:"partition"`
+		NextOffset *int64     `json:"next_offset"`
+		LogStart   *int64     `json:"log_start"`
+		HighWater  *int64     `json:"high_water"`
+		Lag        *int64     `json:"lag"`
+		UpdatedAt  *time.Time `json:"updated_at"`
+	} `json:"partitions"`
+	TotalLag    int64 `json:"total_lag"`
+	DeadLetters map[string]struct {
+		Total    int64 `json:"total"`
+		Replayed int64 `json:"replayed"`
+	} `json:"dead_letters"`
+}
+
+func status(t *testing.T, db, addr, pipeline string) statusJSON {
+	t.Helper()
+	out, errOut, code := runCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", addr, "--pipeline", pipeline)
+	if code != 0 {
+		t.Fatalf("status exited %d: %s%s", code, out, errOut)
+	}
+	var s statusJSON
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	return s
+}
+
+// `status` after a drain and after more records arrive; `dlq list` with its
+// filters; `dlq replay` re-produces the original key and value byte for byte,
+// marks the rows, and a second replay sends nothing again.
+func TestOpsStatusAndDeadLetterTools(t *testing.T) {
+	addr := startBroker(t)
+	db := freshDB(t)
+	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	produceLines(t, addr, predictionsTopic, badLines...)
+	drain(t, db, addr, "--pipeline", "ops")
+
+	s := status(t, db, addr, "ops")
+	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
+	if !s.Claimed || s.Epoch != 1 || !strings.Contains(s.Owner, ":") || s.HeartbeatAt == nil ||
+		time.Since(*s.HeartbeatAt) > time.Minute || s.Watermark == nil {
+		t.Errorf("pipeline: %+v", s)
+	}
+	newest := dump(t, db, `SELECT max(window_end) FROM delay_aggregates`)[0]
+	if s.NewestWindowEnd == nil || fmt.Sprintf("[%s]", s.NewestWindowEnd.Format("2006-01-02 15:04:05 -0700 MST")) != newest {
+		t.Errorf("newest window_end %v, table %s", s.NewestWindowEnd, newest)
+	}
+	if len(s.Partitions) != 9 || s.TotalLag != 0 {
+		t.Fatalf("%d partitions, total lag %d; want 9 and 0 after a drain", len(s.Partitions), s.TotalLag)
+	}
+	for _, p := range s.Partitions {
+		k := fmt.Sprintf("%s/%d", p.Topic, p.Partition)
+		if p.NextOffset == nil || *p.NextOffset != hw[k] || *p.HighWater != hw[k] || *p.LogStart != 0 || *p.Lag != 0 || p.UpdatedAt == nil {
+			t.Errorf("%s: next %v, high water %v (want %d), log start %v, lag %v", k, p.NextOffset, p.HighWater, hw[k], p.LogStart, p.Lag)
+		}
+	}
+	if d := s.DeadLetters["decode"]; d.Total != 4 || d.Replayed != 0 || len(s.DeadLetters) != 1 {
+		t.Errorf("dead letters %+v, want decode 4 (0 replayed)", s.DeadLetters)
+	}
+	// Ten more records: the lag is exactly ten.
+	more := make([]string, 10)
+	for i := range more {
+		more[i] = fmt.Sprintf(`{"trip_id":"more-%d","line":"L","stop_id":"S","operator":"AT","delay_s":%d,"event_time":"2016-05-18T20:30:00Z"}`, i, i)
+	}
+	produceLines(t, addr, predictionsTopic, more...)
+	if s = status(t, db, addr, "ops"); s.TotalLag != 10 {
+		t.Errorf("total lag %d after 10 more records, want 10", s.TotalLag)
+	}
+	text, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ops")
+	for _, want := range []string{"pipeline ops: epoch 1, owner ", "arrival_predictions/0", "total lag: 10", "dead letters: decode 4 (0 replayed);"} {
+		if code != 0 || !strings.Contains(text, want) {
+			t.Errorf("status (exit %d) does not say %q:\n%s", code, want, text)
+		}
+	}
+	if text, _, _ := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "never"); !strings.Contains(text, "pipeline never: never claimed") {
+		t.Errorf("status of an unknown pipeline:\n%s", text)
+	}
+
+	// dlq list: every row, byte for byte in --json; filters.
+	out, errOut, code := runCLI(t, nil, "dlq", "list", "--json", "--database-url", db)
+	if code != 0 {
+		t.Fatalf("dlq list exited %d: %s", code, errOut)
+	}
+	type row struct {
+		Topic, Reason, Error string
+		Partition            int32
+		Offset               int64
+		Key, Value           []byte
+		ReplayedAt           *time.Time `json:"replayed_at"`
+		ReplayedTo           *string    `json:"replayed_to"`
+	}
+	parse := func(out string) []row {
+		var rows []row
+		sc := bufio.NewScanner(strings.NewReader(out))
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var r row
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("dlq list --json line %q: %v", sc.Text(), err)
+			}
+			rows = append(rows, r)
+		}
+		return rows
+	}
+	rows := parse(out)
+	var values []string
+	for _, r := range rows {
+		values = append(values, string(r.Value))
+		if r.Reason != "decode" || r.Error == "" || r.ReplayedAt != nil || r.ReplayedTo != nil {
+			t.Errorf("row %+v", r)
+		}
+		if want := keyOf(string(r.Value)); string(r.Key) != want {
+			t.Errorf("row %s/%d/%d key %q, want %q", r.Topic, r.Partition, r.Offset, r.Key, want)
+		}
+	}
+	sort.Strings(values)
+	wantValues := append([]string(nil), badLines...)
+	sort.Strings(wantValues)
+	if strings.Join(values, "\n") != strings.Join(wantValues, "\n") {
+		t.Errorf("dlq list values:\n%s\nwant:\n%s", strings.Join(values, "\n"), strings.Join(wantValues, "\n"))
+	}
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--json", "--limit", "2", "--reason", "decode", "--topic", predictionsTopic, "--database-url", db); len(parse(out)) != 2 {
+		t.Errorf("dlq list --limit 2:\n%s", out)
+	}
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--reason", "late", "--database-url", db); out != "0 dead letters\n" {
+		t.Errorf("dlq list --reason late: %q", out)
+	}
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--database-url", db); !strings.Contains(out, "value: not json at all\n") ||
+		!strings.Contains(out, "key:   (null)") || !strings.HasSuffix(out, "4 dead letters\n") {
+		t.Errorf("dlq list:\n%s", out)
+	}
+	if _, errOut, code := runCLI(t, nil, "dlq", "list", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future or late") {
+		t.Errorf("dlq list --reason nope: exit %d, %s", code, errOut)
+	}
+
+	// dlq replay: three, then the rest, then nothing.
+	const target = "dlq_replayed"
+	createTopic(t, addr, nil, target, 1)
+	replay := func(extra ...string) string {
+		out, errOut, code := runCLI(t, nil, append([]string{"dlq", "replay", "--to", target, "--database-url", db, "--brokers", addr}, extra...)...)
+		if code != 0 {
+			t.Fatalf("dlq replay exited %d: %s%s", code, out, errOut)
+		}
+		return out
+	}
+	if out := replay("--limit", "3"); out != "replayed 3 dead letters to dlq_replayed\n" {
+		t.Errorf("first replay: %q", out)
+	}
+	if out := replay(); out != "replayed 1 dead letters to dlq_replayed\n" {
+		t.Errorf("second replay: %q", out)
+	}
+	if out := replay(); out != "replayed 0 dead letters to dlq_replayed\n" {
+		t.Errorf("third replay: %q", out)
+	}
+	sent := readTopic(t, addr, target)
+	if len(sent) != 4 {
+		t.Fatalf("%s holds %d records, want 4", target, len(sent))
+	}
+	byValue := map[string]row{}
+	for _, r := range rows {
+		byValue[string(r.Value)] = r
+	}
+	for _, m := range sent {
+		r, ok := byValue[string(m.Value)]
+		if !ok {
+			t.Errorf("replayed value %q is no dead letter", m.Value)
+			continue
+		}
+		if string(m.Key) != string(r.Key) || (m.Key == nil) != (r.Key == nil) {
+			t.Errorf("replayed key %q (nil %t), want %q (nil %t)", m.Key, m.Key == nil, r.Key, r.Key == nil)
+		}
+		headers := map[string]string{}
+		for _, h := range m.Headers {
+			headers[string(h.Key)] = string(h.Value)
+		}
+		if want := fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset); headers["ovstream-dlq-source"] != want || headers["ovstream-dlq-reason"] != "decode" {
+			t.Errorf("headers %v, want source %s, reason decode", headers, want)
+		}
+		delete(byValue, string(m.Value))
+	}
+	if marked := dump(t, db, `SELECT count(*) FROM dead_letters WHERE replayed_to = 'dlq_replayed' AND replayed_at IS NOT NULL`); marked[0] != "[4]" {
+		t.Errorf("rows marked replayed: %v, want 4", marked)
+	}
+	if s = status(t, db, addr, "ops"); s.DeadLetters["decode"].Replayed != 4 {
+		t.Errorf("status dead letters %+v, want 4 replayed", s.DeadLetters)
+	}
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pending", "--database-url", db); out != "0 dead letters\n" {
+		t.Errorf("dlq list --pending after replay: %q", out)
+	}
+}
+
+// keyOf is the key produceLines gives a line: its trip_id, or none.
+func keyOf(line string) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(line), &obj) != nil {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(obj["trip_id"], &s)
+	return s
+}
