@@ -121,6 +121,10 @@ func cmdDLQ(ctx context.Context, args []string) int {
 		return usageErr("%v", err)
 	}
 	cfg := produce.Config{Brokers: splitList(o.brokers), Sarama: pc}
+	if err := kafkaPreflight(cfg.Brokers, pc); err != nil {
+		fmt.Fprintln(stderr, "ovstream dlq replay:", err)
+		return exitError
+	}
 	n, err := st.ReplayDeadLetters(ctx, filter, *to, func(dls []store.StoredDeadLetter) ([]bool, error) {
 		acked := make([]bool, len(dls))
 		var mu sync.Mutex

@@ -13,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/IBM/sarama"
 )
@@ -247,4 +249,38 @@ func scramAttrs(msg string) map[string]string {
 		}
 	}
 	return out
+}
+
+// kafkaPreflight opens one connection to the first bootstrap broker that
+// answers, with c's TLS and SASL, so that a wrong password, certificate or
+// address is reported as such (sarama's clients only say "run out of
+// available brokers: EOF"). nil when one broker accepted.
+func kafkaPreflight(brokers []string, c *sarama.Config) error {
+	if len(brokers) == 0 {
+		return errors.New("kafka: no brokers (--brokers or KAFKA_BROKERS)")
+	}
+	var errs []error
+	for _, addr := range brokers {
+		b := sarama.NewBroker(addr)
+		if err := b.Open(c); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		ok, err := b.Connected() // waits for the dial, the TLS handshake and SASL
+		_ = b.Close()
+		if ok && err == nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("not connected")
+		}
+		if c.Net.SASL.Enable && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			// Some brokers (kfake among them) close the connection on a failed
+			// authentication instead of answering SASL_AUTHENTICATION_FAILED.
+			err = fmt.Errorf("%w (the broker closed the connection during TLS or SASL %s authentication: "+
+				"check --kafka-sasl-user, %s and the --kafka-tls-* flags)", err, c.Net.SASL.Mechanism, saslPasswordEnv)
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return fmt.Errorf("kafka: cannot connect: %w", errors.Join(errs...))
 }

@@ -132,6 +132,12 @@ func cmdProduce(ctx context.Context, args []string) int {
 	}
 	cfg := produce.Config{Brokers: brokerList, Sarama: sc}
 	stderr := newRedactingWriter(os.Stderr, spellings(kafka.secrets()))
+	if len(feedURLs) == 0 { // a live poller starts anyway: it keeps records until Kafka is back
+		if err := kafkaPreflight(brokerList, sc); err != nil {
+			fmt.Fprintln(stderr, "ovstream produce:", err)
+			return exitError
+		}
+	}
 
 	if len(feedURLs) > 0 {
 		header := http.Header{}

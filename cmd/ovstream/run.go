@@ -189,6 +189,9 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 		return nil, err
 	}
 	defer ops.stop()
+	if err := kafkaPreflight(cfg.Brokers, cfg.Sarama); err != nil {
+		return nil, err
+	}
 	if f.kafkaCommitOffsets {
 		sc, err := f.kafka.consumerConfig()
 		if err != nil {

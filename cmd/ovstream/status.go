@@ -168,6 +168,9 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 	sc.Net.DialTimeout = 10 * time.Second
 	sc.Metadata.Retry.Max = 2
 	sc.Metadata.Full = false
+	if err := kafkaPreflight(brokers, sc); err != nil {
+		return err
+	}
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		return fmt.Errorf("connect to %v: %w", brokers, err)
