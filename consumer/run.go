@@ -41,9 +41,9 @@ const (
 	tickInterval  = 100 * time.Millisecond // watermark, drain check
 	pollInterval  = time.Second            // high water marks
 	probeAfter    = time.Second            // quiet time before probing for trailing transaction markers
-	maxBackoff    = 30 * time.Second
-	shutdownGrace = 30 * time.Second // final commit after SIGTERM
-	commitTimeout = 2 * time.Minute  // one commit transaction, then it counts as failed
+	maxBackoff    = 5 * time.Second        // commit retries: a database that returns is used within seconds
+	shutdownGrace = 30 * time.Second       // final commit after SIGTERM
+	commitTimeout = 2 * time.Minute        // one commit transaction, then it counts as failed
 )
 
 // Run consumes the assigned partitions until ctx is cancelled (final commit

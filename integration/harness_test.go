@@ -173,7 +173,7 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 // runArgs are the `run` arguments of the tests: fast flushes, and allowed
 // lateness 10m so no event of the Auckland data is late (shared/data/README.md).
 func runArgs(db, brokers string, extra ...string) []string {
-	return append([]string{"run", "--database-url", db, "--brokers", brokers,
+	return append([]string{"run", "--database-url", db, "--brokers", brokers, "--metrics-addr", "",
 		"--flush-interval", "100ms", "--allowed-lateness", "10m", "--log-level", "debug"}, extra...)
 }
 
