@@ -18,11 +18,12 @@ var (
 	mu     sync.Mutex
 	target string
 	nth    = 1
+	action = ActionKill
 	hits   = map[string]int{}
 )
 
 func init() {
-	spec := os.Getenv("OVSTREAM_CRASHPOINT")
+	spec := os.Getenv(EnvPoint)
 	if spec == "" {
 		return
 	}
@@ -31,7 +32,7 @@ func init() {
 	if ok {
 		v, err := strconv.Atoi(n)
 		if err != nil || v < 1 {
-			fmt.Fprintf(os.Stderr, "OVSTREAM_CRASHPOINT=%q: N must be a positive integer\n", spec)
+			fmt.Fprintf(os.Stderr, "%s=%q: N must be a positive integer\n", EnvPoint, spec)
 			os.Exit(2)
 		}
 		nth = v
@@ -41,12 +42,21 @@ func init() {
 		known = known || k == name
 	}
 	if !known {
-		fmt.Fprintf(os.Stderr, "OVSTREAM_CRASHPOINT=%q: unknown crash point (known: %s)\n", spec, strings.Join(Names, ", "))
+		fmt.Fprintf(os.Stderr, "%s=%q: unknown crash point (known: %s)\n", EnvPoint, spec, strings.Join(Names, ", "))
+		os.Exit(2)
+	}
+	switch a := os.Getenv(EnvAction); a {
+	case "", ActionKill:
+	case ActionStop:
+		action = ActionStop
+	default:
+		fmt.Fprintf(os.Stderr, "%s=%q: want %s or %s\n", EnvAction, a, ActionKill, ActionStop)
 		os.Exit(2)
 	}
 }
 
-// Hit kills the process with SIGKILL the N-th time the configured point is reached.
+// Hit kills the process with SIGKILL (or, with OVSTREAM_CRASHPOINT_ACTION=stop,
+// stops it with SIGSTOP) the N-th time the configured point is reached.
 func Hit(name string) {
 	if name != target {
 		return
@@ -55,9 +65,18 @@ func Hit(name string) {
 	hits[name]++
 	n := hits[name]
 	mu.Unlock()
-	if n == nth {
-		fmt.Fprintf(os.Stderr, "crashpoint: %s reached %d time(s): SIGKILL\n", name, n)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
+	if n != nth {
+		return
 	}
+	if action == ActionStop {
+		// The whole process stops here until someone sends SIGCONT; the
+		// line tells the test it is there.
+		fmt.Fprintf(os.Stderr, "crashpoint: %s reached %d time(s): SIGSTOP\n", name, n)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		fmt.Fprintf(os.Stderr, "crashpoint: %s: continued\n", name)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "crashpoint: %s reached %d time(s): SIGKILL\n", name, n)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
 }
