@@ -174,11 +174,11 @@ type feed struct {
 	mu     sync.Mutex // held while a step is produced; pause() takes it
 	paused bool       // mu is held by pause (test goroutine only)
 	next   int
-	last time.Time // when the previous step was produced
-	err  error
-	done chan struct{} // closed once every step is produced
-	stop chan struct{}
-	wg   sync.WaitGroup
+	last   time.Time // when the previous step was produced
+	err    error
+	done   chan struct{} // closed once every step is produced
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 type feedStep struct {
