@@ -1,25 +1,18 @@
 package main
 
 import (
-	"crypto/hmac"
-	"crypto/pbkdf2"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
-	"hash"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/IBM/sarama"
+	"github.com/xdg-go/scram"
 )
 
 // saslPasswordEnv holds the SASL password: never a flag, so it shows up in
@@ -83,10 +76,10 @@ func (k *kafkaFlags) apply(c *sarama.Config) error {
 		c.Net.SASL.Mechanism = sarama.SASLTypePlaintext
 	case "SCRAM-SHA-256":
 		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
-		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha256.New} }
+		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{HashGeneratorFcn: scram.SHA256} }
 	case "SCRAM-SHA-512":
 		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
-		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha512.New} }
+		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{HashGeneratorFcn: scram.SHA512} }
 	default:
 		return fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.saslMechanism)
 	}
@@ -139,117 +132,25 @@ func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// scramClient is the client side of SCRAM (RFC 5802, RFC 7677) for sarama:
-// SCRAM-SHA-256 and SCRAM-SHA-512 as Kafka uses them (no channel binding).
-// The password is used as it is (no SASLprep): ASCII passwords are exact.
+// scramClient adapts github.com/xdg-go/scram (RFC 5802, RFC 7677, with
+// SASLprep) to sarama's SCRAMClient, as sarama's own examples do.
 type scramClient struct {
-	hash func() hash.Hash
-
-	user, password, authzID string
-	clientNonce             string
-	clientFirstBare         string
-	serverSignature         []byte
-	step                    int
-	done                    bool
+	scram.HashGeneratorFcn
+	conv *scram.ClientConversation
 }
 
 func (s *scramClient) Begin(user, password, authzID string) error {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	c, err := s.HashGeneratorFcn.NewClient(user, password, authzID)
+	if err != nil {
 		return err
 	}
-	s.user, s.password, s.authzID = user, password, authzID
-	s.clientNonce = base64.RawStdEncoding.EncodeToString(b[:])
-	s.step, s.done = 0, false
+	s.conv = c.NewConversation()
 	return nil
 }
 
-func (s *scramClient) gs2Header() string {
-	if s.authzID == "" {
-		return "n,,"
-	}
-	return "n,a=" + scramName(s.authzID) + ","
-}
+func (s *scramClient) Step(challenge string) (string, error) { return s.conv.Step(challenge) }
 
-func (s *scramClient) Step(challenge string) (string, error) {
-	s.step++
-	switch s.step {
-	case 1:
-		s.clientFirstBare = "n=" + scramName(s.user) + ",r=" + s.clientNonce
-		return s.gs2Header() + s.clientFirstBare, nil
-	case 2:
-		attrs := scramAttrs(challenge)
-		nonce, salt64, iters := attrs["r"], attrs["s"], attrs["i"]
-		if e, ok := attrs["e"]; ok {
-			return "", fmt.Errorf("scram: server error %q", e)
-		}
-		if !strings.HasPrefix(nonce, s.clientNonce) || len(nonce) == len(s.clientNonce) {
-			return "", errors.New("scram: the server nonce does not extend the client nonce")
-		}
-		salt, err := base64.StdEncoding.DecodeString(salt64)
-		if err != nil {
-			return "", errors.New("scram: bad salt from the server")
-		}
-		n, err := strconv.Atoi(iters)
-		if err != nil || n < 1 {
-			return "", errors.New("scram: bad iteration count from the server")
-		}
-		size := s.hash().Size()
-		salted, err := pbkdf2.Key(s.hash, s.password, salt, n, size)
-		if err != nil {
-			return "", fmt.Errorf("scram: %w", err)
-		}
-		clientKey := s.hmac(salted, "Client Key")
-		h := s.hash()
-		h.Write(clientKey)
-		storedKey := h.Sum(nil)
-		final := "c=" + base64.StdEncoding.EncodeToString([]byte(s.gs2Header())) + ",r=" + nonce
-		authMessage := s.clientFirstBare + "," + challenge + "," + final
-		sig := s.hmac(storedKey, authMessage)
-		proof := make([]byte, len(clientKey))
-		for i := range clientKey {
-			proof[i] = clientKey[i] ^ sig[i]
-		}
-		s.serverSignature = s.hmac(s.hmac(salted, "Server Key"), authMessage)
-		return final + ",p=" + base64.StdEncoding.EncodeToString(proof), nil
-	case 3:
-		attrs := scramAttrs(challenge)
-		if e, ok := attrs["e"]; ok {
-			return "", fmt.Errorf("scram: authentication failed: %s", e)
-		}
-		v, err := base64.StdEncoding.DecodeString(attrs["v"])
-		if err != nil || !hmac.Equal(v, s.serverSignature) {
-			return "", errors.New("scram: the server signature does not verify")
-		}
-		s.done = true
-		return "", nil
-	}
-	return "", errors.New("scram: unexpected extra step")
-}
-
-func (s *scramClient) Done() bool { return s.done }
-
-func (s *scramClient) hmac(key []byte, msg string) []byte {
-	m := hmac.New(s.hash, key)
-	m.Write([]byte(msg))
-	return m.Sum(nil)
-}
-
-// scramName escapes a user name for SCRAM: '=' as =3D, ',' as =2C.
-func scramName(s string) string {
-	return strings.NewReplacer("=", "=3D", ",", "=2C").Replace(s)
-}
-
-// scramAttrs parses "k=v,k=v" (a value may hold '=').
-func scramAttrs(msg string) map[string]string {
-	out := map[string]string{}
-	for _, kv := range strings.Split(msg, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			out[k] = v
-		}
-	}
-	return out
-}
+func (s *scramClient) Done() bool { return s.conv.Done() }
 
 // kafkaPreflight opens one connection to the first bootstrap broker that
 // answers, with c's TLS and SASL, so that a wrong password, certificate or
