@@ -240,9 +240,15 @@ WHERE name = $1 AND epoch = $2`, b.Pipeline, b.Epoch, wm)
 		h()
 	}
 	committed = true // from here on Commit closes the transaction either way
+	// pgconn.SafeToRetry cannot tell whether COMMIT was sent: when the
+	// connection breaks while pgx waits for COMMIT's answer, pgx v5 returns
+	// "conn closed" with SafeToRetry() true (STACK.md), although the server
+	// may have committed. Only a connection closed before COMMIT is certain
+	// to have sent nothing.
+	closedBefore := conn.IsClosed()
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
-		definite := errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err)
+		definite := errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || closedBefore
 		return &CommitError{Ambiguous: !definite, Err: err}
 	}
 	return nil
