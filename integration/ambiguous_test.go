@@ -1,0 +1,288 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pgProxy forwards PostgreSQL connections and, when armed, breaks the next
+// COMMIT of any of them at the exact point that makes it ambiguous for the
+// client (DESIGN.md "The commit", step 4):
+//
+//   - dropAfter: COMMIT reaches the server, which commits and answers; the
+//     answer is swallowed and both connections are closed. The transaction
+//     committed, the client cannot know.
+//   - dropBefore: the connection is closed when the client sends COMMIT,
+//     which never reaches the server: the transaction rolls back, the client
+//     cannot know either.
+//
+// It speaks just enough of the protocol (version 3: an untyped startup
+// message, then type byte + int32 length frames both ways; sslmode=disable).
+type pgProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	arm   string   // "", dropAfter or dropBefore
+	drops []string // what happened at each armed COMMIT
+}
+
+const (
+	dropAfter  = "after"
+	dropBefore = "before"
+)
+
+func startPgProxy(t *testing.T, target string) *pgProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pgProxy{t: t, ln: ln, target: target}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+// url returns db (a postgres:// URL) with its host replaced by the proxy.
+func (p *pgProxy) url(db string) string {
+	u, err := url.Parse(db)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	u.Host = p.ln.Addr().String()
+	return u.String()
+}
+
+// armNext makes the next COMMIT through the proxy fail the given way.
+func (p *pgProxy) armNext(mode string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.arm = mode
+}
+
+// dropped returns what happened at the armed COMMITs so far.
+func (p *pgProxy) dropped() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.drops...)
+}
+
+func (p *pgProxy) take() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.arm
+	p.arm = ""
+	return m
+}
+
+func (p *pgProxy) record(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drops = append(p.drops, s)
+}
+
+// readMsg reads one frame: typed (type byte + length) or, for the startup
+// message, untyped (length only, typ 0).
+func readMsg(r io.Reader, typed bool) (typ byte, frame []byte, err error) {
+	var hdr [5]byte
+	h := hdr[:4]
+	if typed {
+		h = hdr[:5]
+	}
+	if _, err := io.ReadFull(r, h); err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(h[len(h)-4:]))
+	if n < 4 || n > 1<<30 {
+		return 0, nil, fmt.Errorf("pgproxy: bad frame length %d", n)
+	}
+	frame = make([]byte, len(h)+n-4)
+	copy(frame, h)
+	if _, err := io.ReadFull(r, frame[len(h):]); err != nil {
+		return 0, nil, err
+	}
+	if typed {
+		typ = h[0]
+	}
+	return typ, frame, nil
+}
+
+func (p *pgProxy) serve(client net.Conn) {
+	defer client.Close()
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	// Startup: untyped; answer SSL and GSS encryption requests with 'N'.
+	for {
+		_, frame, err := readMsg(client, false)
+		if err != nil {
+			return
+		}
+		if len(frame) == 8 {
+			if code := binary.BigEndian.Uint32(frame[4:]); code == 80877103 || code == 80877104 {
+				if _, err := client.Write([]byte{'N'}); err != nil {
+					return
+				}
+				continue
+			}
+		}
+		if _, err := server.Write(frame); err != nil {
+			return
+		}
+		break
+	}
+	var (
+		swallow   = make(chan struct{}) // closed: drop the server's answers
+		answered  = make(chan string, 1)
+		closeOnce sync.Once
+	)
+	shut := func() { closeOnce.Do(func() { client.Close(); server.Close() }) }
+	go func() { // server -> client
+		defer shut()
+		tag := ""
+		for {
+			typ, frame, err := readMsg(server, true)
+			if err != nil {
+				return
+			}
+			select {
+			case <-swallow:
+				if typ == 'C' {
+					tag = strings.TrimRight(string(frame[5:]), "\x00")
+				}
+				if typ == 'Z' {
+					answered <- tag
+					return
+				}
+				continue
+			default:
+			}
+			if _, err := client.Write(frame); err != nil {
+				return
+			}
+		}
+	}()
+	for { // client -> server
+		typ, frame, err := readMsg(client, true)
+		if err != nil {
+			shut()
+			return
+		}
+		if typ == 'Q' && strings.EqualFold(strings.TrimSpace(strings.TrimRight(string(frame[5:]), "\x00")), "commit") {
+			switch p.take() {
+			case dropBefore:
+				p.record("before: COMMIT not forwarded, connection closed")
+				shut()
+				return
+			case dropAfter:
+				close(swallow)
+				if _, err := server.Write(frame); err != nil {
+					shut()
+					return
+				}
+				select {
+				case tag := <-answered:
+					p.record("after: the server answered " + tag + "; answer dropped, connection closed")
+				case <-time.After(10 * time.Second):
+					p.record("after: no answer from the server")
+				}
+				shut()
+				return
+			}
+		}
+		if _, err := server.Write(frame); err != nil {
+			shut()
+			return
+		}
+	}
+}
+
+// An ambiguous COMMIT: the service cannot know whether it committed. It
+// reconnects, re-reads stream_positions, seeks again, and the result is
+// still exact.
+//
+// Incarnation 1 reaches PostgreSQL through a proxy that breaks the
+// connection at the COMMIT itself: three times after the server committed
+// (the answer is lost) and twice before COMMIT reaches it (rolled back). Each
+// time the service says the outcome is unknown, re-reads the positions and
+// goes on. Incarnations 2 and 3 stop themselves at the before_commit and
+// after_commit crash points while the test terminates their connection with
+// pg_terminate_backend, then continue. A final drain gives exact tables.
+func TestAmbiguousCommit(t *testing.T) {
+	rng := crashSeed(t)
+	ds := auckland2h(t)
+	r := newRig(t, rng, ds, startBroker(t), 60)
+	direct := r.db
+	proxy := startPgProxy(t, "127.0.0.1:5432")
+	r.db = proxy.url(direct) // the service's URL; the checks below go direct
+	p := r.start()
+	r.db = direct
+	r.feed.paced(250 * time.Millisecond)
+	r.waitProgress(p, time.Minute, "before the first broken COMMIT")
+	modes := []string{dropAfter, dropAfter, dropBefore, dropAfter, dropBefore}
+	rng.Shuffle(len(modes), func(i, j int) { modes[i], modes[j] = modes[j], modes[i] })
+	for i, mode := range modes {
+		r.sleepOrExit(p, time.Duration(100+rng.IntN(500))*time.Millisecond, "before arming the proxy")
+		resyncs := strings.Count(p.output(), "COMMIT outcome unknown")
+		proxy.armNext(mode)
+		deadline := time.Now().Add(time.Minute)
+		for len(proxy.dropped()) <= i || strings.Count(p.output(), "COMMIT outcome unknown") == resyncs {
+			r.alive(p, "after an ambiguous COMMIT")
+			if time.Now().After(deadline) {
+				t.Fatalf("COMMIT %d (%s): drops %v; the service did not report an unknown outcome; output:\n%s",
+					i+1, mode, proxy.dropped(), tail(p.output(), 40))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if d := proxy.dropped()[i]; mode == dropAfter && !strings.Contains(d, "answered COMMIT") {
+			t.Fatalf("COMMIT %d: %s", i+1, d)
+		}
+		r.waitProgress(p, time.Minute, fmt.Sprintf("after ambiguous COMMIT %d (%s)", i+1, mode))
+		r.mon.check(t, fmt.Sprintf("after ambiguous COMMIT %d (%s)", i+1, mode))
+	}
+	t.Logf("broken COMMITs: %q", proxy.dropped())
+	r.stopGracefully(p)
+
+	// The connection killed at the boundary, on either side of COMMIT.
+	for _, point := range []string{"before_commit", "after_commit"} {
+		k := 2 + rng.IntN(6)
+		p = r.start(fmt.Sprintf("OVSTREAM_CRASHPOINT=%s:%d", point, k), "OVSTREAM_CRASHPOINT_ACTION=stop")
+		waitCrashpointStop(t, p, point, k)
+		failed := failures(p)
+		if n := terminateBackends(t, r.db); n == 0 {
+			t.Fatalf("%s: no connection of ovstream to terminate", point)
+		}
+		r.signal(p, syscall.SIGCONT)
+		r.waitProgress(p, time.Minute, "after its connection was killed at "+point)
+		if failures(p) == failed {
+			t.Fatalf("%s: the service logged no failed and retried commit after its connection was killed; output:\n%s",
+				point, tail(p.output(), 40))
+		}
+		r.mon.check(t, "after the connection was killed at "+point)
+		r.stopGracefully(p)
+	}
+	r.feed.wait(t, 2*time.Minute)
+	r.finish(0)
+}

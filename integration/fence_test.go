@@ -1,0 +1,169 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// snapshot dumps every table ovstream writes, whole rows with their
+// timestamps (updated_at, heartbeat_at, created_at): any write shows.
+func snapshot(t *testing.T, db string) map[string][]string {
+	t.Helper()
+	s := map[string][]string{}
+	for _, table := range []string{"pipelines", "stream_positions", "delay_aggregates", "vehicle_latest",
+		"trip_delay_latest", "dead_letters"} {
+		s[table] = dump(t, db, fmt.Sprintf("SELECT t::text FROM %s t", table))
+	}
+	return s
+}
+
+// sameSnapshot fails the test unless a and b hold the same rows, table by
+// table, leaving out the tables in except.
+func sameSnapshot(t *testing.T, what string, a, b map[string][]string, except ...string) {
+	t.Helper()
+	for table, rows := range a {
+		skip := false
+		for _, e := range except {
+			skip = skip || e == table
+		}
+		if !skip {
+			sameRows(t, what+": "+table, rows, b[table])
+		}
+	}
+}
+
+// waitCrashpointStop waits until p stopped itself at its crash point (stop action).
+func waitCrashpointStop(t *testing.T, p *proc, point string, n int) {
+	t.Helper()
+	want := fmt.Sprintf("crashpoint: %s reached %d time(s): SIGSTOP", point, n)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(p.output(), want) {
+		select {
+		case <-p.done:
+			t.Fatalf("ovstream exited (%v) before %q; output:\n%s", p.err, want, tail(p.output(), 40))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within a minute; output:\n%s", want, tail(p.output(), 40))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitStopped(t, p)
+}
+
+// waitFenced waits for p to exit and requires exit code 3 and the message
+// that it was fenced.
+func waitFenced(t *testing.T, p *proc) {
+	t.Helper()
+	if code := p.wait(t, time.Minute); code != 3 {
+		t.Fatalf("the fenced instance exited %d, want 3; output:\n%s", code, tail(p.output(), 40))
+	}
+	if out := p.output(); !strings.Contains(out, "fenced: another instance claimed the pipeline") {
+		t.Fatalf("the fenced instance did not say it was fenced; output:\n%s", tail(out, 40))
+	}
+}
+
+// G6: a fenced instance writes nothing after the new owner's claim.
+//
+// Phase 1, a zombie with work to write: instance A stops itself (SIGSTOP)
+// at its N-th consumed record, with records consumed since its last commit.
+// Instance B of the same pipeline claims it and dies before its first commit
+// (crash point before_begin:1), so the tables after the claim are known.
+// Then A continues: its next commit is refused, A exits with code 3 saying it
+// was fenced, and every table, timestamps included, is exactly as it was
+// after B's claim, although A held consumed offsets that were not stored.
+//
+// Phase 2, a commit in flight during the claim: A stops itself inside its
+// commit transaction (mid_commit, after the fencing UPDATE). B's claim waits
+// on that row lock; once A continues, A's transaction commits first, then B's
+// claim; B stops itself before its first commit. A's next commit is refused
+// (exit 3) and nothing changes after B's claim.
+//
+// Then an instance runs normally and a final drain gives the exact tables.
+func TestFencing(t *testing.T) {
+	rng := crashSeed(t)
+	ds := auckland2h(t)
+	addr := startBroker(t)
+	r := newRig(t, rng, ds, addr, 40)
+
+	// Phase 1.
+	r.feed.step()
+	first := 0
+	for _, off := range highWaterMarks(t, addr) {
+		first += int(off)
+	}
+	n := first + 100 + rng.IntN(400)
+	a := r.start(fmt.Sprintf("OVSTREAM_CRASHPOINT=after_consume:%d", n), "OVSTREAM_CRASHPOINT_ACTION=stop")
+	r.waitConsumedTo(a, highWaterMarks(t, addr), time.Minute, "before the claim") // A committed the first chunk
+	r.feed.step()                                                                 // A stops at its n-th record
+	waitCrashpointStop(t, a, "after_consume", n)
+	before := snapshot(t, r.db)
+	var storedConsumed int64
+	for _, off := range r.storedConsumed() {
+		storedConsumed += off
+	}
+	if storedConsumed >= int64(n) {
+		t.Fatalf("A consumed %d records but stored consumed offsets sum to %d: it has nothing unwritten, the test proves nothing", n, storedConsumed)
+	}
+	b := r.start("OVSTREAM_CRASHPOINT=before_begin:1")
+	if code := b.wait(t, time.Minute); code != -1 || !strings.Contains(b.output(), "crashpoint: before_begin reached 1 time(s): SIGKILL") {
+		t.Fatalf("B: exit %d, want SIGKILL at before_begin:1; output:\n%s", code, tail(b.output(), 40))
+	}
+	claimed := snapshot(t, r.db)
+	sameSnapshot(t, "B's claim changed more than pipelines", before, claimed, "pipelines")
+	if got := scalar[int64](t, r.db, `SELECT epoch FROM pipelines`); got != 2 {
+		t.Fatalf("epoch %d after B's claim, want 2", got)
+	}
+	r.signal(a, syscall.SIGCONT)
+	waitFenced(t, a)
+	sameSnapshot(t, "A (fenced) wrote after B's claim", claimed, snapshot(t, r.db))
+	r.mon.check(t, "after phase 1")
+	t.Logf("phase 1: A held %d consumed records, %d stored; fenced with nothing written", n, storedConsumed)
+
+	// Phase 2.
+	r.feed.paced(250 * time.Millisecond)
+	k := 3 + rng.IntN(5)
+	a = r.start(fmt.Sprintf("OVSTREAM_CRASHPOINT=mid_commit:%d", k), "OVSTREAM_CRASHPOINT_ACTION=stop")
+	waitCrashpointStop(t, a, "mid_commit", k)
+	inFlight := snapshot(t, r.db)
+	b = r.start("OVSTREAM_CRASHPOINT=before_begin:1", "OVSTREAM_CRASHPOINT_ACTION=stop")
+	deadline := time.Now().Add(time.Minute)
+	for scalar[int64](t, r.db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND application_name = 'ovstream' AND wait_event_type = 'Lock'`) == 0 {
+		r.alive(b, "while its claim waits")
+		if time.Now().After(deadline) {
+			t.Fatalf("B's claim is not waiting on A's transaction; B output:\n%s", tail(b.output(), 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := scalar[int64](t, r.db, `SELECT epoch FROM pipelines`); got != 3 {
+		t.Fatalf("epoch %d while B's claim waits, want 3 (A's)", got)
+	}
+	r.signal(a, syscall.SIGCONT) // A's commit completes, then B's claim
+	waitCrashpointStop(t, b, "before_begin", 1)
+	claimed = snapshot(t, r.db)
+	if got := scalar[int64](t, r.db, `SELECT epoch FROM pipelines`); got != 4 {
+		t.Fatalf("epoch %d after B's claim, want 4", got)
+	}
+	if fmt.Sprint(claimed["stream_positions"]) == fmt.Sprint(inFlight["stream_positions"]) {
+		t.Fatal("A's commit in flight during the claim did not land before it")
+	}
+	waitFenced(t, a)
+	sameSnapshot(t, "A (fenced, phase 2) wrote after B's claim", claimed, snapshot(t, r.db))
+	b.kill()
+	r.killed("B stopped before its first commit")
+	r.mon.check(t, "after phase 2")
+
+	// The pipeline goes on, exactly.
+	c := r.start()
+	r.waitProgress(c, time.Minute, "after the fencing")
+	r.feed.wait(t, 2*time.Minute)
+	r.waitCommits(c, 2, time.Minute, "after the feed ended")
+	r.stopGracefully(c)
+	r.finish(0)
+}
