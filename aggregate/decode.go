@@ -57,10 +57,12 @@ const (
 // returned as a *DecodeError, e.g. "delay_s: not a finite number". It never
 // panics, whatever the input.
 func DecodePrediction(value []byte) (Prediction, error) {
-	obj, err := decodeObject(value, predictionFields)
-	if err != nil {
+	var m members
+	if err := decodeObjectInto(value, predictionFields, &m); err != nil {
 		return Prediction{}, err
 	}
+	obj := &m
+	var err error
 	var p Prediction
 	if p.TripID, err = requiredString(obj, "trip_id"); err != nil {
 		return Prediction{}, err
@@ -112,10 +114,12 @@ func DecodePrediction(value []byte) (Prediction, error) {
 // second, >= 0) are optional, null or missing meaning absent, a wrong type
 // being an error. Other rules and errors are those of DecodePrediction.
 func DecodePosition(value []byte) (Position, error) {
-	obj, err := decodeObject(value, positionFields)
-	if err != nil {
+	var m members
+	if err := decodeObjectInto(value, positionFields, &m); err != nil {
 		return Position{}, err
 	}
+	obj := &m
+	var err error
 	var p Position
 	if p.VehicleID, err = requiredString(obj, "vehicle_id"); err != nil {
 		return Position{}, err
@@ -180,12 +184,18 @@ var (
 type members struct {
 	names []string
 	raw   [9][]byte // raw[i] is the value of names[i]; nil when absent
+	next  int       // get's guess: the decoders ask for the fields in the order of names
 }
 
 // get returns the raw JSON value of field, nil when absent.
 func (m *members) get(field string) json.RawMessage {
+	if i := m.next; i < len(m.names) && m.names[i] == field {
+		m.next++
+		return m.raw[i]
+	}
 	for i, n := range m.names {
 		if n == field {
+			m.next = i + 1
 			return m.raw[i]
 		}
 	}
@@ -197,50 +207,66 @@ func (m *members) get(field string) json.RawMessage {
 // names match exactly (encoding/json's struct decoding would also match
 // "Trip_ID"); of duplicate members the last wins, as with encoding/json.
 func decodeObject(value []byte, names []string) (*members, error) {
-	if !utf8.Valid(value) {
-		return nil, &DecodeError{Reason: ReasonInvalidUTF8}
+	m := &members{}
+	if err := decodeObjectInto(value, names, m); err != nil {
+		return nil, err
 	}
+	return m, nil
+}
+
+// decodeObjectInto is decodeObject filling m, which the caller may keep on
+// its stack. Valid objects, the normal case, take one pass (scanObject); the
+// rest, and anything scanObject is unsure of, the slow path below, which
+// words the error.
+func decodeObjectInto(value []byte, names []string, m *members) error {
+	*m = members{names: names}
+	if !utf8.Valid(value) {
+		return &DecodeError{Reason: ReasonInvalidUTF8}
+	}
+	if scanObject(value, m) {
+		return nil
+	}
+	*m = members{names: names}
 	i := skipSpace(value, 0)
 	if i == len(value) {
-		return nil, &DecodeError{Reason: ReasonNotObject}
+		return &DecodeError{Reason: ReasonNotObject}
 	}
 	if !json.Valid(value) {
 		var raw json.RawMessage
 		err := json.Unmarshal(value, &raw)
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) {
-			return nil, syntaxError(value, syn)
+			return syntaxError(value, syn)
 		}
-		return nil, &DecodeError{Reason: "invalid JSON"}
+		return &DecodeError{Reason: "invalid JSON"}
 	}
 	if value[i] != '{' {
-		return nil, &DecodeError{Reason: ReasonNotObject}
+		return &DecodeError{Reason: ReasonNotObject}
 	}
-	m := &members{names: names}
 	// value is valid JSON from here on; the bounds checks only make sure that a
 	// mistake in this scanner cannot panic.
 	i++
 	for {
 		i = skipSpace(value, i)
 		if i >= len(value) || value[i] == '}' {
-			return m, nil
+			return nil
 		}
 		if value[i] == ',' {
 			i = skipSpace(value, i+1)
 		}
 		keyEnd := endOfValue(value, i)
 		if keyEnd < 0 || value[i] != '"' {
-			return nil, &DecodeError{Reason: "invalid JSON"}
+			return &DecodeError{Reason: "invalid JSON"}
 		}
 		key := value[i:keyEnd]
 		i = skipSpace(value, keyEnd)
 		if i >= len(value) || value[i] != ':' {
-			return nil, &DecodeError{Reason: "invalid JSON"}
+			return &DecodeError{Reason: "invalid JSON"}
 		}
 		i = skipSpace(value, i+1)
 		end := endOfValue(value, i)
 		if end < 0 {
-			return nil, &DecodeError{Reason: "invalid JSON"}
+			return &DecodeError{Reason: "invalid JSON"}
 		}
 		if idx := m.index(key); idx >= 0 {
 			m.raw[idx] = value[i:end]
@@ -396,6 +422,9 @@ func optionalNumber(obj *members, field string) (float64, bool, error) {
 	if !isNumber(raw) {
 		return 0, false, &DecodeError{Field: field, Reason: ReasonNotNumber}
 	}
+	if n, ok := smallInt(raw); ok {
+		return float64(n), true, nil // exact: |n| < 10^15 < 2^53
+	}
 	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		// The JSON grammar already held, so the only failure is overflow.
@@ -413,6 +442,9 @@ func optionalInteger(obj *members, field string) (int64, bool, error) {
 	}
 	if !isNumber(raw) {
 		return 0, false, &DecodeError{Field: field, Reason: ReasonNotNumber}
+	}
+	if n, ok := smallInt(raw); ok {
+		return n, true, nil
 	}
 	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
 		return n, true, nil

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -9,27 +10,37 @@ import (
 // count, arithmetic mean, exact quantiles, min, max and the operator.
 //
 // It keeps value -> count, so its memory grows with the distinct delay values,
-// not with the number of events (delays are whole seconds in practice). The
-// zero value is an empty Stats ready to use. It is not safe for concurrent use.
+// not with the number of events (delays are whole seconds in practice). Most
+// rows of real data hold one to a few distinct values (a station sees one or
+// two predictions per window), so the first smallValues are kept inline,
+// sorted, without a map; a map takes over beyond that. The zero value is an
+// empty Stats ready to use. It is not safe for concurrent use.
 type Stats struct {
-	counts     map[float64]int64
 	n          int64
 	sum        float64
 	min, max   float64
 	operator   string
 	multipleOp bool
+	nSmall     uint8                   // values in small, when counts is nil
+	small      [smallValues]valueCount // sorted by value
+	counts     map[float64]int64       // every value, once more than smallValues are distinct
+}
+
+// smallValues is how many distinct values a Stats holds without a map.
+const smallValues = 4
+
+type valueCount struct {
+	v float64
+	n int64
 }
 
 // Add counts one delay (seconds, finite; the decoder guarantees it) of an event
 // of the given operator.
 func (s *Stats) Add(delay float64, operator string) {
-	if s.counts == nil {
-		s.counts = make(map[float64]int64)
-	}
 	if delay == 0 {
 		delay = 0 // one key for -0 and +0, which compare equal
 	}
-	s.counts[delay]++
+	s.addValue(delay)
 	if s.n == 0 {
 		s.min, s.max, s.operator = delay, delay, operator
 	} else {
@@ -43,11 +54,44 @@ func (s *Stats) Add(delay float64, operator string) {
 	s.sum += delay
 }
 
+func (s *Stats) addValue(v float64) {
+	if s.counts != nil {
+		s.counts[v]++
+		return
+	}
+	k := int(s.nSmall)
+	i := 0
+	for i < k && s.small[i].v < v {
+		i++
+	}
+	if i < k && s.small[i].v == v {
+		s.small[i].n++
+		return
+	}
+	if k < smallValues {
+		copy(s.small[i+1:k+1], s.small[i:k])
+		s.small[i] = valueCount{v, 1}
+		s.nSmall++
+		return
+	}
+	s.counts = make(map[float64]int64, 2*smallValues)
+	for _, vc := range s.small[:k] {
+		s.counts[vc.v] = vc.n
+	}
+	s.counts[v]++
+	s.nSmall = 0
+}
+
 // Count returns the number of delays added.
 func (s *Stats) Count() int64 { return s.n }
 
 // Distinct returns the number of distinct delay values held.
-func (s *Stats) Distinct() int { return len(s.counts) }
+func (s *Stats) Distinct() int {
+	if s.counts != nil {
+		return len(s.counts)
+	}
+	return int(s.nSmall)
+}
 
 // Mean returns the arithmetic mean in seconds: the float64 sum, in insertion
 // order, divided by the count, which is how PostgreSQL's avg(float8) computes
@@ -106,22 +150,25 @@ func (s *Stats) Quantile(p float64) float64 {
 	lo := int64(first)
 	hi := int64(math.Ceil(pos))
 
-	keys := make([]float64, 0, len(s.counts))
-	for v := range s.counts {
-		keys = append(keys, v)
+	sorted := s.small[:s.nSmall]
+	if s.counts != nil {
+		sorted = make([]valueCount, 0, len(s.counts))
+		for v, n := range s.counts {
+			sorted = append(sorted, valueCount{v, n})
+		}
+		slices.SortFunc(sorted, func(a, b valueCount) int { return cmp.Compare(a.v, b.v) })
 	}
-	slices.Sort(keys)
 
 	var loV, hiV float64
 	var seen int64 // number of values before the current key
 	found := false
-	for _, v := range keys {
-		next := seen + s.counts[v]
+	for _, vc := range sorted {
+		next := seen + vc.n
 		if !found && lo < next {
-			loV, found = v, true
+			loV, found = vc.v, true
 		}
 		if hi < next {
-			hiV = v
+			hiV = vc.v
 			break
 		}
 		seen = next

@@ -1,14 +1,13 @@
 package aggregate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"time"
 )
 
 // Windower holds the open tumbling windows of one size: window start ->
-// (dimension, dimension_id) -> *Stats. Each prediction counts in four rows
+// dimension -> dimension_id -> Stats. Each prediction counts in four rows
 // (DimLine, DimStation, DimOperator, DimNetwork).
 //
 // Closing is two-step so that a failed commit loses nothing: Closed returns the
@@ -18,6 +17,8 @@ import (
 type Windower struct {
 	size    time.Duration
 	windows map[windowKey]*window
+	last    *window        // the window of the previous Add: consecutive events mostly share it
+	hint    [len(dims)]int // rows per dimension of the last window dropped
 }
 
 // windowKey identifies a window by its UTC start, without a time.Location.
@@ -26,13 +27,44 @@ type windowKey struct {
 	nsec int32
 }
 
-type rowKey struct {
-	dim, id string
-}
+// dims lists the dimensions in the order of Closed's rows (by name).
+var dims = [...]string{DimLine, DimNetwork, DimOperator, DimStation}
+
+const (
+	dimLine = iota
+	dimNetwork
+	dimOperator
+	dimStation
+)
 
 type window struct {
 	start time.Time
-	rows  map[rowKey]*Stats
+	key   windowKey
+	rows  [len(dims)]map[string]*Stats // per dimension: dimension_id -> Stats
+	slab  []Stats                      // Stats are allocated from here, a chunk at a time
+}
+
+// stats returns the Stats of (dim, id), creating it.
+func (win *window) stats(dim int, id string) *Stats {
+	m := win.rows[dim]
+	if st := m[id]; st != nil {
+		return st
+	}
+	if len(win.slab) == 0 {
+		win.slab = make([]Stats, 32)
+	}
+	st := &win.slab[0]
+	win.slab = win.slab[1:]
+	m[id] = st
+	return st
+}
+
+func (win *window) rowCount() int {
+	n := 0
+	for _, m := range win.rows {
+		n += len(m)
+	}
+	return n
 }
 
 // NewWindower returns an empty Windower of windows of the given size (e.g.
@@ -53,24 +85,23 @@ func (w *Windower) Size() time.Duration { return w.size }
 func (w *Windower) Add(p Prediction) (windowStart time.Time) {
 	start := WindowStart(p.EventTime, w.size)
 	k := windowKey{start.Unix(), int32(start.Nanosecond())}
-	win := w.windows[k]
-	if win == nil {
-		win = &window{start: start, rows: make(map[rowKey]*Stats, 4)}
-		w.windows[k] = win
-	}
-	for _, rk := range [4]rowKey{
-		{DimLine, p.Line},
-		{DimStation, p.StopID},
-		{DimOperator, p.Operator},
-		{DimNetwork, NetworkID},
-	} {
-		st := win.rows[rk]
-		if st == nil {
-			st = new(Stats)
-			win.rows[rk] = st
+	win := w.last
+	if win == nil || win.key != k {
+		win = w.windows[k]
+		if win == nil {
+			win = &window{start: start, key: k}
+			for i := range win.rows {
+				// Sized like the last window that closed: no rehashing as it fills.
+				win.rows[i] = make(map[string]*Stats, w.hint[i])
+			}
+			w.windows[k] = win
 		}
-		st.Add(p.DelayS, p.Operator)
+		w.last = win
 	}
+	win.stats(dimLine, p.Line).Add(p.DelayS, p.Operator)
+	win.stats(dimStation, p.StopID).Add(p.DelayS, p.Operator)
+	win.stats(dimOperator, p.Operator).Add(p.DelayS, p.Operator)
+	win.stats(dimNetwork, NetworkID).Add(p.DelayS, p.Operator)
 	return start
 }
 
@@ -86,36 +117,45 @@ func (w *Windower) closed(start, watermark time.Time) bool {
 // commit that fails can be retried with the same rows. Statistics are in
 // seconds, times in UTC.
 func (w *Windower) Closed(watermark time.Time) []Row {
-	var rows []Row
+	var wins []*window
+	n := 0
 	for _, win := range w.windows {
-		if !w.closed(win.start, watermark) {
-			continue
-		}
-		end := win.start.Add(w.size)
-		for rk, st := range win.rows {
-			rows = append(rows, Row{
-				WindowStart: win.start,
-				WindowEnd:   end,
-				Dimension:   rk.dim,
-				DimensionID: rk.id,
-				Operator:    st.Operator(),
-				Count:       st.Count(),
-				Mean:        st.Mean(),
-				P90:         st.P90(),
-				Min:         st.Min(),
-				Max:         st.Max(),
-			})
+		if w.closed(win.start, watermark) {
+			wins = append(wins, win)
+			n += win.rowCount()
 		}
 	}
-	slices.SortFunc(rows, func(a, b Row) int {
-		if c := a.WindowStart.Compare(b.WindowStart); c != 0 {
-			return c
+	if n == 0 {
+		return nil
+	}
+	slices.SortFunc(wins, func(a, b *window) int { return a.start.Compare(b.start) })
+	rows := make([]Row, 0, n)
+	var ids []string
+	for _, win := range wins {
+		end := win.start.Add(w.size)
+		for d, m := range win.rows {
+			ids = ids[:0]
+			for id := range m {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			for _, id := range ids {
+				st := m[id]
+				rows = append(rows, Row{
+					WindowStart: win.start,
+					WindowEnd:   end,
+					Dimension:   dims[d],
+					DimensionID: id,
+					Operator:    st.Operator(),
+					Count:       st.Count(),
+					Mean:        st.Mean(),
+					P90:         st.P90(),
+					Min:         st.Min(),
+					Max:         st.Max(),
+				})
+			}
 		}
-		if c := cmp.Compare(a.Dimension, b.Dimension); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.DimensionID, b.DimensionID)
-	})
+	}
 	return rows
 }
 
@@ -126,6 +166,12 @@ func (w *Windower) Drop(watermark time.Time) int {
 	for k, win := range w.windows {
 		if w.closed(win.start, watermark) {
 			delete(w.windows, k)
+			for i, m := range win.rows {
+				w.hint[i] = len(m)
+			}
+			if w.last == win {
+				w.last = nil
+			}
 			n++
 		}
 	}
@@ -139,7 +185,7 @@ func (w *Windower) OpenWindows() int { return len(w.windows) }
 func (w *Windower) OpenRows() int {
 	n := 0
 	for _, win := range w.windows {
-		n += len(win.rows)
+		n += win.rowCount()
 	}
 	return n
 }

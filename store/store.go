@@ -272,18 +272,64 @@ CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
     delay_s double precision, observed_at timestamptz, kafka_partition integer, kafka_offset bigint
 ) ON COMMIT DELETE ROWS;`
 
+// windowColumns are the delay_aggregates columns a commit writes, in the
+// order of appendWindow; updated_at takes its default, now().
+const windowColumns = "window_start, window_end, dimension, dimension_id, operator, " +
+	"event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s"
+
+// appendWindow appends rows[i] as one binary COPY tuple of windowColumns.
+func appendWindow(rows []aggregate.Row) func(b []byte, i int) []byte {
+	return func(b []byte, i int) []byte {
+		r := &rows[i]
+		b = appendFieldCount(b, 10)
+		b = appendTimestamptz(b, r.WindowStart)
+		b = appendTimestamptz(b, r.WindowEnd)
+		b = appendText(b, r.Dimension)
+		b = appendText(b, r.DimensionID)
+		b = appendNullText(b, r.Operator)
+		b = appendInt8(b, r.Count)
+		b = appendFloat8(b, within(r.Mean, r.Min, r.Max))
+		b = appendFloat8(b, within(r.P90, r.Min, r.Max))
+		b = appendFloat8(b, r.Min)
+		b = appendFloat8(b, r.Max)
+		return b
+	}
+}
+
+// upsertWindows writes the finalized windows, replacing rows that exist.
+//
+// A window is finalized once (its later events are late), so its rows are
+// new in the normal case: they are COPied straight into delay_aggregates,
+// inside a savepoint. When a row exists already (a replay after an ambiguous
+// COMMIT, a batch committed twice) or the batch holds one key twice, the COPY
+// fails with unique_violation (23505): the savepoint is rolled back and the
+// rows go through a temporary table and INSERT ... ON CONFLICT DO UPDATE
+// (replace, never add). Both paths store the same rows.
 func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_windows"},
-		[]string{"window_start", "window_end", "dimension", "dimension_id", "operator",
-			"event_count", "mean_delay_s", "p90_delay_s", "min_delay_s", "max_delay_s"},
-		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			r := &rows[i]
-			return []any{r.WindowStart.UTC(), r.WindowEnd.UTC(), r.Dimension, r.DimensionID, nullString(r.Operator),
-				r.Count, within(r.Mean, r.Min, r.Max), within(r.P90, r.Min, r.Max), r.Min, r.Max}, nil
-		}))
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(rows)),
+		"COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	if err == nil {
+		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		return fmt.Errorf("copy: %w", err)
+	}
+	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(rows)),
+		"COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}

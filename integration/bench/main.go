@@ -25,6 +25,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +61,7 @@ type options struct {
 	goBench       bool
 	keep          bool
 	logFile       string
+	repeat        int
 }
 
 func main() {
@@ -78,6 +81,7 @@ func main() {
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
+	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a), (b), (c) on the data produced once; the median trial is reported")
 	flag.Parse()
 	if scale != "" {
 		for _, s := range strings.Split(scale, ",") {
@@ -157,37 +161,52 @@ func run(o options) error {
 	if len(results) > 1 {
 		printScaling(os.Stdout, results)
 	}
-	fmt.Printf("ratio=%.2f\n", results[len(results)-1].ratio())
+	fmt.Printf("ratio=%.2f\n", results[len(results)-1].median().ratio())
 	return nil
 }
 
-// measurement is one full run at one size.
+// measurement is everything measured at one size: the data produced once,
+// then one or more trials of (a), (b), (c) on it.
 type measurement struct {
 	label                  string
 	predictions, positions int
 	messages               int64
 	bytes                  int64
 	produce                time.Duration
-	read                   time.Duration
-	readMsgs               int64
-	readBusy               float64
-	run                    *runResult
-	runBusy                float64
-	brokerCPURun           time.Duration
 	brokerRSS              int64
-	write                  time.Duration
-	writeRows              int64
-	writeBusy              float64
-	tableRows              map[string]int
+	trials                 []*trial
 	allocs                 string
 }
 
-func (m *measurement) ratio() float64 {
-	return (m.read + m.write).Seconds() / m.run.elapsed.Seconds()
+// trial is one (a), (b), (c) sequence.
+type trial struct {
+	read      time.Duration
+	readMsgs  int64
+	readBusy  float64
+	readLoad  string
+	run       *runResult
+	runBusy   float64
+	runLoad   string
+	brokerCPU time.Duration
+	write     time.Duration
+	writeRows int64
+	writeBusy float64
+	writeCPU  time.Duration // the bench's own CPU time (the CopyFrom client)
+	tableRows map[string]int
+}
+
+func (t *trial) ratio() float64 { return (t.read + t.write).Seconds() / t.run.elapsed.Seconds() }
+
+// median returns the trial whose ratio is the median (the lower middle one
+// for an even count).
+func (m *measurement) median() *trial {
+	ts := slices.Clone(m.trials)
+	slices.SortFunc(ts, func(a, b *trial) int { return cmp.Compare(a.ratio(), b.ratio()) })
+	return ts[(len(ts)-1)/2]
 }
 
 func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer) (*measurement, error) {
-	m := &measurement{predictions: n, tableRows: map[string]int{}}
+	m := &measurement{predictions: n}
 	b, err := startBroker(o.bin, topics)
 	if err != nil {
 		return nil, err
@@ -205,105 +224,129 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 	m.positions = g.positions
 	m.messages = int64(counts.Produced(predTopic) + counts.Produced(posTopic))
 	m.bytes = g.bytes
+	m.brokerRSS = b.rss()
 	logf("produced %d messages (%d predictions, %d positions, %.0f MB JSON) in %v; broker RSS %d MB",
 		m.messages, counts.Produced(predTopic), counts.Produced(posTopic), float64(m.bytes)/1e6,
-		m.produce.Round(time.Millisecond), b.rss()>>20)
+		m.produce.Round(time.Millisecond), m.brokerRSS>>20)
 
-	// (a) T_read
-	c0 := sampleCPU()
-	m.readMsgs, m.read, err = readAll(b.addr, []string{predTopic, posTopic})
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	m.readBusy = busy(c0, sampleCPU())
-	if m.readMsgs != m.messages {
-		return nil, fmt.Errorf("read %d messages, produced %d", m.readMsgs, m.messages)
-	}
-	logf("T_read %v", m.read.Round(time.Millisecond))
-
-	// (b) T_ovstream
 	dbs := &databases{admin: o.adminURL}
 	if !o.keep {
 		defer dbs.dropAll(context.Background())
 	}
-	tag := fmt.Sprintf("%d_%d", os.Getpid(), n)
-	runDB, err := dbs.fresh(ctx, "ovsbench_run_"+tag)
-	if err != nil {
-		return nil, fmt.Errorf("fresh database: %w", err)
-	}
-	c0 = sampleCPU()
-	bc0 := b.cpu()
-	m.run, err = runOvstream(o.bin, runDB, b.addr, o.runArgs, o.wrap, logTo)
-	if err != nil {
-		return nil, err
-	}
-	m.runBusy = busy(c0, sampleCPU())
-	m.brokerCPURun = b.cpu() - bc0
-	m.brokerRSS = b.rss()
-	logf("T_ovstream %v, peak RSS %d MB, %d commits", m.run.elapsed.Round(time.Millisecond), m.run.maxRSS>>20, len(m.run.commits))
+	for i := range o.repeat {
+		t := &trial{tableRows: map[string]int{}}
+		// (a) T_read
+		t.readLoad = loadavg()
+		c0 := sampleCPU()
+		t.readMsgs, t.read, err = readAll(b.addr, []string{predTopic, posTopic})
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		t.readBusy = busy(c0, sampleCPU())
+		if t.readMsgs != m.messages {
+			return nil, fmt.Errorf("read %d messages, produced %d", t.readMsgs, m.messages)
+		}
+		logf("T_read %v", t.read.Round(time.Millisecond))
 
-	// (c) T_write
-	tables, err := readTables(ctx, runDB)
-	if err != nil {
-		return nil, fmt.Errorf("read results: %w", err)
+		// (b) T_ovstream
+		tag := fmt.Sprintf("%d_%d_%d", os.Getpid(), n, i)
+		runDB, err := dbs.fresh(ctx, "ovsbench_run_"+tag)
+		if err != nil {
+			return nil, fmt.Errorf("fresh database: %w", err)
+		}
+		t.runLoad = loadavg()
+		c0 = sampleCPU()
+		bc0 := b.cpu()
+		t.run, err = runOvstream(o.bin, runDB, b.addr, o.runArgs, o.wrap, logTo)
+		if err != nil {
+			return nil, err
+		}
+		t.runBusy = busy(c0, sampleCPU())
+		t.brokerCPU = b.cpu() - bc0
+		logf("T_ovstream %v, peak RSS %d MB, %d commits", t.run.elapsed.Round(time.Millisecond), t.run.maxRSS>>20, len(t.run.commits))
+
+		// (c) T_write
+		tables, err := readTables(ctx, runDB)
+		if err != nil {
+			return nil, fmt.Errorf("read results: %w", err)
+		}
+		for _, tb := range tables {
+			t.tableRows[tb.name] = len(tb.rows)
+		}
+		copyDB, err := dbs.fresh(ctx, "ovsbench_copy_"+tag)
+		if err != nil {
+			return nil, fmt.Errorf("fresh database: %w", err)
+		}
+		runtime.GC()
+		c0 = sampleCPU()
+		self0 := selfCPU()
+		t.writeRows, t.write, err = writeAll(ctx, copyDB, tables)
+		if err != nil {
+			return nil, fmt.Errorf("write: %w", err)
+		}
+		t.writeCPU = selfCPU() - self0
+		t.writeBusy = busy(c0, sampleCPU())
+		logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
+		tables = nil
+		if !o.keep {
+			dbs.dropAll(ctx)
+		}
+		m.trials = append(m.trials, t)
+		logf("trial %d: ratio %.2f", i+1, t.ratio())
 	}
-	for _, t := range tables {
-		m.tableRows[t.name] = len(t.rows)
-	}
-	copyDB, err := dbs.fresh(ctx, "ovsbench_copy_"+tag)
-	if err != nil {
-		return nil, fmt.Errorf("fresh database: %w", err)
-	}
-	c0 = sampleCPU()
-	m.writeRows, m.write, err = writeAll(ctx, copyDB, tables)
-	if err != nil {
-		return nil, fmt.Errorf("write: %w", err)
-	}
-	m.writeBusy = busy(c0, sampleCPU())
-	logf("T_write %v (%d rows)", m.write.Round(time.Millisecond), m.writeRows)
 	return m, nil
 }
 
 func (m *measurement) print(w io.Writer) {
-	r := m.run
+	t := m.median()
+	r := t.run
 	label := ""
 	if m.label != "" {
 		label = " [" + m.label + "]"
 	}
 	fmt.Fprintf(w, "\novstream bench%s: %d predictions + %d positions = %d messages (%.0f MB JSON), partitions 6+3, lz4; %d CPUs, %s\n",
 		label, m.predictions, m.positions, m.messages, float64(m.bytes)/1e6, runtime.NumCPU(), runtime.Version())
-	fmt.Fprintf(w, "produce (not timed in R): %v, %.0f msgs/s\n", m.produce.Round(time.Millisecond), rate(m.messages, m.produce))
-	fmt.Fprintf(w, "%-14s %10s %12s %12s %9s  %s\n", "phase", "seconds", "msgs/s", "rows/s", "CPU busy", "notes")
-	fmt.Fprintf(w, "%-14s %10.2f %12.0f %12s %8.0f%%  %d messages counted\n", "(a) T_read", m.read.Seconds(),
-		rate(m.readMsgs, m.read), "-", 100*m.readBusy, m.readMsgs)
-	fmt.Fprintf(w, "%-14s %10.2f %12.0f %12.0f %8.0f%%  peak RSS %d MB; commits %d, p50 %v, p99 %v; CPU user %.1fs sys %.1fs; broker CPU %.1fs\n",
-		"(b) T_ovstream", r.elapsed.Seconds(), rate(m.messages, r.elapsed), rate(m.writeRows, r.elapsed), 100*m.runBusy,
+	fmt.Fprintf(w, "produce (not timed in R): %v, %.0f msgs/s; broker RSS after produce %d MB\n",
+		m.produce.Round(time.Millisecond), rate(m.messages, m.produce), m.brokerRSS>>20)
+	if len(m.trials) > 1 {
+		fmt.Fprintf(w, "%d trials on the same data; the table shows the median trial (by ratio); all ratios:", len(m.trials))
+		for _, t := range m.trials {
+			fmt.Fprintf(w, " %.2f", t.ratio())
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%-14s %8s %11s %11s %8s %-14s %s\n", "phase", "seconds", "msgs/s", "rows/s", "CPU busy", "load 1/5/15", "notes")
+	fmt.Fprintf(w, "%-14s %8.2f %11.0f %11s %7.0f%% %-14s %d messages counted\n", "(a) T_read", t.read.Seconds(),
+		rate(t.readMsgs, t.read), "-", 100*t.readBusy, t.readLoad, t.readMsgs)
+	fmt.Fprintf(w, "%-14s %8.2f %11.0f %11.0f %7.0f%% %-14s peak RSS %d MB; commits %d, p50 %v, p99 %v; CPU user %.1fs sys %.1fs; broker CPU %.1fs\n",
+		"(b) T_ovstream", r.elapsed.Seconds(), rate(m.messages, r.elapsed), rate(t.writeRows, r.elapsed), 100*t.runBusy, t.runLoad,
 		r.maxRSS>>20, len(r.commits), percentile(r.commits, 0.5).Round(time.Millisecond),
-		percentile(r.commits, 0.99).Round(time.Millisecond), r.userCPU.Seconds(), r.sysCPU.Seconds(), m.brokerCPURun.Seconds())
-	fmt.Fprintf(w, "%-14s %10.2f %12s %12.0f %8.0f%%  %d rows: %s\n", "(c) T_write", m.write.Seconds(), "-",
-		rate(m.writeRows, m.write), 100*m.writeBusy, m.writeRows, m.tableSummary())
+		percentile(r.commits, 0.99).Round(time.Millisecond), r.userCPU.Seconds(), r.sysCPU.Seconds(), t.brokerCPU.Seconds())
+	fmt.Fprintf(w, "%-14s %8.2f %11s %11.0f %7.0f%% %-14s %d rows (%s); client CPU %.1fs\n", "(c) T_write", t.write.Seconds(), "-",
+		rate(t.writeRows, t.write), 100*t.writeBusy, "", t.writeRows, t.tableSummary(), t.writeCPU.Seconds())
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
-		float64(m.writeRows)/float64(m.messages), float64(m.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
+		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
 	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)
 	fmt.Fprintf(w, "T_read + T_write = %.2fs; T_ovstream = %.2fs; ratio %.2f\n",
-		(m.read + m.write).Seconds(), r.elapsed.Seconds(), m.ratio())
+		(t.read + t.write).Seconds(), r.elapsed.Seconds(), t.ratio())
 }
 
-func (m *measurement) tableSummary() string {
+func (t *trial) tableSummary() string {
 	var parts []string
-	for _, t := range resultTables {
-		parts = append(parts, fmt.Sprintf("%s %d", t, m.tableRows[t]))
+	for _, name := range resultTables {
+		parts = append(parts, fmt.Sprintf("%s %d", name, t.tableRows[name]))
 	}
 	return strings.Join(parts, ", ")
 }
 
 func printScaling(w io.Writer, ms []*measurement) {
-	fmt.Fprintf(w, "\nscaling curve\n%-6s %12s %12s %12s %14s %12s %12s %8s\n",
-		"scale", "predictions", "messages", "T_ovstream", "msgs/s", "peak RSS MB", "s per 1M msg", "ratio")
+	fmt.Fprintf(w, "\nscaling curve (median trials)\n%-6s %12s %12s %12s %12s %12s %13s %8s\n",
+		"scale", "predictions", "messages", "T_ovstream", "msgs/s", "peak RSS MB", "s per 1M msgs", "ratio")
 	for _, m := range ms {
-		fmt.Fprintf(w, "%-6s %12d %12d %11.2fs %14.0f %12d %12.2f %8.2f\n", m.label, m.predictions, m.messages,
-			m.run.elapsed.Seconds(), rate(m.messages, m.run.elapsed), m.run.maxRSS>>20,
-			m.run.elapsed.Seconds()/float64(m.messages)*1e6, m.ratio())
+		t := m.median()
+		fmt.Fprintf(w, "%-6s %12d %12d %11.2fs %12.0f %12d %13.2f %8.2f\n", m.label, m.predictions, m.messages,
+			t.run.elapsed.Seconds(), rate(m.messages, t.run.elapsed), t.run.maxRSS>>20,
+			t.run.elapsed.Seconds()/float64(m.messages)*1e6, t.ratio())
 	}
 }
 

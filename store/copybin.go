@@ -1,0 +1,104 @@
+package store
+
+import (
+	"encoding/binary"
+	"io"
+	"math"
+	"time"
+)
+
+// binaryCopy streams rows in PostgreSQL's binary COPY format (PostgreSQL docs,
+// "COPY", "Binary Format"): a header, one tuple per row (field count, then
+// each field as a length and its bytes, -1 for NULL), a trailer. Rows are
+// encoded on demand as the server reads, so a large batch is never held twice
+// in memory, and nothing is boxed or planned per value as in pgx.CopyFrom.
+//
+// Field encodings (the types' send functions): text = its bytes (valid UTF-8,
+// the decoder guarantees it); float8 = IEEE 754 big-endian; int8, int4 =
+// big-endian two's complement; timestamptz = int64 microseconds since
+// 2000-01-01 00:00:00 UTC.
+type binaryCopy struct {
+	n     int                          // rows
+	row   func(b []byte, i int) []byte // appends the tuple of row i
+	next  int                          // next row to encode
+	buf   []byte                       // encoded, not yet read
+	off   int                          // read position in buf
+	ended bool                         // trailer written
+}
+
+var copyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+
+func newBinaryCopy(n int, row func(b []byte, i int) []byte) *binaryCopy {
+	c := &binaryCopy{n: n, row: row, buf: make([]byte, 0, 64<<10)}
+	c.buf = append(c.buf, copyHeader...)
+	return c
+}
+
+// Read implements io.Reader.
+func (c *binaryCopy) Read(p []byte) (int, error) {
+	if c.off == len(c.buf) {
+		if c.ended {
+			return 0, io.EOF
+		}
+		c.buf, c.off = c.buf[:0], 0
+		for c.next < c.n && len(c.buf) < 48<<10 {
+			c.buf = c.row(c.buf, c.next)
+			c.next++
+		}
+		if c.next == c.n {
+			c.buf = binary.BigEndian.AppendUint16(c.buf, 0xffff) // trailer: -1
+			c.ended = true
+		}
+	}
+	n := copy(p, c.buf[c.off:])
+	c.off += n
+	return n, nil
+}
+
+func appendFieldCount(b []byte, n int16) []byte { return binary.BigEndian.AppendUint16(b, uint16(n)) }
+
+func appendNull(b []byte) []byte { return binary.BigEndian.AppendUint32(b, 0xffffffff) }
+
+func appendText(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// appendNullText writes "" as NULL.
+func appendNullText(b []byte, s string) []byte {
+	if s == "" {
+		return appendNull(b)
+	}
+	return appendText(b, s)
+}
+
+func appendFloat8(b []byte, f float64) []byte {
+	b = binary.BigEndian.AppendUint32(b, 8)
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+// appendNullFloat8 writes nil as NULL.
+func appendNullFloat8(b []byte, f *float64) []byte {
+	if f == nil {
+		return appendNull(b)
+	}
+	return appendFloat8(b, *f)
+}
+
+func appendInt8(b []byte, v int64) []byte {
+	b = binary.BigEndian.AppendUint32(b, 8)
+	return binary.BigEndian.AppendUint64(b, uint64(v))
+}
+
+func appendInt4(b []byte, v int32) []byte {
+	b = binary.BigEndian.AppendUint32(b, 4)
+	return binary.BigEndian.AppendUint32(b, uint32(v))
+}
+
+// postgresEpoch is 2000-01-01 00:00:00 UTC in Unix microseconds.
+const postgresEpoch = 946684800 * 1_000_000
+
+func appendTimestamptz(b []byte, t time.Time) []byte {
+	us := t.Unix()*1_000_000 + int64(t.Nanosecond())/1000
+	return appendInt8(b, us-postgresEpoch)
+}
