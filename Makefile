@@ -19,6 +19,7 @@ test: vet
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -tags integration -timeout 15m ./integration/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
+	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
 
 vet:
 	$(GO) vet ./...
@@ -26,6 +27,22 @@ vet:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 2m ./aggregate/
+	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 2m ./consumer/
+
+# The long crash schedule for release checks, not CI: at least 200 SIGKILLs at seeded random
+# moments (OVSTREAM_CRASH_SEED replays a seed) while the whole Auckland 48 h archive is produced,
+# then a final drain compared with an uninterrupted run and the SQL oracle. CRASH_ARCHIVE is the
+# archive (shared/data); CRASH_KILLS raises the number of kills.
+CRASH_ARCHIVE ?= ../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz
+CRASH_KILLS   ?= 200
+.PHONY: crash
+crash:
+	@bash .ci/postgres.sh
+	@test -f "$(CRASH_ARCHIVE)" || { echo "crash: no archive at $(CRASH_ARCHIVE); set CRASH_ARCHIVE" >&2; exit 1; }
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+	  tar -xJf "$(CRASH_ARCHIVE)" -C "$$dir" && \
+	  $(GO) test -count=1 -tags integration -timeout 2h -v -run '^TestCrashRandomKills$$' ./integration/ \
+	    -args -crash.long -crash.data "$$dir" -crash.kills $(CRASH_KILLS)
 
 clean:
 	rm -rf bin

@@ -231,15 +231,16 @@ func (p *pgProxy) serve(client net.Conn) {
 // after_commit crash points while the test terminates their connection with
 // pg_terminate_backend, then continue. A final drain gives exact tables.
 func TestAmbiguousCommit(t *testing.T) {
+	t.Parallel()
 	rng := crashSeed(t)
 	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 60)
+	r := newRig(t, rng, ds, startBroker(t), 40)
 	direct := r.db
 	proxy := startPgProxy(t, "127.0.0.1:5432")
 	r.db = proxy.url(direct) // the service's URL; the checks below go direct
 	p := r.start()
 	r.db = direct
-	r.feed.paced(250 * time.Millisecond)
+	r.feed.paced(200 * time.Millisecond)
 	r.waitProgress(p, time.Minute, "before the first broken COMMIT")
 	modes := []string{dropAfter, dropAfter, dropBefore, dropAfter, dropBefore}
 	rng.Shuffle(len(modes), func(i, j int) { modes[i], modes[j] = modes[j], modes[i] })

@@ -86,6 +86,7 @@ func waitFenced(t *testing.T, p *proc) {
 //
 // Then an instance runs normally and a final drain gives the exact tables.
 func TestFencing(t *testing.T) {
+	t.Parallel()
 	rng := crashSeed(t)
 	ds := auckland2h(t)
 	addr := startBroker(t)
@@ -126,7 +127,7 @@ func TestFencing(t *testing.T) {
 	t.Logf("phase 1: A held %d consumed records, %d stored; fenced with nothing written", n, storedConsumed)
 
 	// Phase 2.
-	r.feed.paced(250 * time.Millisecond)
+	r.feed.paced(150 * time.Millisecond)
 	k := 3 + rng.IntN(5)
 	a = r.start(fmt.Sprintf("OVSTREAM_CRASHPOINT=mid_commit:%d", k), "OVSTREAM_CRASHPOINT_ACTION=stop")
 	waitCrashpointStop(t, a, "mid_commit", k)
