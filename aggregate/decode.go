@@ -185,21 +185,32 @@ type members struct {
 	names []string
 	raw   [9][]byte // raw[i] is the value of names[i]; nil when absent
 	next  int       // get's guess: the decoders ask for the fields in the order of names
+	guess int       // scanObject's guess: producers mostly write the members in that order too
+	// plain[i] is true when raw[i] is a JSON string without escapes (so
+	// without NUL): its value is its bytes. Only scanObject sets it.
+	plain [9]bool
 }
 
 // get returns the raw JSON value of field, nil when absent.
 func (m *members) get(field string) json.RawMessage {
+	raw, _ := m.getString(field)
+	return raw
+}
+
+// getString returns the raw JSON value of field, nil when absent, and whether
+// it is a string without escapes.
+func (m *members) getString(field string) (raw json.RawMessage, plain bool) {
 	if i := m.next; i < len(m.names) && m.names[i] == field {
 		m.next++
-		return m.raw[i]
+		return m.raw[i], m.plain[i]
 	}
 	for i, n := range m.names {
 		if n == field {
 			m.next = i + 1
-			return m.raw[i]
+			return m.raw[i], m.plain[i]
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // decodeObject checks that value is valid UTF-8 holding one JSON object and
@@ -364,11 +375,11 @@ func present(raw json.RawMessage) bool {
 }
 
 func requiredString(obj *members, field string) (string, error) {
-	raw := obj.get(field)
+	raw, plain := obj.getString(field)
 	if !present(raw) {
 		return "", &DecodeError{Field: field, Reason: ReasonMissing}
 	}
-	s, err := stringValue(raw, field, ReasonNonEmptyString)
+	s, err := stringValue(raw, plain, field, ReasonNonEmptyString)
 	if err != nil {
 		return "", err
 	}
@@ -380,14 +391,19 @@ func requiredString(obj *members, field string) (string, error) {
 
 // optionalString returns "" for a missing or null field.
 func optionalString(obj *members, field string) (string, error) {
-	raw := obj.get(field)
+	raw, plain := obj.getString(field)
 	if !present(raw) {
 		return "", nil
 	}
-	return stringValue(raw, field, ReasonString)
+	return stringValue(raw, plain, field, ReasonString)
 }
 
-func stringValue(raw json.RawMessage, field, wrongType string) (string, error) {
+// stringValue returns the value of the raw JSON string raw; plain says it
+// holds no escapes (members.plain), so neither a NUL.
+func stringValue(raw json.RawMessage, plain bool, field, wrongType string) (string, error) {
+	if plain {
+		return string(raw[1 : len(raw)-1]), nil
+	}
 	if raw[0] != '"' {
 		return "", &DecodeError{Field: field, Reason: wrongType}
 	}
@@ -466,14 +482,17 @@ func isNumber(raw json.RawMessage) bool {
 // requiredTime parses an RFC 3339 timestamp that carries an offset ("Z" or
 // "+02:00") and returns it in UTC.
 func requiredTime(obj *members, field string) (time.Time, error) {
-	raw := obj.get(field)
+	raw, plain := obj.getString(field)
 	if !present(raw) {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonMissing}
 	}
 	if raw[0] != '"' {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
-	s, ok := unquote(raw)
+	s, ok := string(raw[1:len(raw)-1]), true
+	if !plain {
+		s, ok = unquote(raw)
+	}
 	if !ok {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}

@@ -22,7 +22,7 @@ func scanObject(b []byte, m *members) bool {
 		if i >= len(b) || b[i] != '"' {
 			return false
 		}
-		keyEnd := scanString(b, i)
+		keyEnd, escaped := scanStringEsc(b, i)
 		if keyEnd < 0 {
 			return false
 		}
@@ -32,12 +32,26 @@ func scanObject(b []byte, m *members) bool {
 			return false
 		}
 		i = skipSpace(b, i+1)
-		end := scanValue(b, i, 1)
+		var end int
+		plain := false
+		if i < len(b) && b[i] == '"' {
+			var esc bool
+			end, esc = scanStringEsc(b, i)
+			plain = !esc
+		} else {
+			end = scanValue(b, i, 1)
+		}
 		if end < 0 {
 			return false
 		}
-		if idx := m.index(key); idx >= 0 {
-			m.raw[idx] = b[i:end]
+		idx := -1
+		if escaped {
+			idx = m.index(key)
+		} else {
+			idx = m.lookup(key[1 : len(key)-1])
+		}
+		if idx >= 0 {
+			m.raw[idx], m.plain[idx] = b[i:end], plain
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) {
@@ -52,6 +66,22 @@ func scanObject(b []byte, m *members) bool {
 			return false
 		}
 	}
+}
+
+// lookup returns the position in m.names of the member named name (a key
+// without escapes), or -1. It tries the name after the last one found first.
+func (m *members) lookup(name []byte) int {
+	if i := m.guess; i < len(m.names) && string(name) == m.names[i] {
+		m.guess = i + 1
+		return i
+	}
+	for i, n := range m.names {
+		if string(name) == n {
+			m.guess = i + 1
+			return i
+		}
+	}
+	return -1
 }
 
 // maxScanDepth bounds the nesting scanValue follows; deeper input goes to the
@@ -131,6 +161,13 @@ func scanComposite(b []byte, i, depth int) int {
 // (a '"'), or -1: control characters must be escaped, escapes are \" \\ \/
 // \b \f \n \r \t and \u with four hex digits.
 func scanString(b []byte, i int) int {
+	end, _ := scanStringEsc(b, i)
+	return end
+}
+
+// scanStringEsc is scanString that also tells whether the string holds an
+// escape.
+func scanStringEsc(b []byte, i int) (end int, escaped bool) {
 	for k := i + 1; k < len(b); k++ {
 		for k < len(b) && plain[b[k]] {
 			k++
@@ -140,32 +177,33 @@ func scanString(b []byte, i int) int {
 		}
 		switch c := b[k]; {
 		case c == '"':
-			return k + 1
+			return k + 1, escaped
 		case c == '\\':
+			escaped = true
 			k++
 			if k >= len(b) {
-				return -1
+				return -1, false
 			}
 			switch b[k] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				if k+4 >= len(b) {
-					return -1
+					return -1, false
 				}
 				for _, h := range b[k+1 : k+5] {
 					if !isHex(h) {
-						return -1
+						return -1, false
 					}
 				}
 				k += 4
 			default:
-				return -1
+				return -1, false
 			}
 		case c < 0x20:
-			return -1
+			return -1, false
 		}
 	}
-	return -1
+	return -1, false
 }
 
 // plain tells the bytes that stand for themselves inside a JSON string: all

@@ -58,6 +58,13 @@ func checkScan(t *testing.T, value []byte, names []string) (accepted bool) {
 			if !bytes.Equal(m.raw[i], ref.raw[i]) || (m.raw[i] == nil) != (ref.raw[i] == nil) {
 				t.Fatalf("%q: member %q: fast %q, slow %q", value, names[i], m.raw[i], ref.raw[i])
 			}
+			if m.plain[i] {
+				// A plain string's bytes are its value: what encoding/json decodes.
+				var s string
+				if err := json.Unmarshal(m.raw[i], &s); err != nil || s != string(m.raw[i][1:len(m.raw[i])-1]) {
+					t.Fatalf("%q: member %q marked plain, but decodes to %q (%v)", value, names[i], s, err)
+				}
+			}
 		}
 	}
 	return fast

@@ -140,3 +140,32 @@ func (w *Watermark) Raise(t time.Time) {
 		w.current = t.UTC()
 	}
 }
+
+// MaxEvent returns the max event time partition p delivered, false when none.
+func (w *Watermark) MaxEvent(p PartitionID) (time.Time, bool) {
+	s := w.parts[p]
+	if s == nil || !s.hasMax {
+		return time.Time{}, false
+	}
+	return s.maxEvent, true
+}
+
+// Slowest returns, at wall time now, the min of the max event times of the
+// partitions that still have records to deliver (not caught up, not idle,
+// with an event time seen), false when there is none. A backfill can pause
+// the partitions far ahead of it, so that it reads the partitions in step by
+// event time and its open windows stay few whatever the backlog
+// (BENCHMARKS.md, "flow control by event time").
+func (w *Watermark) Slowest(now time.Time) (time.Time, bool) {
+	var slowest time.Time
+	ok := false
+	for _, s := range w.parts {
+		if s.caughtUp || w.idle(s, now) || !s.hasMax {
+			continue
+		}
+		if !ok || s.maxEvent.Before(slowest) {
+			slowest, ok = s.maxEvent, true
+		}
+	}
+	return slowest, ok
+}

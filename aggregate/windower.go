@@ -190,6 +190,19 @@ func (w *Windower) OpenRows() int {
 	return n
 }
 
+// FirstEnd returns the end (UTC) of the earliest open window, or the zero
+// time when no window is open: Closed(wm) has rows exactly when FirstEnd is
+// not zero and not after wm.
+func (w *Windower) FirstEnd() time.Time {
+	var first time.Time
+	for _, win := range w.windows {
+		if end := win.start.Add(w.size); first.IsZero() || end.Before(first) {
+			first = end
+		}
+	}
+	return first
+}
+
 // LastEnd returns the end (UTC) of the latest open window, or the zero time
 // when no window is open. A drain finalizes everything with
 // Closed(LastEnd()).

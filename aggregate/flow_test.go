@@ -1,0 +1,59 @@
+package aggregate
+
+import (
+	"testing"
+	"time"
+)
+
+func TestWatermarkSlowestAndMaxEvent(t *testing.T) {
+	now := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	a := PartitionID{Topic: "arrival_predictions", Partition: 0}
+	b := PartitionID{Topic: "arrival_predictions", Partition: 1}
+	c := PartitionID{Topic: "vehicle_positions", Partition: 0}
+	w := NewWatermark(2*time.Minute, 30*time.Second, time.Time{})
+	for _, p := range []PartitionID{a, b, c} {
+		w.Assign(p)
+	}
+	if _, ok := w.Slowest(now); ok {
+		t.Fatal("Slowest before any event")
+	}
+	if _, ok := w.MaxEvent(a); ok {
+		t.Fatal("MaxEvent before any event")
+	}
+	w.Observe(a, t0.Add(10*time.Minute), now)
+	w.Observe(b, t0.Add(3*time.Minute), now)
+	w.Observe(c, t0.Add(90*time.Minute), now)
+	if got, ok := w.MaxEvent(c); !ok || !got.Equal(t0.Add(90*time.Minute)) {
+		t.Fatalf("MaxEvent(c) = %v, %v", got, ok)
+	}
+	if got, ok := w.Slowest(now); !ok || !got.Equal(t0.Add(3*time.Minute)) {
+		t.Fatalf("Slowest = %v, %v; want b's 12:03", got, ok)
+	}
+	// A partition that reached its end does not hold the others back.
+	w.SetCaughtUp(b, true)
+	if got, ok := w.Slowest(now); !ok || !got.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("Slowest with b caught up = %v, %v; want a's 12:10", got, ok)
+	}
+	w.SetCaughtUp(a, true)
+	w.SetCaughtUp(c, true)
+	if _, ok := w.Slowest(now); ok {
+		t.Fatal("Slowest when every partition is caught up")
+	}
+}
+
+func TestWindowerFirstEnd(t *testing.T) {
+	w := NewWindower(5 * time.Minute)
+	if !w.FirstEnd().IsZero() {
+		t.Fatal("FirstEnd of an empty windower")
+	}
+	w.Add(pred("L1", "S1", "OP", 1, t0.Add(12*time.Minute)))
+	w.Add(pred("L1", "S1", "OP", 1, t0.Add(2*time.Minute)))
+	w.Add(pred("L1", "S1", "OP", 1, t0.Add(7*time.Minute)))
+	if got := w.FirstEnd(); !got.Equal(t0.Add(5 * time.Minute)) {
+		t.Fatalf("FirstEnd = %v, want 12:05", got)
+	}
+	w.Drop(t0.Add(5 * time.Minute))
+	if got := w.FirstEnd(); !got.Equal(t0.Add(10 * time.Minute)) {
+		t.Fatalf("FirstEnd after Drop = %v, want 12:10", got)
+	}
+}
