@@ -57,3 +57,35 @@ func TestWindowerFirstEnd(t *testing.T) {
 		t.Fatalf("FirstEnd after Drop = %v, want 12:10", got)
 	}
 }
+
+// The rows of a ClosedSet are built on another goroutine while events go on
+// into later windows (run with -race).
+func TestClosedSetConcurrentWithAdd(t *testing.T) {
+	w := NewWindower(5 * time.Minute)
+	for i := range 3000 {
+		w.Add(pred(string(rune('A'+i%7)), string(rune('a'+i%13)), "OP", float64(i%50), t0.Add(time.Duration(i)*time.Second/10)))
+	}
+	wm := t0.Add(5 * time.Minute)
+	want := w.Closed(wm)
+	set := w.ClosedSet(wm)
+	if set.Len() != len(want) {
+		t.Fatalf("Len %d, want %d", set.Len(), len(want))
+	}
+	done := make(chan []Row)
+	go func() { done <- set.Rows() }()
+	for i := range 3000 { // later windows only: none of these is late at wm
+		w.Add(pred("Z", "z", "OP", float64(i), wm.Add(time.Duration(i)*time.Second)))
+	}
+	got := <-done
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("row %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if w.Drop(wm) != 1 {
+		t.Fatal("Drop")
+	}
+}

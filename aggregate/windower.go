@@ -115,24 +115,52 @@ func (w *Windower) closed(start, watermark time.Time) bool {
 // sorted by (WindowStart, Dimension, DimensionID). It does not remove them:
 // call Drop with the same watermark once they are durably written, so that a
 // commit that fails can be retried with the same rows. Statistics are in
-// seconds, times in UTC.
+// seconds, times in UTC. Closed(wm) is ClosedSet(wm).Rows().
 func (w *Windower) Closed(watermark time.Time) []Row {
-	var wins []*window
-	n := 0
+	return w.ClosedSet(watermark).Rows()
+}
+
+// ClosedSet is the windows one watermark finalized, taken from a Windower
+// without building their rows yet.
+//
+// A finalized window never changes again (an event for it is late), so the
+// rows of a ClosedSet may be built on another goroutine while the Windower's
+// owner goes on adding events to later windows, until it calls Drop with that
+// watermark: a commit can build its rows off the consuming goroutine.
+type ClosedSet struct {
+	wins []*window
+	size time.Duration
+	rows int
+}
+
+// ClosedSet returns the open windows whose end is <= watermark, without
+// removing them (see Closed). Call it on the Windower's goroutine.
+func (w *Windower) ClosedSet(watermark time.Time) ClosedSet {
+	c := ClosedSet{size: w.size}
 	for _, win := range w.windows {
 		if w.closed(win.start, watermark) {
-			wins = append(wins, win)
-			n += win.rowCount()
+			c.wins = append(c.wins, win)
+			c.rows += win.rowCount()
 		}
 	}
-	if n == 0 {
+	slices.SortFunc(c.wins, func(a, b *window) int { return a.start.Compare(b.start) })
+	return c
+}
+
+// Len returns the number of rows of c.
+func (c ClosedSet) Len() int { return c.rows }
+
+// Rows returns the rows of c, sorted by (WindowStart, Dimension,
+// DimensionID); nil when it is empty. It may run on any goroutine until the
+// Windower drops c's windows.
+func (c ClosedSet) Rows() []Row {
+	if c.rows == 0 {
 		return nil
 	}
-	slices.SortFunc(wins, func(a, b *window) int { return a.start.Compare(b.start) })
-	rows := make([]Row, 0, n)
+	rows := make([]Row, 0, c.rows)
 	var ids []string
-	for _, win := range wins {
-		end := win.start.Add(w.size)
+	for _, win := range c.wins {
+		end := win.start.Add(c.size)
 		for d, m := range win.rows {
 			ids = ids[:0]
 			for id := range m {
