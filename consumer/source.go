@@ -39,8 +39,16 @@ func (e *OffsetOutOfRangeError) Error() string {
 
 // source adapts sarama: metadata, offsets and one reader per assigned
 // partition, all feeding one channel of record batches.
+//
+// The readers and the run loop's requests (high water marks, marker probes)
+// use two clients, so two sets of broker connections: sarama holds a
+// broker's connection lock until the answer arrives, and a caught-up fetch
+// waits up to Consumer.MaxWaitTime (500 ms) for data, so on one connection
+// every high water mark request of the run loop queued behind a fetch, and
+// the loop stalled for seconds per poll (seen in the crash suite's drains).
 type source struct {
-	client   sarama.Client
+	client   sarama.Client // metadata and offsets for the run loop
+	fetches  sarama.Client // the partition consumers' own
 	consumer sarama.Consumer
 	pcs      []sarama.PartitionConsumer
 	out      chan []record
@@ -69,13 +77,20 @@ func openSource(brokers []string, base *sarama.Config) (*source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: connect to Kafka %v: %w", brokers, err)
 	}
-	cons, err := sarama.NewConsumerFromClient(client)
+	fetches, err := sarama.NewClient(brokers, newSaramaConfig(base))
 	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("consumer: connect to Kafka %v: %w", brokers, err)
+	}
+	cons, err := sarama.NewConsumerFromClient(fetches)
+	if err != nil {
+		fetches.Close()
 		client.Close()
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	return &source{
 		client:   client,
+		fetches:  fetches,
 		consumer: cons,
 		out:      make(chan []record, 64),
 		errs:     make(chan error, 16),
@@ -216,6 +231,7 @@ func (s *source) close() {
 		case <-s.errs:
 		case <-done:
 			s.consumer.Close()
+			s.fetches.Close()
 			s.client.Close()
 			return
 		}
