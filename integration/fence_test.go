@@ -137,6 +137,9 @@ func TestFencing(t *testing.T) {
 	for scalar[int64](t, r.db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 		AND application_name = 'ovstream' AND wait_event_type = 'Lock'`) == 0 {
 		r.alive(b, "while its claim waits")
+		if strings.Contains(a.output(), "mid_commit: continued") {
+			t.Fatal("A was resumed by a SIGCONT this test did not send (another process on this machine signalling ovstream by name?)")
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("B's claim is not waiting on A's transaction; B output:\n%s", tail(b.output(), 40))
 		}

@@ -5,6 +5,7 @@ package crashpoint
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,9 +71,14 @@ func Hit(name string) {
 	}
 	if action == ActionStop {
 		// The whole process stops here until someone sends SIGCONT; the
-		// line tells the test it is there.
+		// line tells the test it is there. The signal goes to this very
+		// thread (tgkill): a SIGSTOP sent to the process is taken by some
+		// other thread, and this goroutine ran on past the point (into
+		// COMMIT, even) before the stop reached it.
 		fmt.Fprintf(os.Stderr, "crashpoint: %s reached %d time(s): SIGSTOP\n", name, n)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		runtime.LockOSThread()
+		_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+		runtime.UnlockOSThread()
 		fmt.Fprintf(os.Stderr, "crashpoint: %s: continued\n", name)
 		return
 	}
