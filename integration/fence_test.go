@@ -138,7 +138,7 @@ func TestFencing(t *testing.T) {
 		AND application_name = 'ovstream' AND wait_event_type = 'Lock'`) == 0 {
 		r.alive(b, "while its claim waits")
 		if strings.Contains(a.output(), "mid_commit: continued") {
-			t.Fatal("A was resumed by a SIGCONT this test did not send (another process on this machine signalling ovstream by name?)")
+			t.Fatal("A went on past its crash point before the test sent SIGCONT: the stop did not hold")
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("B's claim is not waiting on A's transaction; B output:\n%s", tail(b.output(), 40))
