@@ -112,9 +112,12 @@ type loop struct {
 	dead     []store.DeadLetter
 	stored   map[aggregate.PartitionID]store.Position
 
-	nextCommit  time.Time
-	backoff     time.Duration
-	uncommitted int64 // records consumed since the last successful commit
+	nextCommit time.Time
+	backoff    time.Duration
+	pending    *pendingCommit    // the batch in flight, or failed and waiting for its retry
+	inflight   chan commitResult // non-nil while a commit runs
+	consumed   int64             // records consumed by this loop
+	committed  int64             // of those, the ones a successful commit covered
 }
 
 func (l *loop) run(ctx context.Context) (err error) {
@@ -122,7 +125,12 @@ func (l *loop) run(ctx context.Context) (err error) {
 	if err := l.start(ctx); err != nil {
 		return err
 	}
-	defer func() { l.src.close() }()
+	defer func() {
+		if l.inflight != nil { // nothing outlives run: wait for the writer
+			<-l.inflight
+		}
+		l.src.close()
+	}()
 
 	tick := time.NewTicker(tickInterval)
 	defer tick.Stop()
@@ -132,7 +140,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 	defer cfg.Health.assigned.Store(false)
 	for {
 		in := l.src.out
-		if l.uncommitted >= cfg.MaxUncommitted {
+		if l.consumed-l.committed >= cfg.MaxUncommitted {
 			in = nil // pause fetching until a commit succeeds: memory stays bounded
 		}
 		select {
@@ -140,6 +148,10 @@ func (l *loop) run(ctx context.Context) (err error) {
 			return l.shutdown()
 		case batch := <-in:
 			l.handleBatch(batch)
+		case res := <-l.inflight:
+			if err := l.finishCommit(res); err != nil {
+				return err
+			}
 		case err := <-l.src.errs:
 			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
 		case <-poll.C:
@@ -148,13 +160,13 @@ func (l *loop) run(ctx context.Context) (err error) {
 			now := cfg.Now()
 			l.updateCaughtUp(now)
 			cfg.Metrics.watermark(l.wm.Advance(now))
-			cfg.Metrics.Uncommitted.Set(float64(l.uncommitted))
+			cfg.Metrics.Uncommitted.Set(float64(l.consumed - l.committed))
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}
-			if _, err := l.commit(ctx, false); err != nil {
-				return err
+			if !now.Before(l.nextCommit) {
+				l.startCommit(ctx)
 			}
 		}
 	}
@@ -276,7 +288,7 @@ func (l *loop) start(ctx context.Context) error {
 func (l *loop) handleBatch(batch []record) {
 	now := l.cfg.Now()
 	tp := batch[0].tp
-	l.uncommitted += int64(len(batch))
+	l.consumed += int64(len(batch))
 	l.sum.Consumed[tp.Topic] += int64(len(batch))
 	l.cfg.Metrics.Consumed.WithLabelValues(tp.Topic).Add(float64(len(batch)))
 	l.lastSeen[tp] = now
@@ -441,6 +453,9 @@ func (l *loop) drained() bool {
 // finishDrain finalizes every open window and commits, retrying until it
 // succeeds or ctx ends.
 func (l *loop) finishDrain(ctx context.Context) error {
+	if err := l.waitCommit(ctx); err != nil {
+		return err
+	}
 	l.wm.Raise(l.win.LastEnd())
 	return l.commitUntilDone(ctx, ctx)
 }
@@ -451,64 +466,126 @@ func (l *loop) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	crashpoint.Hit(crashpoint.Shutdown)
-	err := l.commitUntilDone(ctx, ctx)
+	err := l.waitCommit(ctx)
+	if err == nil {
+		err = l.commitUntilDone(ctx, ctx)
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("consumer: final commit did not succeed within %v (nothing is lost: Kafka redelivers from the stored offsets)", shutdownGrace)
 	}
 	return err
 }
 
-// commitUntilDone commits, retrying retryable failures with backoff until one
-// succeeds, a terminal error occurs or stop ends.
+// commitUntilDone commits until a batch taken now has been committed:
+// a batch that failed before is retried first; retryable failures wait with
+// backoff until stop ends.
 func (l *loop) commitUntilDone(ctx context.Context, stop context.Context) error {
 	for {
-		done, err := l.commit(ctx, true)
-		if done || err != nil {
+		fresh := l.pending == nil
+		l.startCommit(ctx)
+		if err := l.waitCommit(ctx); err != nil {
 			return err
 		}
-		select {
-		case <-stop.Done():
-			return stop.Err()
-		case <-time.After(l.backoff):
+		if fresh && l.pending == nil {
+			return nil
+		}
+		if l.pending != nil { // failed: back off before the retry
+			select {
+			case <-stop.Done():
+				return stop.Err()
+			case <-time.After(l.backoff):
+			}
 		}
 	}
 }
 
-// commit writes one batch in ONE transaction and reports whether it
-// committed. A retryable failure keeps everything in memory and schedules a
-// retry with capped backoff (false, nil); a terminal one is returned. force
-// ignores the schedule.
-func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
-	cfg := l.cfg
-	now := cfg.Now()
-	if !force && now.Before(l.nextCommit) {
-		return false, nil
+// pendingCommit is one batch: taken from the loop's state at one watermark,
+// written by a goroutine of its own while the loop goes on consuming, and
+// retried as it is when a retryable failure stops it.
+type pendingCommit struct {
+	wm      time.Time
+	set     aggregate.ClosedSet // the windows wm finalized; their rows are built by the writer
+	batch   store.Batch
+	records int64 // the loop's consumed count when the batch was taken
+}
+
+// commitResult is what the writer goroutine reports.
+type commitResult struct {
+	err  error
+	took time.Duration
+}
+
+// startCommit begins writing the pending batch, or a new one taken now, in
+// ONE transaction on a goroutine of its own; the loop goes on consuming. At
+// most one commit is in flight: commits are a sequence of prefixes.
+func (l *loop) startCommit(ctx context.Context) {
+	if l.inflight != nil {
+		return
 	}
+	if l.pending == nil {
+		l.pending = l.takeBatch()
+	}
+	p, st := l.pending, l.st
+	done := make(chan commitResult, 1)
+	l.inflight = done
+	go func() {
+		if p.batch.Windows == nil && p.set.Len() > 0 {
+			p.batch.Windows = p.set.Rows()
+		}
+		crashpoint.Hit(crashpoint.BeforeBegin)
+		began := time.Now()
+		// A SIGTERM does not interrupt a commit in flight; a hung server does, after commitTimeout.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		err := st.Commit(cctx, p.batch)
+		cancel()
+		if err == nil {
+			crashpoint.Hit(crashpoint.AfterCommit)
+		}
+		done <- commitResult{err: err, took: time.Since(began)}
+	}()
+}
+
+// takeBatch takes what the next commit writes: the windows the watermark
+// finalized, the latest-state rows, the dead letters and the committable
+// and consumed offsets. The loop keeps the windows and the ledger entries
+// until the commit succeeds.
+func (l *loop) takeBatch() *pendingCommit {
 	wm := l.wm.Current()
-	b := store.Batch{
-		Pipeline:    cfg.Pipeline,
-		Epoch:       l.epoch,
-		Windows:     l.win.Closed(wm),
-		DeadLetters: l.dead,
-		Watermark:   wm,
-	}
+	p := &pendingCommit{wm: wm, set: l.win.ClosedSet(wm), records: l.consumed}
+	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm}
 	for _, t := range l.trips {
-		b.Trips = append(b.Trips, t)
+		p.batch.Trips = append(p.batch.Trips, t)
 	}
 	for _, v := range l.vehicles {
-		b.Vehicles = append(b.Vehicles, v)
+		p.batch.Vehicles = append(p.batch.Vehicles, v)
 	}
 	for _, tp := range SortedPartitions(l.led.parts) {
-		b.Positions = append(b.Positions, store.Position{PartitionID: tp,
+		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
 			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
 	}
-	crashpoint.Hit(crashpoint.BeforeBegin)
-	began := time.Now()
-	// A SIGTERM does not interrupt a commit in flight; a hung server does, after commitTimeout.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	err := l.st.Commit(cctx, b)
-	cancel()
-	if err != nil {
+	l.dead = nil
+	l.trips = map[string]store.Trip{}
+	l.vehicles = map[string]store.Vehicle{}
+	return p
+}
+
+// waitCommit waits for the commit in flight, if any, and applies its result.
+func (l *loop) waitCommit(ctx context.Context) error {
+	if l.inflight == nil {
+		return nil
+	}
+	return l.finishCommit(<-l.inflight)
+}
+
+// finishCommit applies a commit's result. Success: only now release the
+// ledger and drop the written windows. A retryable failure keeps the batch
+// for a retry with capped backoff (nil is returned); a terminal one is
+// returned.
+func (l *loop) finishCommit(res commitResult) error {
+	cfg, p := l.cfg, l.pending
+	l.inflight = nil
+	now := cfg.Now()
+	if err := res.err; err != nil {
 		l.sum.CommitFailures++
 		var ce *store.CommitError
 		fail := cfg.Metrics.CommitFailures.WithLabelValues
@@ -518,52 +595,48 @@ func (l *loop) commit(ctx context.Context, force bool) (bool, error) {
 			cfg.Metrics.Fenced.Set(1)
 			cfg.Logger.Error("fenced: another instance claimed the pipeline; this one wrote nothing after the claim",
 				"pipeline", cfg.Pipeline, "epoch", l.epoch)
-			return false, ErrFenced
+			return ErrFenced
 		case errors.As(err, &ce) && ce.Ambiguous:
 			fail(FailAmbiguous).Inc()
-			return false, errResync
+			return errResync
 		case !store.Retryable(err):
 			fail(FailTerminal).Inc()
-			return false, fmt.Errorf("consumer: commit: %w", err)
+			return fmt.Errorf("consumer: commit: %w", err)
 		}
 		fail(FailRetryable).Inc()
 		l.backoff = min(max(2*l.backoff, 100*time.Millisecond), maxBackoff)
 		l.nextCommit = now.Add(l.backoff)
 		cfg.Logger.Warn("commit failed; retrying", "err", err, "retry_in", l.backoff)
-		return false, nil
+		return nil
 	}
-	crashpoint.Hit(crashpoint.AfterCommit)
-	// Only now: release the ledger and drop what was written.
-	l.win.Drop(wm)
-	l.led.Release(wm)
-	clear(l.trips)
-	clear(l.vehicles)
-	l.dead = nil
-	for _, p := range b.Positions {
-		l.stored[p.PartitionID] = p
-		l.sum.Stored[p.PartitionID] = p.NextOffset
+	l.pending = nil
+	l.win.Drop(p.wm)
+	l.led.Release(p.wm)
+	l.committed = p.records
+	b := &p.batch
+	for _, pos := range b.Positions {
+		l.stored[pos.PartitionID] = pos
+		l.sum.Stored[pos.PartitionID] = pos.NextOffset
 	}
-	took := time.Since(began)
-	l.uncommitted = 0
 	l.sum.Commits++
 	l.sum.WindowRows += int64(len(b.Windows))
+	l.sum.Watermark = p.wm
 	m := cfg.Metrics
 	m.Commits.Inc()
-	m.CommitDuration.Observe(took.Seconds())
+	m.CommitDuration.Observe(res.took.Seconds())
 	m.WindowsFinalized.Add(float64(len(b.Windows)))
 	m.LastCommit.Set(float64(now.UnixNano()) / 1e9)
-	m.Uncommitted.Set(0)
+	m.Uncommitted.Set(float64(l.consumed - l.committed))
 	m.OpenWindows.Set(float64(l.win.OpenWindows()))
 	cfg.Health.lastCommit.Store(now.UnixNano())
 	if cfg.OnCommit != nil {
 		cfg.OnCommit(b.Positions)
 	}
-	l.sum.Watermark = wm
 	l.backoff = 0
 	l.nextCommit = now.Add(cfg.FlushInterval)
 	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles),
-		"dead_letters", len(b.DeadLetters), "watermark", wm.Format(time.RFC3339), "took", took)
-	return true, nil
+		"dead_letters", len(b.DeadLetters), "watermark", p.wm.Format(time.RFC3339), "took", res.took)
+	return nil
 }
 
 // SortedPartitions returns m's keys in (topic, partition) order.
