@@ -174,6 +174,7 @@ type feed struct {
 	mu     sync.Mutex // held while a step is produced; pause() takes it
 	paused bool       // mu is held by pause (test goroutine only)
 	next   int
+	limit  int       // steps from here on wait for release
 	last   time.Time // when the previous step was produced
 	err    error
 	done   chan struct{} // closed once every step is produced
@@ -207,14 +208,28 @@ func newFeed(ds *dataset, addr string, chunks int) *feed {
 		}
 	}
 	f.steps = append(f.steps, feedStep{settle: true, res: ds.positions, msgs: ds.badPos})
+	f.limit = len(f.steps)
 	return f
+}
+
+// holdBack keeps the last n steps from being produced until release.
+func (f *feed) holdBack(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit = len(f.steps) - n
+}
+
+func (f *feed) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit = len(f.steps)
 }
 
 // step produces the next step; false when there is none left or producing failed.
 func (f *feed) step() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.next >= len(f.steps) || f.err != nil {
+	if f.next >= f.limit || f.err != nil {
 		return false
 	}
 	s := f.steps[f.next]
