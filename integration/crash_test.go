@@ -870,18 +870,35 @@ func (r *rig) waitCommits(p *proc, n int, timeout time.Duration, when string) {
 	}
 }
 
-// waitProgress waits until the stored positions of p's commits advance.
+// waitProgress waits until p commits again and its commits move the stored
+// positions forward, or have stored everything the topics hold (when the feed
+// has no more records for it, that is all the progress there can be).
 func (r *rig) waitProgress(p *proc, timeout time.Duration, when string) {
 	r.t.Helper()
 	deadline := time.Now().Add(timeout)
-	prev := r.positionsSum()
-	for r.positionsSum() <= prev {
+	prevCommit, prevSum := r.lastCommit(), r.positionsSum()
+	for {
 		r.alive(p, when)
-		if time.Now().After(deadline) {
-			r.t.Fatalf("stored positions did not advance within %v %s; output:\n%s", timeout, when, tail(p.output(), 60))
+		if r.lastCommit().After(prevCommit) && (r.positionsSum() > prevSum || r.storedAll()) {
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no commit that moved the stored positions within %v %s; output:\n%s", timeout, when, tail(p.output(), 60))
+		}
+		time.Sleep(30 * time.Millisecond)
 	}
+}
+
+// storedAll tells whether every record of the topics is stored as consumed.
+func (r *rig) storedAll() bool {
+	r.t.Helper()
+	stored := r.storedConsumed()
+	for tp, hw := range highWaterMarks(r.t, r.brokers) {
+		if stored[tp] < hw {
+			return false
+		}
+	}
+	return true
 }
 
 // kill SIGKILLs p and checks G3.
