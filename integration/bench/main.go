@@ -27,6 +27,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,6 +63,8 @@ type options struct {
 	keep          bool
 	logFile       string
 	repeat        int
+	pgLog         bool
+	schemaSQL     string
 }
 
 func main() {
@@ -81,6 +84,8 @@ func main() {
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
+	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench database only)")
+	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on both fresh databases after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
 	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a), (b), (c) on the data produced once; the median trial is reported")
 	flag.Parse()
 	if scale != "" {
@@ -229,72 +234,101 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 		m.messages, counts.Produced(predTopic), counts.Produced(posTopic), float64(m.bytes)/1e6,
 		m.produce.Round(time.Millisecond), m.brokerRSS>>20)
 
-	dbs := &databases{admin: o.adminURL}
+	dbs := &databases{admin: o.adminURL, bin: o.bin, schemaSQL: o.schemaSQL}
 	if !o.keep {
 		defer dbs.dropAll(context.Background())
 	}
 	for i := range o.repeat {
-		t := &trial{tableRows: map[string]int{}}
-		// (a) T_read
-		t.readLoad = loadavg()
-		c0 := sampleCPU()
-		t.readMsgs, t.read, err = readAll(b.addr, []string{predTopic, posTopic})
-		if err != nil {
-			return nil, fmt.Errorf("read: %w", err)
+		// A trial during which PostgreSQL restarted (the crash tests of
+		// other sessions on a shared machine do that) measured nothing: run
+		// it again.
+		for attempt := 1; ; attempt++ {
+			before, _ := dbs.serverStart(ctx)
+			t, err := runTrial(ctx, o, b, dbs, m, fmt.Sprintf("%d_%d_%d_%d", os.Getpid(), n, i, attempt), logTo)
+			after, _ := dbs.serverStart(ctx)
+			if !o.keep {
+				dbs.dropAll(context.Background())
+			}
+			if err == nil && before.Equal(after) && !before.IsZero() {
+				m.trials = append(m.trials, t)
+				logf("trial %d: ratio %.2f", i+1, t.ratio())
+				break
+			}
+			if attempt == 3 {
+				if err == nil {
+					err = errors.New("PostgreSQL restarted during each attempt")
+				}
+				return nil, err
+			}
+			logf("trial %d disturbed (PostgreSQL started at %v, then %v; error: %v): once more", i+1,
+				before.Format(time.TimeOnly), after.Format(time.TimeOnly), err)
+			dbs.waitReady(ctx, time.Minute)
 		}
-		t.readBusy = busy(c0, sampleCPU())
-		if t.readMsgs != m.messages {
-			return nil, fmt.Errorf("read %d messages, produced %d", t.readMsgs, m.messages)
-		}
-		logf("T_read %v", t.read.Round(time.Millisecond))
-
-		// (b) T_ovstream
-		tag := fmt.Sprintf("%d_%d_%d", os.Getpid(), n, i)
-		runDB, err := dbs.fresh(ctx, "ovsbench_run_"+tag)
-		if err != nil {
-			return nil, fmt.Errorf("fresh database: %w", err)
-		}
-		t.runLoad = loadavg()
-		c0 = sampleCPU()
-		bc0 := b.cpu()
-		t.run, err = runOvstream(o.bin, runDB, b.addr, o.runArgs, o.wrap, logTo)
-		if err != nil {
-			return nil, err
-		}
-		t.runBusy = busy(c0, sampleCPU())
-		t.brokerCPU = b.cpu() - bc0
-		logf("T_ovstream %v, peak RSS %d MB, %d commits", t.run.elapsed.Round(time.Millisecond), t.run.maxRSS>>20, len(t.run.commits))
-
-		// (c) T_write
-		tables, err := readTables(ctx, runDB)
-		if err != nil {
-			return nil, fmt.Errorf("read results: %w", err)
-		}
-		for _, tb := range tables {
-			t.tableRows[tb.name] = len(tb.rows)
-		}
-		copyDB, err := dbs.fresh(ctx, "ovsbench_copy_"+tag)
-		if err != nil {
-			return nil, fmt.Errorf("fresh database: %w", err)
-		}
-		runtime.GC()
-		c0 = sampleCPU()
-		self0 := selfCPU()
-		t.writeRows, t.write, err = writeAll(ctx, copyDB, tables)
-		if err != nil {
-			return nil, fmt.Errorf("write: %w", err)
-		}
-		t.writeCPU = selfCPU() - self0
-		t.writeBusy = busy(c0, sampleCPU())
-		logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
-		tables = nil
-		if !o.keep {
-			dbs.dropAll(ctx)
-		}
-		m.trials = append(m.trials, t)
-		logf("trial %d: ratio %.2f", i+1, t.ratio())
 	}
 	return m, nil
+}
+
+// runTrial measures (a), (b) and (c) once.
+func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *measurement, tag string, logTo io.Writer) (*trial, error) {
+	var err error
+	t := &trial{tableRows: map[string]int{}}
+	// (a) T_read
+	t.readLoad = loadavg()
+	c0 := sampleCPU()
+	t.readMsgs, t.read, err = readAll(b.addr, []string{predTopic, posTopic})
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	t.readBusy = busy(c0, sampleCPU())
+	if t.readMsgs != m.messages {
+		return nil, fmt.Errorf("read %d messages, produced %d", t.readMsgs, m.messages)
+	}
+	logf("T_read %v", t.read.Round(time.Millisecond))
+
+	// (b) T_ovstream
+	runDB, err := dbs.fresh(ctx, "ovsbench_run_"+tag)
+	if err != nil {
+		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	if o.pgLog {
+		if err := dbs.logStatements(ctx, "ovsbench_run_"+tag); err != nil {
+			return nil, err
+		}
+	}
+	t.runLoad = loadavg()
+	c0 = sampleCPU()
+	bc0 := b.cpu()
+	t.run, err = runOvstream(o.bin, runDB, b.addr, o.runArgs, o.wrap, logTo)
+	if err != nil {
+		return nil, err
+	}
+	t.runBusy = busy(c0, sampleCPU())
+	t.brokerCPU = b.cpu() - bc0
+	logf("T_ovstream %v, peak RSS %d MB, %d commits", t.run.elapsed.Round(time.Millisecond), t.run.maxRSS>>20, len(t.run.commits))
+
+	// (c) T_write
+	tables, err := readTables(ctx, runDB)
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	for _, tb := range tables {
+		t.tableRows[tb.name] = len(tb.rows)
+	}
+	copyDB, err := dbs.fresh(ctx, "ovsbench_copy_"+tag)
+	if err != nil {
+		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	runtime.GC()
+	c0 = sampleCPU()
+	self0 := selfCPU()
+	t.writeRows, t.write, err = writeAll(ctx, copyDB, tables)
+	if err != nil {
+		return nil, fmt.Errorf("write: %w", err)
+	}
+	t.writeCPU = selfCPU() - self0
+	t.writeBusy = busy(c0, sampleCPU())
+	logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
+	return t, nil
 }
 
 func (m *measurement) print(w io.Writer) {

@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/consumer/produce"
-	"github.com/ovstream/ovstream/migrations"
 )
 
 // broker is `ovstream broker` running as its own process.
@@ -285,10 +284,14 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // databases creates and drops the bench's databases.
 type databases struct {
 	admin string
-	made  []string
+	bin   string // the ovstream binary whose migrations make the schema
+	// schemaSQL runs after the migrations (experiments on the schema)
+	schemaSQL string
+	made      []string
 }
 
-// fresh creates an empty database with ovstream's schema and returns its URL.
+// fresh creates an empty database with ovstream's schema (`ovstream migrate
+// up` of the binary under test) and returns its URL.
 func (d *databases) fresh(ctx context.Context, name string) (string, error) {
 	conn, err := pgx.Connect(ctx, d.admin)
 	if err != nil {
@@ -308,10 +311,57 @@ func (d *databases) fresh(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	u.Path = "/" + name
-	if err := migrations.Up(ctx, u.String()); err != nil {
-		return "", err
+	if out, err := exec.CommandContext(ctx, d.bin, "migrate", "--database-url", u.String(), "up").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("ovstream migrate up: %v: %s", err, out)
+	}
+	if d.schemaSQL != "" {
+		c, err := pgx.Connect(ctx, u.String())
+		if err != nil {
+			return "", err
+		}
+		_, err = c.Exec(ctx, d.schemaSQL)
+		c.Close(ctx)
+		if err != nil {
+			return "", fmt.Errorf("--schema-sql: %w", err)
+		}
 	}
 	return u.String(), nil
+}
+
+// logStatements makes the server log every statement on database name with
+// its duration (the server log, e.g. /var/log/postgresql/): PostgreSQL's own
+// view of a commit, without pg_stat_statements.
+func (d *databases) logStatements(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, d.admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET log_min_duration_statement = 0")
+	return err
+}
+
+// serverStart returns pg_postmaster_start_time(): it changes when the server restarts.
+func (d *databases) serverStart(ctx context.Context) (time.Time, error) {
+	conn, err := pgx.Connect(ctx, d.admin)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer conn.Close(ctx)
+	var t time.Time
+	err = conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&t)
+	return t, err
+}
+
+// waitReady waits until the server accepts connections, at most for d.
+func (d *databases) waitReady(ctx context.Context, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, err := d.serverStart(ctx); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func (d *databases) dropAll(ctx context.Context) {
