@@ -114,10 +114,11 @@ type loop struct {
 
 	nextCommit time.Time
 	backoff    time.Duration
-	pending    *pendingCommit    // the batch in flight, or failed and waiting for its retry
-	inflight   chan commitResult // non-nil while a commit runs
-	consumed   int64             // records consumed by this loop
-	committed  int64             // of those, the ones a successful commit covered
+	pending    *pendingCommit                 // the batch in flight, or failed and waiting for its retry
+	paused     map[aggregate.PartitionID]bool // by flowControl: far ahead in event time
+	inflight   chan commitResult              // non-nil while a commit runs
+	consumed   int64                          // records consumed by this loop
+	committed  int64                          // of those, the ones a successful commit covered
 }
 
 func (l *loop) run(ctx context.Context) (err error) {
@@ -143,6 +144,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 		if l.consumed-l.committed >= cfg.MaxUncommitted {
 			in = nil // pause fetching until a commit succeeds: memory stays bounded
 		}
+		if l.inflight != nil && l.win.OpenRows() > maxPendingRows {
+			in = nil // writing is behind reading: wait for the commit in flight
+		}
 		select {
 		case <-ctx.Done():
 			return l.shutdown()
@@ -151,6 +155,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 		case res := <-l.inflight:
 			if err := l.finishCommit(res); err != nil {
 				return err
+			}
+			if l.pending == nil && l.closedWaiting() {
+				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
 		case err := <-l.src.errs:
 			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
@@ -165,7 +172,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}
-			if !now.Before(l.nextCommit) {
+			if !now.Before(l.nextCommit) || (l.pending == nil && l.closedWaiting()) {
 				l.startCommit(ctx)
 			}
 		}
@@ -179,6 +186,7 @@ func (l *loop) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	src.predTopic, src.posTopic = cfg.PredictionsTopic, cfg.PositionsTopic
 	l.src = src
 	ok := false
 	defer func() {
@@ -297,6 +305,7 @@ func (l *loop) handleBatch(batch []record) {
 		l.handle(r, now)
 	}
 	l.wm.Advance(now)
+	l.flowControl(now)
 }
 
 // handle processes one record read at wall time now: decode, check time,
@@ -304,7 +313,7 @@ func (l *loop) handleBatch(batch []record) {
 func (l *loop) handle(r record, now time.Time) {
 	cfg := l.cfg
 	if r.tp.Topic == cfg.PredictionsTopic {
-		p, err := aggregate.DecodePrediction(r.value)
+		p, err := r.pred, r.derr // decoded by the partition's reader
 		if err != nil {
 			l.deadLetter(r, store.ReasonDecode, err.Error())
 			return
@@ -332,7 +341,7 @@ func (l *loop) handle(r record, now time.Time) {
 		l.sum.Predictions++
 		return
 	}
-	v, err := aggregate.DecodePosition(r.value)
+	v, err := r.pos, r.derr
 	if err != nil {
 		l.deadLetter(r, store.ReasonDecode, err.Error())
 		return
@@ -429,7 +438,7 @@ func (l *loop) pollHighWater() {
 func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, hw := range l.highWater {
 		pos := l.led.ConsumedOffset(tp)
-		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos {
+		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos && !l.paused[tp] && !l.holding() {
 			l.probed[tp] = pos
 			if end, err := l.src.visibleEnd(tp, pos); err == nil && end > pos {
 				l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
@@ -670,5 +679,61 @@ func retry(ctx context.Context, cfg Config, what string, fn func() error) error 
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// maxPendingRows bounds the window rows the loop holds while a commit is in
+// flight: past it, reading waits for the commit (writing is the bottleneck).
+const maxPendingRows = 150_000
+
+// maxSpread is how far in event time a partition may run ahead of the
+// slowest one still delivering before flowControl pauses it.
+const maxSpread = 30 * time.Minute
+
+// holding reports whether the loop is not reading because writing is behind.
+func (l *loop) holding() bool {
+	return l.inflight != nil && l.win.OpenRows() > maxPendingRows
+}
+
+// closedWaiting reports whether the watermark finalized windows that no
+// commit took yet.
+func (l *loop) closedWaiting() bool {
+	first := l.win.FirstEnd()
+	return !first.IsZero() && !first.After(l.wm.Current())
+}
+
+// flowControl pauses the partitions whose event time is more than maxSpread
+// ahead of the slowest partition still delivering, and resumes them once
+// within half of it: a backfill reads the partitions in step by event time,
+// so its open windows, and its memory, are bounded by the spread, not by the
+// backlog. Live, every partition is near the wall clock and none is paused.
+func (l *loop) flowControl(now time.Time) {
+	if l.paused == nil {
+		l.paused = map[aggregate.PartitionID]bool{}
+	}
+	base, ok := l.wm.Slowest(now)
+	var pause, resume map[string][]int32
+	for tp := range l.highWater {
+		t, has := l.wm.MaxEvent(tp)
+		switch ahead := has && ok && t.Sub(base) > maxSpread; {
+		case ahead && !l.paused[tp]:
+			l.paused[tp] = true
+			if pause == nil {
+				pause = map[string][]int32{}
+			}
+			pause[tp.Topic] = append(pause[tp.Topic], tp.Partition)
+		case l.paused[tp] && (!ok || !has || t.Sub(base) <= maxSpread/2):
+			delete(l.paused, tp)
+			if resume == nil {
+				resume = map[string][]int32{}
+			}
+			resume[tp.Topic] = append(resume[tp.Topic], tp.Partition)
+		}
+	}
+	if pause != nil {
+		l.src.consumer.Pause(pause)
+	}
+	if resume != nil {
+		l.src.consumer.Resume(resume)
 	}
 }

@@ -16,6 +16,10 @@ type record struct {
 	offset int64
 	key    []byte
 	value  []byte
+	// Decoded by the partition's reader goroutine, off the run loop:
+	pred aggregate.Prediction // when tp.Topic is the predictions topic
+	pos  aggregate.Position   // otherwise
+	derr error                // the decode error, if any
 }
 
 // maxBatch bounds how many records a partition reader hands over at once.
@@ -47,14 +51,15 @@ func (e *OffsetOutOfRangeError) Error() string {
 // every high water mark request of the run loop queued behind a fetch, and
 // the loop stalled for seconds per poll (seen in the crash suite's drains).
 type source struct {
-	client   sarama.Client // metadata and offsets for the run loop
-	fetches  sarama.Client // the partition consumers' own
-	consumer sarama.Consumer
-	pcs      []sarama.PartitionConsumer
-	out      chan []record
-	errs     chan error
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	predTopic, posTopic string        // what decode decodes as what
+	client              sarama.Client // metadata and offsets for the run loop
+	fetches             sarama.Client // the partition consumers' own
+	consumer            sarama.Consumer
+	pcs                 []sarama.PartitionConsumer
+	out                 chan []record
+	errs                chan error
+	stop                chan struct{}
+	wg                  sync.WaitGroup
 }
 
 func newSaramaConfig(base *sarama.Config) *sarama.Config {
@@ -149,7 +154,7 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer) {
 			return
 		}
 		batch := make([]record, 0, 16)
-		batch = append(batch, record{tp, m.Offset, m.Key, m.Value})
+		batch = append(batch, s.decode(tp, m))
 	more:
 		for len(batch) < maxBatch {
 			select {
@@ -157,7 +162,7 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer) {
 				if !ok {
 					break more
 				}
-				batch = append(batch, record{tp, m.Offset, m.Key, m.Value})
+				batch = append(batch, s.decode(tp, m))
 			default:
 				break more
 			}
@@ -168,6 +173,19 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer) {
 			return
 		}
 	}
+}
+
+// decode turns m into a record, decoding its value here, on the partition's
+// reader goroutine: decoding is pure, so the partitions decode in parallel
+// and the run loop only aggregates.
+func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage) record {
+	r := record{tp: tp, offset: m.Offset, key: m.Key, value: m.Value}
+	if tp.Topic == s.predTopic {
+		r.pred, r.derr = aggregate.DecodePrediction(m.Value)
+	} else {
+		r.pos, r.derr = aggregate.DecodePosition(m.Value)
+	}
+	return r
 }
 
 // visibleEnd answers whether tp holds any record a read_committed consumer
