@@ -3,6 +3,7 @@ package aggregate
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -23,7 +24,7 @@ type Stats struct {
 	multipleOp bool
 	nSmall     uint8                   // values in small, when counts is nil
 	small      [smallValues]valueCount // sorted by value
-	counts     map[float64]int64       // every value, once more than smallValues are distinct
+	counts     *valueTable             // every value, once more than smallValues are distinct
 }
 
 // smallValues is how many distinct values a Stats holds without a map.
@@ -56,7 +57,7 @@ func (s *Stats) Add(delay float64, operator string) {
 
 func (s *Stats) addValue(v float64) {
 	if s.counts != nil {
-		s.counts[v]++
+		s.counts.add(v, 1)
 		return
 	}
 	k := int(s.nSmall)
@@ -74,12 +75,60 @@ func (s *Stats) addValue(v float64) {
 		s.nSmall++
 		return
 	}
-	s.counts = make(map[float64]int64, 2*smallValues)
+	s.counts = newValueTable(4 * smallValues)
 	for _, vc := range s.small[:k] {
-		s.counts[vc.v] = vc.n
+		s.counts.add(vc.v, vc.n)
 	}
-	s.counts[v]++
+	s.counts.add(v, 1)
 	s.nSmall = 0
+}
+
+// valueTable maps value -> count: open addressing with linear probing, a
+// power-of-two number of slots at most half full; a count of 0 marks a free
+// slot. For the rows with many distinct values (network, operator, busy
+// lines) it is several times cheaper per event than a Go map.
+type valueTable struct {
+	keys   []float64
+	counts []int64
+	shift  uint // 64 - log2(len(keys))
+	n      int  // values held
+}
+
+func newValueTable(slots int) *valueTable {
+	t := &valueTable{}
+	t.resize(slots)
+	return t
+}
+
+func (t *valueTable) resize(slots int) {
+	t.keys, t.counts = make([]float64, slots), make([]int64, slots)
+	t.shift = uint(64 - bits.TrailingZeros(uint(slots)))
+	t.n = 0
+}
+
+// add adds n to the count of v.
+func (t *valueTable) add(v float64, n int64) {
+	if 2*(t.n+1) > len(t.keys) {
+		keys, counts := t.keys, t.counts
+		t.resize(2 * len(keys))
+		for i, c := range counts {
+			if c != 0 {
+				t.add(keys[i], c)
+			}
+		}
+	}
+	mask := len(t.keys) - 1
+	for i := int((math.Float64bits(v) * 0x9e3779b97f4a7c15) >> t.shift); ; i = (i + 1) & mask {
+		switch {
+		case t.counts[i] == 0:
+			t.keys[i], t.counts[i] = v, n
+			t.n++
+			return
+		case t.keys[i] == v:
+			t.counts[i] += n
+			return
+		}
+	}
 }
 
 // Count returns the number of delays added.
@@ -88,7 +137,7 @@ func (s *Stats) Count() int64 { return s.n }
 // Distinct returns the number of distinct delay values held.
 func (s *Stats) Distinct() int {
 	if s.counts != nil {
-		return len(s.counts)
+		return s.counts.n
 	}
 	return int(s.nSmall)
 }
@@ -152,9 +201,11 @@ func (s *Stats) Quantile(p float64) float64 {
 
 	sorted := s.small[:s.nSmall]
 	if s.counts != nil {
-		sorted = make([]valueCount, 0, len(s.counts))
-		for v, n := range s.counts {
-			sorted = append(sorted, valueCount{v, n})
+		sorted = make([]valueCount, 0, s.counts.n)
+		for i, n := range s.counts.counts {
+			if n != 0 {
+				sorted = append(sorted, valueCount{s.counts.keys[i], n})
+			}
 		}
 		slices.SortFunc(sorted, func(a, b valueCount) int { return cmp.Compare(a.v, b.v) })
 	}
