@@ -1,10 +1,8 @@
 package aggregate
 
 import (
-	"cmp"
 	"math"
 	"math/bits"
-	"slices"
 )
 
 // Stats accumulates the delays, in seconds, of one delay_aggregates row:
@@ -106,6 +104,81 @@ func (t *valueTable) resize(slots int) {
 	t.n = 0
 }
 
+// ranks returns the values at ranks lo and hi (0-based, lo <= hi <= lo+1,
+// hi < total count) of the sorted multiset: a weighted quickselect for lo,
+// O(distinct values) where sorting them would be O(d log d), then one scan
+// for hi.
+func (t *valueTable) ranks(lo, hi int64) (loV, hiV float64) {
+	vcs := make([]valueCount, 0, t.n)
+	for i, n := range t.counts {
+		if n != 0 {
+			vcs = append(vcs, valueCount{t.keys[i], n})
+		}
+	}
+	rank := lo
+	part := vcs
+	for {
+		if len(part) == 1 {
+			loV = part[0].v
+			break
+		}
+		pivot := part[len(part)/2].v
+		// Three-way partition: [< pivot | == pivot | > pivot].
+		lt, i, gt := 0, 0, len(part)
+		for i < gt {
+			switch v := part[i].v; {
+			case v < pivot:
+				part[lt], part[i] = part[i], part[lt]
+				lt++
+				i++
+			case v > pivot:
+				gt--
+				part[i], part[gt] = part[gt], part[i]
+			default:
+				i++
+			}
+		}
+		var below, equal int64
+		for _, vc := range part[:lt] {
+			below += vc.n
+		}
+		for _, vc := range part[lt:gt] {
+			equal += vc.n
+		}
+		switch {
+		case rank < below:
+			part = part[:lt]
+		case rank < below+equal:
+			loV = pivot
+			part = nil
+		default:
+			rank -= below + equal
+			part = part[gt:]
+		}
+		if part == nil {
+			break
+		}
+	}
+	if hi == lo {
+		return loV, loV
+	}
+	// hi = lo+1: still loV if more of loV follow rank lo, else the next value.
+	var atOrBelow int64
+	next, haveNext := 0.0, false
+	for _, vc := range vcs {
+		switch {
+		case vc.v <= loV:
+			atOrBelow += vc.n
+		case !haveNext || vc.v < next:
+			next, haveNext = vc.v, true
+		}
+	}
+	if hi < atOrBelow {
+		return loV, loV
+	}
+	return loV, next
+}
+
 // add adds n to the count of v.
 func (t *valueTable) add(v float64, n int64) {
 	if 2*(t.n+1) > len(t.keys) {
@@ -199,30 +272,23 @@ func (s *Stats) Quantile(p float64) float64 {
 	lo := int64(first)
 	hi := int64(math.Ceil(pos))
 
-	sorted := s.small[:s.nSmall]
-	if s.counts != nil {
-		sorted = make([]valueCount, 0, s.counts.n)
-		for i, n := range s.counts.counts {
-			if n != 0 {
-				sorted = append(sorted, valueCount{s.counts.keys[i], n})
-			}
-		}
-		slices.SortFunc(sorted, func(a, b valueCount) int { return cmp.Compare(a.v, b.v) })
-	}
-
 	var loV, hiV float64
-	var seen int64 // number of values before the current key
-	found := false
-	for _, vc := range sorted {
-		next := seen + vc.n
-		if !found && lo < next {
-			loV, found = vc.v, true
+	if s.counts != nil {
+		loV, hiV = s.counts.ranks(lo, hi)
+	} else {
+		var seen int64 // number of values before the current key
+		found := false
+		for _, vc := range s.small[:s.nSmall] {
+			next := seen + vc.n
+			if !found && lo < next {
+				loV, found = vc.v, true
+			}
+			if hi < next {
+				hiV = vc.v
+				break
+			}
+			seen = next
 		}
-		if hi < next {
-			hiV = vc.v
-			break
-		}
-		seen = next
 	}
 	if hi == lo {
 		return loV

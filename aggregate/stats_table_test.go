@@ -33,3 +33,24 @@ func TestStatsManyDistinctValues(t *testing.T) {
 		}
 	}
 }
+
+// Heavy duplicates around every rank boundary, through the value table
+// (more than smallValues distinct values): every quantile step of 0.01.
+func TestStatsTableRanksExhaustive(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for range 300 {
+		n := 6 + r.IntN(60)
+		var s Stats
+		vs := make([]float64, n)
+		for i := range vs {
+			vs[i] = float64(r.IntN(8) - 3)
+			s.Add(vs[i], "OP")
+		}
+		for k := 0; k <= 100; k++ {
+			p := float64(k) / 100
+			if got, want := s.Quantile(p), naiveQuantile(vs, p); got != want {
+				t.Fatalf("Quantile(%v) of %v = %v, want %v", p, vs, got, want)
+			}
+		}
+	}
+}
