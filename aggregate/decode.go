@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -62,8 +61,6 @@ func DecodePrediction(value []byte) (Prediction, error) {
 	if err := decodeObjectInto(value, predictionFields, &m); err != nil {
 		return Prediction{}, err
 	}
-	m.in = interners.Get().(*interner)
-	defer interners.Put(m.in)
 	obj := &m
 	var err error
 	var p Prediction
@@ -121,8 +118,6 @@ func DecodePosition(value []byte) (Position, error) {
 	if err := decodeObjectInto(value, positionFields, &m); err != nil {
 		return Position{}, err
 	}
-	m.in = interners.Get().(*interner)
-	defer interners.Put(m.in)
 	obj := &m
 	var err error
 	var p Position
@@ -194,7 +189,6 @@ type members struct {
 	// plain[i] is true when raw[i] is a JSON string without escapes (so
 	// without NUL): its value is its bytes. Only scanObject sets it.
 	plain [9]bool
-	in    *interner // shares the strings decoded before; nil: none
 }
 
 // get returns the raw JSON value of field, nil when absent.
@@ -385,7 +379,7 @@ func requiredString(obj *members, field string) (string, error) {
 	if !present(raw) {
 		return "", &DecodeError{Field: field, Reason: ReasonMissing}
 	}
-	s, err := stringValue(raw, plain, obj.in, field, ReasonNonEmptyString)
+	s, err := stringValue(raw, plain, field, ReasonNonEmptyString)
 	if err != nil {
 		return "", err
 	}
@@ -401,14 +395,14 @@ func optionalString(obj *members, field string) (string, error) {
 	if !present(raw) {
 		return "", nil
 	}
-	return stringValue(raw, plain, obj.in, field, ReasonString)
+	return stringValue(raw, plain, field, ReasonString)
 }
 
 // stringValue returns the value of the raw JSON string raw; plain says it
 // holds no escapes (members.plain), so neither a NUL.
-func stringValue(raw json.RawMessage, plain bool, in *interner, field, wrongType string) (string, error) {
+func stringValue(raw json.RawMessage, plain bool, field, wrongType string) (string, error) {
 	if plain {
-		return in.str(raw[1 : len(raw)-1]), nil
+		return string(raw[1 : len(raw)-1]), nil
 	}
 	if raw[0] != '"' {
 		return "", &DecodeError{Field: field, Reason: wrongType}
@@ -563,37 +557,4 @@ func syntaxError(value []byte, syn *json.SyntaxError) *DecodeError {
 		return &DecodeError{Field: field, Reason: ReasonNotFinite + " (NaN and Infinity are not JSON)"}
 	}
 	return &DecodeError{Field: field, Reason: "invalid JSON value: " + syn.Error()}
-}
-
-// interner hands out one string per distinct short value, so that the ids
-// every message repeats (line, stop, operator, trip, vehicle) are not
-// allocated again for each message, and the rows and latest-state maps that
-// keep them share them. It holds at most maxInterned strings and starts over
-// when full. Decoders take one from interners per call: safe for concurrent
-// use.
-type interner struct {
-	m map[string]string
-}
-
-const (
-	maxInterned    = 1 << 14
-	maxInternedLen = 64
-)
-
-var interners = sync.Pool{New: func() any { return &interner{m: make(map[string]string, 1024)} }}
-
-// str returns b as a string, the same string as before for the same bytes.
-func (in *interner) str(b []byte) string {
-	if in == nil || len(b) > maxInternedLen {
-		return string(b)
-	}
-	if s, ok := in.m[string(b)]; ok {
-		return s
-	}
-	if len(in.m) >= maxInterned {
-		clear(in.m)
-	}
-	s := string(b)
-	in.m[s] = s
-	return s
 }
