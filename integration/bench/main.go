@@ -86,6 +86,11 @@ func main() {
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
 	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench database only)")
 	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on both fresh databases after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
+	flag.Func("read-fetch", "T_read's sarama Consumer.Fetch.Default in bytes, to mirror an ovstream built with another (default: sarama's, 1 MiB)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		readFetchBytes = int32(n)
+		return err
+	})
 	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a), (b), (c) on the data produced once; the median trial is reported")
 	flag.Parse()
 	if scale != "" {

@@ -85,10 +85,16 @@ func produceAll(ctx context.Context, addr string, g *generator) (produce.Counts,
 	return produce.Send(ctx, produce.Config{Brokers: []string{addr}, Sarama: sc}, g.next)
 }
 
+// readFetchBytes, when > 0, is T_read's Consumer.Fetch.Default (--read-fetch).
+var readFetchBytes int32
+
 // consumerConfig is the sarama configuration of ovstream's reader
 // (consumer/source.go newSaramaConfig) on sarama's defaults.
 func consumerConfig() *sarama.Config {
 	c := sarama.NewConfig()
+	if readFetchBytes > 0 {
+		c.Consumer.Fetch.Default = readFetchBytes
+	}
 	c.ClientID = "ovstream-bench-reader"
 	c.Version = sarama.V2_1_0_0
 	c.Consumer.IsolationLevel = sarama.ReadCommitted
