@@ -13,6 +13,9 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
+// DefaultFetchBytes is Config.FetchBytes when it is zero: 128 KiB.
+const DefaultFetchBytes = 128 << 10
+
 // Config configures Run. Zero values take the defaults in the comments.
 type Config struct {
 	Brokers          []string // Kafka bootstrap addresses, host:port; required
@@ -44,6 +47,13 @@ type Config struct {
 	// the last successful commit wait for one (a database outage), so memory
 	// stays bounded; default 2,000,000.
 	MaxUncommitted int64
+	// FetchBytes is how many bytes one fetch asks for per partition
+	// (sarama Consumer.Fetch.Default; Kafka's fetch.max.bytes per partition,
+	// max.partition.fetch.bytes). A larger record is still read: sarama
+	// doubles the request until it fits. Default 128 KiB: sarama's own 1 MiB
+	// keeps several MB per partition decompressed in memory and measured
+	// slower end to end (BENCHMARKS.md, proposal C).
+	FetchBytes int32
 	// OnCommit, when set, is called after each successful commit with the
 	// committed positions (e.g. to mirror them into a Kafka consumer group
 	// for lag monitoring). It must not block for long; its errors are its own.
@@ -113,6 +123,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUncommitted == 0 {
 		c.MaxUncommitted = 2_000_000
+	}
+	if c.FetchBytes == 0 {
+		c.FetchBytes = DefaultFetchBytes
+	}
+	if c.FetchBytes < 0 {
+		return fmt.Errorf("consumer: fetch bytes %d is negative", c.FetchBytes)
 	}
 	if c.MaxUncommitted < 0 {
 		return fmt.Errorf("consumer: max uncommitted messages %d is negative", c.MaxUncommitted)

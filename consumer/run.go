@@ -182,7 +182,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 // start loads the stored state, seeks every assigned partition and seeds the watermark.
 func (l *loop) start(ctx context.Context) error {
 	cfg := l.cfg
-	src, err := openSource(cfg.Brokers, cfg.Sarama)
+	src, err := openSource(cfg.Brokers, cfg.Sarama, cfg.FetchBytes)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ type source struct {
 	wg                  sync.WaitGroup
 }
 
-func newSaramaConfig(base *sarama.Config) *sarama.Config {
+func newSaramaConfig(base *sarama.Config, fetchBytes int32) *sarama.Config {
 	c := base
 	if c == nil {
 		c = sarama.NewConfig()
@@ -74,15 +74,18 @@ func newSaramaConfig(base *sarama.Config) *sarama.Config {
 	c.Consumer.IsolationLevel = sarama.ReadCommitted
 	c.Consumer.Return.Errors = true
 	c.Consumer.Offsets.AutoCommit.Enable = false
+	if fetchBytes > 0 {
+		c.Consumer.Fetch.Default = fetchBytes
+	}
 	return c
 }
 
-func openSource(brokers []string, base *sarama.Config) (*source, error) {
-	client, err := sarama.NewClient(brokers, newSaramaConfig(base))
+func openSource(brokers []string, base *sarama.Config, fetchBytes int32) (*source, error) {
+	client, err := sarama.NewClient(brokers, newSaramaConfig(base, fetchBytes))
 	if err != nil {
 		return nil, fmt.Errorf("consumer: connect to Kafka %v: %w", brokers, err)
 	}
-	fetches, err := sarama.NewClient(brokers, newSaramaConfig(base))
+	fetches, err := sarama.NewClient(brokers, newSaramaConfig(base, fetchBytes))
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("consumer: connect to Kafka %v: %w", brokers, err)

@@ -39,6 +39,9 @@ type runFlags struct {
 	metricsAddr                                         string
 	kafkaCommitOffsets                                  bool
 	maxUncommitted                                      int64
+	fetchBytes                                          int
+	memoryLimit                                         string
+	memoryLimitBytes                                    int64 // parsed by config; 0 = none
 	kafka                                               kafkaFlags
 }
 
@@ -63,6 +66,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", defaultMetricsAddr, "`host:port` serving /metrics, /healthz and /readyz (empty: none; port 0: a free port, logged)")
 	fs.BoolVar(&f.kafkaCommitOffsets, "kafka-commit-offsets", true, "after each database commit, commit the same offsets to the Kafka consumer group named after the pipeline (monitoring only, never read back)")
 	fs.Int64Var(&f.maxUncommitted, "max-uncommitted-messages", 2_000_000, "pause fetching while this many consumed records wait for a database commit (bounds memory during an outage)")
+	fs.IntVar(&f.fetchBytes, "fetch-bytes", consumer.DefaultFetchBytes, "bytes one Kafka fetch asks for per partition (max.partition.fetch.bytes); larger records are still read")
+	fs.StringVar(&f.memoryLimit, "memory-limit", envOr("GOMEMLIMIT", defaultMemoryLimit), "soft memory limit of the Go runtime, e.g. 224MiB, 1GiB or off; the garbage collector runs more often near it (env GOMEMLIMIT)")
 	f.kafka.register(fs)
 }
 
@@ -103,11 +108,20 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		OnOffsetOutOfRange: f.onOutOfRange,
 		Drain:              f.drain,
 		MaxUncommitted:     f.maxUncommitted,
+		FetchBytes:         int32(f.fetchBytes),
 		Logger:             log,
 	}
 	if f.maxUncommitted <= 0 {
 		return cfg, fmt.Errorf("--max-uncommitted-messages %d: want a positive number", f.maxUncommitted)
 	}
+	if f.fetchBytes <= 0 || f.fetchBytes > 1<<30 {
+		return cfg, fmt.Errorf("--fetch-bytes %d: want a positive number of bytes up to 1 GiB", f.fetchBytes)
+	}
+	limit, err := parseMemoryLimit(f.memoryLimit)
+	if err != nil {
+		return cfg, err
+	}
+	f.memoryLimitBytes = limit
 	sc, err := f.kafka.consumerConfig()
 	if err != nil {
 		return cfg, err
@@ -167,6 +181,7 @@ func cmdRun(ctx context.Context, args []string) int {
 // runService checks the schema, connects and runs the consumer, with the
 // metrics and health endpoint and the consumer-group offset mirror.
 func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consumer.Summary, error) {
+	tuneGC(f.memoryLimitBytes)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// config's Validate filled in unregistered ones: these are served.

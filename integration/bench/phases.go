@@ -89,7 +89,8 @@ func produceAll(ctx context.Context, addr string, g *generator) (produce.Counts,
 var readFetchBytes int32
 
 // consumerConfig is the sarama configuration of ovstream's reader
-// (consumer/source.go newSaramaConfig) on sarama's defaults.
+// (consumer/source.go newSaramaConfig) on sarama's defaults, 1 MiB fetches
+// included: the bare reader is fastest with them (BENCHMARKS.md, proposal C).
 func consumerConfig() *sarama.Config {
 	c := sarama.NewConfig()
 	if readFetchBytes > 0 {
