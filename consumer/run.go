@@ -152,6 +152,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			return l.shutdown()
 		case batch := <-in:
 			l.handleBatch(batch)
+			releaseBatch(batch) // handle copies what it keeps
 		case res := <-l.inflight:
 			if err := l.finishCommit(res); err != nil {
 				return err
@@ -300,9 +301,9 @@ func (l *loop) handleBatch(batch []record) {
 	l.sum.Consumed[tp.Topic] += int64(len(batch))
 	l.cfg.Metrics.Consumed.WithLabelValues(tp.Topic).Add(float64(len(batch)))
 	l.lastSeen[tp] = now
-	for _, r := range batch {
+	for i := range batch {
 		crashpoint.Hit(crashpoint.AfterConsume)
-		l.handle(r, now)
+		l.handle(&batch[i], now)
 	}
 	l.wm.Advance(now)
 	l.flowControl(now)
@@ -310,7 +311,7 @@ func (l *loop) handleBatch(batch []record) {
 
 // handle processes one record read at wall time now: decode, check time,
 // window, ledger.
-func (l *loop) handle(r record, now time.Time) {
+func (l *loop) handle(r *record, now time.Time) {
 	cfg := l.cfg
 	if r.tp.Topic == cfg.PredictionsTopic {
 		p, err := r.pred, r.derr // decoded by the partition's reader
@@ -380,7 +381,7 @@ func classify(offset int64, windowEnd, watermark time.Time, consumedOffset int64
 }
 
 // future dead-letters an event later than wall clock + max future skew.
-func (l *loop) future(r record, t, now time.Time) bool {
+func (l *loop) future(r *record, t, now time.Time) bool {
 	limit := now.Add(l.cfg.MaxFutureSkew)
 	if !t.After(limit) {
 		return false
@@ -390,7 +391,7 @@ func (l *loop) future(r record, t, now time.Time) bool {
 	return true
 }
 
-func (l *loop) deadLetter(r record, reason, msg string) {
+func (l *loop) deadLetter(r *record, reason, msg string) {
 	l.dead = append(l.dead, store.DeadLetter{Topic: r.tp.Topic, Partition: r.tp.Partition, Offset: r.offset,
 		Key: r.key, Value: r.value, Reason: reason, Error: msg})
 	l.sum.DeadLetters[reason]++
