@@ -407,7 +407,7 @@ func referenceFor(t *testing.T, ds *dataset) *reference {
 // stored position is at the high water mark.
 func checkOracle(t *testing.T, db, addr string, ds *dataset) {
 	t.Helper()
-	n := loadOracleInputParallel(t, db, addr)
+	n := loadOracleInput(t, db, addr, predictionsTopic)
 	if n != ds.records() {
 		t.Fatalf("the predictions topic holds %d records, want %d", n, ds.records())
 	}
@@ -457,88 +457,6 @@ func checkOracle(t *testing.T, db, addr string, ds *dataset) {
 	if len(hw) > 0 {
 		t.Errorf("no stored position for %v", hw)
 	}
-}
-
-// loadOracleInputParallel copies every record of the predictions topic into
-// oracle_msgs of db (the input of oracleAggregates), reading the partitions
-// in parallel, and returns how many there are.
-func loadOracleInputParallel(t *testing.T, db, addr string) int {
-	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V2_8_0_0
-	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
-	cfg.Consumer.Fetch.Default = 8 << 20
-	cfg.Consumer.MaxWaitTime = 50 * time.Millisecond
-	client, err := sarama.NewClient([]string{addr}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	cons, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	parts, err := client.Partitions(predictionsTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := make([][][]any, len(parts))
-	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for i, p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hw, err := client.GetOffset(predictionsTopic, p, sarama.OffsetNewest)
-			if err != nil || hw == 0 {
-				errs[i] = err
-				return
-			}
-			pc, err := cons.ConsumePartition(predictionsTopic, p, sarama.OffsetOldest)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			defer pc.Close()
-			timeout := time.After(time.Minute)
-			for {
-				select {
-				case m := <-pc.Messages():
-					rows[i] = append(rows[i], []any{m.Topic, m.Partition, m.Offset, m.Value})
-					if m.Offset+1 >= hw {
-						return
-					}
-				case <-timeout:
-					errs[i] = fmt.Errorf("partition %d: read %d records below high water %d in a minute", p, len(rows[i]), hw)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	var all [][]any
-	for _, r := range rows {
-		all = append(all, r...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS oracle_msgs (topic text, partition int, "offset" bigint, value bytea)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"oracle_msgs"}, []string{"topic", "partition", "offset", "value"},
-		pgx.CopyFromRows(all)); err != nil {
-		t.Fatal(err)
-	}
-	return len(all)
 }
 
 // highWaterMarks returns the high water mark of every partition of both topics.

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -261,12 +262,17 @@ func sameRows(t testing.TB, what string, a, b []string) {
 	}
 }
 
-// readTopic returns every record of topic as a read_committed consumer sees it.
+// readTopic returns every record of topic as a read_committed consumer sees
+// it, partition by partition in offset order. The partitions are read in
+// parallel; one that does not reach its high water mark within a minute
+// fails the test.
 func readTopic(t testing.TB, addr, topic string) []*sarama.ConsumerMessage {
 	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_8_0_0
 	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg.Consumer.Fetch.Default = 8 << 20
+	cfg.Consumer.MaxWaitTime = 50 * time.Millisecond
 	client, err := sarama.NewClient([]string{addr}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -281,26 +287,44 @@ func readTopic(t testing.TB, addr, topic string) []*sarama.ConsumerMessage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*sarama.ConsumerMessage
-	for _, p := range parts {
-		hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hw == 0 {
-			continue
-		}
-		pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range pc.Messages() {
-			out = append(out, m)
-			if m.Offset+1 >= hw {
-				break
+	msgs := make([][]*sarama.ConsumerMessage, len(parts))
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Go(func() {
+			hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil || hw == 0 {
+				errs[i] = err
+				return
 			}
-		}
-		pc.Close()
+			pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pc.Close()
+			timeout := time.After(time.Minute)
+			for {
+				select {
+				case m := <-pc.Messages():
+					msgs[i] = append(msgs[i], m)
+					if m.Offset+1 >= hw {
+						return
+					}
+				case <-timeout:
+					errs[i] = fmt.Errorf("%s/%d: read %d records below high water %d in a minute", topic, p, len(msgs[i]), hw)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var out []*sarama.ConsumerMessage
+	for _, m := range msgs {
+		out = append(out, m...)
 	}
 	return out
 }
