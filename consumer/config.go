@@ -48,11 +48,12 @@ type Config struct {
 	// stays bounded; default 2,000,000.
 	MaxUncommitted int64
 	// FetchBytes is how many bytes one fetch asks for per partition
-	// (sarama Consumer.Fetch.Default; Kafka's fetch.max.bytes per partition,
-	// max.partition.fetch.bytes). A larger record is still read: sarama
-	// doubles the request until it fits. Default 128 KiB: sarama's own 1 MiB
-	// keeps several MB per partition decompressed in memory and measured
-	// slower end to end (BENCHMARKS.md, proposal C).
+	// (sarama Consumer.Fetch.Default; the Java client's
+	// max.partition.fetch.bytes). A larger record is still read: the broker
+	// returns the first record batch whole even when it is larger (KIP-74,
+	// Fetch v3 and later), and sarama doubles the request for older brokers.
+	// Default 128 KiB: sarama's own 1 MiB measured slower end to end and
+	// larger (BENCHMARKS.md, proposal C).
 	FetchBytes int32
 	// OnCommit, when set, is called after each successful commit with the
 	// committed positions (e.g. to mirror them into a Kafka consumer group

@@ -26,8 +26,9 @@ type record struct {
 const maxBatch = 512
 
 // batches recycles the readers' batches: a batch of maxBatch records is
-// about 180 KB, and allocating one per hand-over (and zeroing it, as the
-// runtime does for large objects) cost 4% of CPU at 5M predictions.
+// about 180 KB, and growing a new one per hand-over (each growth a zeroed
+// large allocation) took 2.4% of CPU at 5M predictions (perf, BENCHMARKS.md
+// section 6), plus the garbage collector's share.
 var batches = sync.Pool{New: func() any { return new([]record) }}
 
 // newBatch returns an empty batch with room for maxBatch records.

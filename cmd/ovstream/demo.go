@@ -59,6 +59,10 @@ func cmdDemo(ctx context.Context, args []string) int {
 		f.logLevel = "warn"
 	}
 	f.drain, f.migrate = true, true
+	if err := f.check(); err != nil { // before the broker starts and the sample is produced
+		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
+		return exitUsage
+	}
 	if err := demo(ctx, os.Stdout, &f, *data); err != nil {
 		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
 		return exitError

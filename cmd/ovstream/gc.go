@@ -9,21 +9,27 @@ import (
 	"strings"
 )
 
-// gcPercent is run's GOGC when the environment does not set one: the heap
-// may grow to 4x the live heap between collections, and the memory limit
-// (--memory-limit) bounds it. At 5M predictions this took ovstream's CPU
-// from 22 s to 19-21 s at about 240 MB peak RSS (BENCHMARKS.md).
+// gcPercent is run's GOGC when a memory limit is in force and the
+// environment does not set GOGC: the heap may grow to 4x the live heap
+// between collections, and the limit bounds it. At 5M predictions this and
+// the 224 MiB limit took ovstream's CPU from 25.3 s to 23.3 s in one trial
+// (BENCHMARKS.md, section 6).
 const gcPercent = 300
 
-// defaultMemoryLimit is --memory-limit when GOMEMLIMIT is not set.
+// defaultMemoryLimit is --memory-limit when neither the flag nor GOMEMLIMIT
+// is given.
 const defaultMemoryLimit = "224MiB"
 
-// parseMemoryLimit reads a size the way the Go runtime reads GOMEMLIMIT
-// (runtime package docs): a whole number of bytes with an optional suffix
-// B, KiB, MiB, GiB or TiB, or "off" for no limit (returned as 0).
+// noLimit is the runtime's "no memory limit" (runtime/debug SetMemoryLimit).
+const noLimit = math.MaxInt64
+
+// parseMemoryLimit reads --memory-limit the way the Go runtime reads
+// GOMEMLIMIT (runtime package docs): a whole number of bytes, 0 to
+// math.MaxInt64, with an optional suffix B, KiB, MiB, GiB or TiB, or "off"
+// for no limit (returned as noLimit).
 func parseMemoryLimit(s string) (int64, error) {
 	if s == "off" {
-		return 0, nil
+		return noLimit, nil
 	}
 	num, mult := s, int64(1)
 	for i, suffix := range []string{"TiB", "GiB", "MiB", "KiB", "B"} {
@@ -33,24 +39,40 @@ func parseMemoryLimit(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
+	if err != nil || num[0] == '+' || n < 0 || n > math.MaxInt64/mult {
 		return 0, fmt.Errorf("--memory-limit %q: want a size such as 224MiB or 2GiB, or off", s)
 	}
 	return n * mult, nil
 }
 
-// tuneGC sets the garbage collector of a run: GOGC 300 unless the
-// environment sets GOGC, and the soft memory limit (runtime/debug
-// SetMemoryLimit) given by --memory-limit, whose default is GOMEMLIMIT when
-// set. Under the limit the collector runs more often; it never spends more
-// than about half the CPU on it (the runtime's GC CPU limiter), so a live
-// heap above the limit slows a run down but does not stop it.
-func tuneGC(limit int64) {
-	if os.Getenv("GOGC") == "" {
+// memoryLimit returns the limit run sets, from --memory-limit when given,
+// else 224 MiB; with GOMEMLIMIT in the environment and no flag it returns
+// ok false: the runtime applied GOMEMLIMIT at start-up and refuses a
+// malformed one before main.
+func memoryLimit(flagValue string) (limit int64, ok bool, err error) {
+	if flagValue == "" {
+		if os.Getenv("GOMEMLIMIT") != "" {
+			return 0, false, nil
+		}
+		flagValue = defaultMemoryLimit
+	}
+	limit, err = parseMemoryLimit(flagValue)
+	return limit, err == nil, err
+}
+
+// tuneGC sets the garbage collector of a run: the soft memory limit
+// (runtime/debug SetMemoryLimit) when set is true, and GOGC 300 when a limit
+// is in force and the environment does not set GOGC. Near the limit the
+// collector runs more often; it never takes more than about half the CPU for
+// it (the runtime's GC CPU limiter), so a live heap above the limit slows a
+// run down but does not stop it. With no limit, GOGC stays at the runtime's
+// (100 unless GOGC says otherwise), so the heap stays within about twice
+// the live heap.
+func tuneGC(limit int64, set bool) {
+	if set {
+		debug.SetMemoryLimit(limit)
+	}
+	if debug.SetMemoryLimit(-1) < noLimit && os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	if limit <= 0 {
-		limit = math.MaxInt64 // "off", also over a GOMEMLIMIT in the environment
-	}
-	debug.SetMemoryLimit(limit)
 }

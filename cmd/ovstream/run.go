@@ -41,7 +41,8 @@ type runFlags struct {
 	maxUncommitted                                      int64
 	fetchBytes                                          int
 	memoryLimit                                         string
-	memoryLimitBytes                                    int64 // parsed by config; 0 = none
+	memoryLimitBytes                                    int64 // set by config
+	memoryLimitSet                                      bool  // false: leave GOMEMLIMIT's
 	kafka                                               kafkaFlags
 }
 
@@ -67,7 +68,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.kafkaCommitOffsets, "kafka-commit-offsets", true, "after each database commit, commit the same offsets to the Kafka consumer group named after the pipeline (monitoring only, never read back)")
 	fs.Int64Var(&f.maxUncommitted, "max-uncommitted-messages", 2_000_000, "pause fetching while this many consumed records wait for a database commit (bounds memory during an outage)")
 	fs.IntVar(&f.fetchBytes, "fetch-bytes", consumer.DefaultFetchBytes, "bytes one Kafka fetch asks for per partition (max.partition.fetch.bytes); larger records are still read")
-	fs.StringVar(&f.memoryLimit, "memory-limit", envOr("GOMEMLIMIT", defaultMemoryLimit), "soft memory limit of the Go runtime, e.g. 224MiB, 1GiB or off; the garbage collector runs more often near it (env GOMEMLIMIT)")
+	fs.StringVar(&f.memoryLimit, "memory-limit", "", "soft memory limit of the Go runtime, e.g. 224MiB, 1GiB or off; the garbage collector runs more often near it (default 224MiB, or GOMEMLIMIT when set)")
 	f.kafka.register(fs)
 }
 
@@ -90,6 +91,15 @@ func (f *runFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+}
+
+// check reports the first invalid flag, as config would.
+func (f *runFlags) check() error {
+	log, err := f.logger(io.Discard)
+	if err == nil {
+		_, err = f.config(log)
+	}
+	return err
 }
 
 // config turns the flags into a consumer.Config.
@@ -117,11 +127,11 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	if f.fetchBytes <= 0 || f.fetchBytes > 1<<30 {
 		return cfg, fmt.Errorf("--fetch-bytes %d: want a positive number of bytes up to 1 GiB", f.fetchBytes)
 	}
-	limit, err := parseMemoryLimit(f.memoryLimit)
+	limit, set, err := memoryLimit(f.memoryLimit)
 	if err != nil {
 		return cfg, err
 	}
-	f.memoryLimitBytes = limit
+	f.memoryLimitBytes, f.memoryLimitSet = limit, set
 	sc, err := f.kafka.consumerConfig()
 	if err != nil {
 		return cfg, err
@@ -181,7 +191,7 @@ func cmdRun(ctx context.Context, args []string) int {
 // runService checks the schema, connects and runs the consumer, with the
 // metrics and health endpoint and the consumer-group offset mirror.
 func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consumer.Summary, error) {
-	tuneGC(f.memoryLimitBytes)
+	tuneGC(f.memoryLimitBytes, f.memoryLimitSet)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// config's Validate filled in unregistered ones: these are served.
