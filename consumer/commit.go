@@ -1,0 +1,152 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer/crashpoint"
+	"github.com/ovstream/ovstream/store"
+)
+
+// pendingCommit is one batch: taken from the loop's state at one watermark,
+// written by a goroutine of its own while the loop goes on consuming, and
+// retried as it is when a retryable failure stops it.
+type pendingCommit struct {
+	wm      time.Time
+	set     aggregate.ClosedSet // the windows wm finalized; their rows are built by the writer
+	batch   store.Batch
+	records int64 // the loop's consumed count when the batch was taken
+}
+
+// commitResult is what the writer goroutine reports.
+type commitResult struct {
+	err  error
+	took time.Duration
+}
+
+// startCommit begins writing the pending batch, or a new one taken now, in
+// ONE transaction on a goroutine of its own; the loop goes on consuming. At
+// most one commit is in flight: commits are a sequence of prefixes.
+func (l *loop) startCommit(ctx context.Context) {
+	if l.inflight != nil {
+		return
+	}
+	if l.pending == nil {
+		l.pending = l.takeBatch()
+	}
+	p, st := l.pending, l.st
+	done := make(chan commitResult, 1)
+	l.inflight = done
+	go func() {
+		if p.batch.Windows == nil && p.set.Len() > 0 {
+			p.batch.Windows = p.set.Rows()
+		}
+		crashpoint.Hit(crashpoint.BeforeBegin)
+		began := time.Now()
+		// A SIGTERM does not interrupt a commit in flight; a hung server does, after commitTimeout.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		err := st.Commit(cctx, p.batch)
+		cancel()
+		if err == nil {
+			crashpoint.Hit(crashpoint.AfterCommit)
+		}
+		done <- commitResult{err: err, took: time.Since(began)}
+	}()
+}
+
+// takeBatch takes what the next commit writes: the windows the watermark
+// finalized, the latest-state rows, the dead letters and the committable
+// and consumed offsets. The loop keeps the windows and the ledger entries
+// until the commit succeeds.
+func (l *loop) takeBatch() *pendingCommit {
+	wm := l.wm.Current()
+	p := &pendingCommit{wm: wm, set: l.win.ClosedSet(wm), records: l.consumed}
+	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm}
+	for _, t := range l.trips {
+		p.batch.Trips = append(p.batch.Trips, t)
+	}
+	for _, v := range l.vehicles {
+		p.batch.Vehicles = append(p.batch.Vehicles, v)
+	}
+	for _, tp := range SortedPartitions(l.led.parts) {
+		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
+			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
+	}
+	l.dead = nil
+	l.trips = map[string]store.Trip{}
+	l.vehicles = map[string]store.Vehicle{}
+	return p
+}
+
+// waitCommit waits for the commit in flight, if any, and applies its result.
+func (l *loop) waitCommit(ctx context.Context) error {
+	if l.inflight == nil {
+		return nil
+	}
+	return l.finishCommit(<-l.inflight)
+}
+
+// finishCommit applies a commit's result. Success: only now release the
+// ledger and drop the written windows. A retryable failure keeps the batch
+// for a retry with capped backoff (nil is returned); a terminal one is
+// returned.
+func (l *loop) finishCommit(res commitResult) error {
+	cfg, p := l.cfg, l.pending
+	l.inflight = nil
+	now := cfg.Now()
+	if err := res.err; err != nil {
+		l.sum.CommitFailures++
+		var ce *store.CommitError
+		fail := cfg.Metrics.CommitFailures.WithLabelValues
+		switch {
+		case errors.Is(err, store.ErrFenced):
+			fail(FailFenced).Inc()
+			cfg.Metrics.Fenced.Set(1)
+			cfg.Logger.Error("fenced: another instance claimed the pipeline; this one wrote nothing after the claim",
+				"pipeline", cfg.Pipeline, "epoch", l.epoch)
+			return ErrFenced
+		case errors.As(err, &ce) && ce.Ambiguous:
+			fail(FailAmbiguous).Inc()
+			return errResync
+		case !store.Retryable(err):
+			fail(FailTerminal).Inc()
+			return fmt.Errorf("consumer: commit: %w", err)
+		}
+		fail(FailRetryable).Inc()
+		l.backoff = min(max(2*l.backoff, 100*time.Millisecond), maxBackoff)
+		l.nextCommit = now.Add(l.backoff)
+		cfg.Logger.Warn("commit failed; retrying", "err", err, "retry_in", l.backoff)
+		return nil
+	}
+	l.pending = nil
+	l.win.Drop(p.wm)
+	l.led.Release(p.wm)
+	l.committed = p.records
+	b := &p.batch
+	for _, pos := range b.Positions {
+		l.stored[pos.PartitionID] = pos
+		l.sum.Stored[pos.PartitionID] = pos.NextOffset
+	}
+	l.sum.Commits++
+	l.sum.WindowRows += int64(len(b.Windows))
+	l.sum.Watermark = p.wm
+	m := cfg.Metrics
+	m.Commits.Inc()
+	m.CommitDuration.Observe(res.took.Seconds())
+	m.WindowsFinalized.Add(float64(len(b.Windows)))
+	m.LastCommit.Set(float64(now.UnixNano()) / 1e9)
+	m.Uncommitted.Set(float64(l.consumed - l.committed))
+	m.OpenWindows.Set(float64(l.win.OpenWindows()))
+	cfg.Health.lastCommit.Store(now.UnixNano())
+	if cfg.OnCommit != nil {
+		cfg.OnCommit(b.Positions)
+	}
+	l.backoff = 0
+	l.nextCommit = now.Add(cfg.FlushInterval)
+	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles),
+		"dead_letters", len(b.DeadLetters), "watermark", p.wm.Format(time.RFC3339), "took", res.took)
+	return nil
+}

@@ -1,0 +1,68 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ovstream/ovstream/consumer/crashpoint"
+)
+
+// drained tells whether every partition reached its high water mark at start.
+func (l *loop) drained() bool {
+	for tp, target := range l.drainTarget {
+		if l.led.ConsumedOffset(tp) < target {
+			return false
+		}
+	}
+	return true
+}
+
+// finishDrain finalizes every open window and commits, retrying until it
+// succeeds or ctx ends.
+func (l *loop) finishDrain(ctx context.Context) error {
+	if err := l.waitCommit(ctx); err != nil {
+		return err
+	}
+	l.wm.Raise(l.win.LastEnd())
+	return l.commitUntilDone(ctx, ctx)
+}
+
+// shutdown makes the final commit of what is durable after SIGTERM. Open
+// windows are not written: Kafka redelivers them on the next start.
+func (l *loop) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	crashpoint.Hit(crashpoint.Shutdown)
+	err := l.waitCommit(ctx)
+	if err == nil {
+		err = l.commitUntilDone(ctx, ctx)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("consumer: final commit did not succeed within %v (nothing is lost: Kafka redelivers from the stored offsets)", shutdownGrace)
+	}
+	return err
+}
+
+// commitUntilDone commits until a batch taken now has been committed:
+// a batch that failed before is retried first; retryable failures wait with
+// backoff until stop ends.
+func (l *loop) commitUntilDone(ctx context.Context, stop context.Context) error {
+	for {
+		fresh := l.pending == nil
+		l.startCommit(ctx)
+		if err := l.waitCommit(ctx); err != nil {
+			return err
+		}
+		if fresh && l.pending == nil {
+			return nil
+		}
+		if l.pending != nil { // failed: back off before the retry
+			select {
+			case <-stop.Done():
+				return stop.Err()
+			case <-time.After(l.backoff):
+			}
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer/crashpoint"
+	"github.com/ovstream/ovstream/store"
+)
+
+// handleBatch processes the records of one partition read together, then
+// advances the watermark.
+func (l *loop) handleBatch(batch []record) {
+	now := l.cfg.Now()
+	tp := batch[0].tp
+	l.consumed += int64(len(batch))
+	l.sum.Consumed[tp.Topic] += int64(len(batch))
+	l.cfg.Metrics.Consumed.WithLabelValues(tp.Topic).Add(float64(len(batch)))
+	l.lastSeen[tp] = now
+	for i := range batch {
+		crashpoint.Hit(crashpoint.AfterConsume)
+		l.handle(&batch[i], now)
+	}
+	l.wm.Advance(now)
+	l.flowControl(now)
+}
+
+// handle processes one record read at wall time now: decode, check time,
+// window, ledger.
+func (l *loop) handle(r *record, now time.Time) {
+	cfg := l.cfg
+	if r.tp.Topic == cfg.PredictionsTopic {
+		p, err := r.pred, r.derr // decoded by the partition's reader
+		if err != nil {
+			l.deadLetter(r, store.ReasonDecode, err.Error())
+			return
+		}
+		if l.future(r, p.EventTime, now) {
+			return
+		}
+		l.wm.Observe(r.tp, p.EventTime, now)
+		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
+		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
+		switch classify(r.offset, end, l.wm.Current(), l.replayUntil[r.tp]) {
+		case replayed:
+			l.sum.Skipped++
+			l.led.Consumed(r.tp, r.offset)
+			return
+		case late:
+			cfg.Metrics.Late.WithLabelValues(r.tp.Topic).Inc()
+			l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
+				p.EventTime.Format(time.RFC3339), end.Add(-cfg.Window).Format(time.RFC3339),
+				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
+			return
+		}
+		l.win.Add(p)
+		l.led.InWindow(r.tp, r.offset, end)
+		l.sum.Predictions++
+		return
+	}
+	v, err := r.pos, r.derr
+	if err != nil {
+		l.deadLetter(r, store.ReasonDecode, err.Error())
+		return
+	}
+	if l.future(r, v.EventTime, now) {
+		return
+	}
+	l.wm.Observe(r.tp, v.EventTime, now)
+	l.keepVehicle(store.Vehicle{Position: v, Partition: r.tp.Partition, Offset: r.offset})
+	l.led.Consumed(r.tp, r.offset)
+	l.sum.Positions++
+}
+
+// verdict is what happens to a decoded prediction.
+type verdict int
+
+const (
+	aggregateIt verdict = iota // its window is open: count it
+	replayed                   // its window was written and it was consumed before a restart: skip it
+	late                       // its window was written before it first arrived: dead letter "late"
+)
+
+// classify applies DESIGN.md "Watermark and lateness" and "Replay after a
+// restart": an event whose window ends at or before the watermark is late,
+// unless its offset is below consumedOffset, the stored one-past-last offset
+// consumed before the restart: then it was counted (or recorded as late)
+// before, and is skipped without a trace.
+func classify(offset int64, windowEnd, watermark time.Time, consumedOffset int64) verdict {
+	switch {
+	case windowEnd.After(watermark):
+		return aggregateIt
+	case offset < consumedOffset:
+		return replayed
+	}
+	return late
+}
+
+// future dead-letters an event later than wall clock + max future skew.
+func (l *loop) future(r *record, t, now time.Time) bool {
+	limit := now.Add(l.cfg.MaxFutureSkew)
+	if !t.After(limit) {
+		return false
+	}
+	l.deadLetter(r, store.ReasonFuture, fmt.Sprintf("event_time %s is later than wall clock + max future skew (%s)",
+		t.Format(time.RFC3339), limit.UTC().Format(time.RFC3339)))
+	return true
+}
+
+func (l *loop) deadLetter(r *record, reason, msg string) {
+	l.dead = append(l.dead, store.DeadLetter{Topic: r.tp.Topic, Partition: r.tp.Partition, Offset: r.offset,
+		Key: r.key, Value: r.value, Reason: reason, Error: msg})
+	l.sum.DeadLetters[reason]++
+	l.cfg.Metrics.DeadLetters.WithLabelValues(r.tp.Topic, reason).Inc()
+	l.led.Consumed(r.tp, r.offset)
+}
+
+// keepTrip keeps the newest prediction per trip: greater event time, a tie
+// going to the later offset.
+func (l *loop) keepTrip(t store.Trip) {
+	old, ok := l.trips[t.TripID]
+	if !ok || newer(t.EventTime, t.Offset, old.EventTime, old.Offset) {
+		l.trips[t.TripID] = t
+	}
+}
+
+func (l *loop) keepVehicle(v store.Vehicle) {
+	old, ok := l.vehicles[v.VehicleID]
+	if !ok || newer(v.EventTime, v.Offset, old.EventTime, old.Offset) {
+		l.vehicles[v.VehicleID] = v
+	}
+}
+
+func newer(t time.Time, off int64, oldT time.Time, oldOff int64) bool {
+	return t.After(oldT) || (t.Equal(oldT) && off >= oldOff)
+}

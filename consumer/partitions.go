@@ -1,0 +1,36 @@
+package consumer
+
+import (
+	"time"
+)
+
+// pollHighWater refreshes every partition's high water mark.
+func (l *loop) pollHighWater() {
+	for tp := range l.highWater {
+		hw, err := l.src.client.GetOffset(tp.Topic, tp.Partition, -1)
+		if err != nil {
+			l.cfg.Logger.Warn("high water mark", "partition", tp.String(), "err", err)
+			continue
+		}
+		l.highWater[tp] = hw
+		l.sum.HighWater[tp] = hw
+		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, l.wm.Idle(tp, l.cfg.Now()))
+	}
+}
+
+// updateCaughtUp tells the watermark which partitions have reached the high
+// water mark. A partition whose position stays below it with nothing
+// arriving is probed for trailing transaction markers (see visibleEnd).
+func (l *loop) updateCaughtUp(now time.Time) {
+	for tp, hw := range l.highWater {
+		pos := l.led.ConsumedOffset(tp)
+		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos && !l.paused[tp] && !l.holding() {
+			l.probed[tp] = pos
+			if end, err := l.src.visibleEnd(tp, pos); err == nil && end > pos {
+				l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
+				pos = l.led.ConsumedOffset(tp)
+			}
+		}
+		l.wm.SetCaughtUp(tp, pos >= hw)
+	}
+}

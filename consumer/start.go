@@ -1,0 +1,122 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
+)
+
+// start loads the stored state, seeks every assigned partition and seeds the watermark.
+func (l *loop) start(ctx context.Context) error {
+	cfg := l.cfg
+	src, err := openSource(cfg.Brokers, cfg.Sarama, cfg.FetchBytes)
+	if err != nil {
+		return err
+	}
+	src.predTopic, src.posTopic = cfg.PredictionsTopic, cfg.PositionsTopic
+	l.src = src
+	ok := false
+	defer func() {
+		if !ok {
+			src.close()
+		}
+	}()
+	assigned := cfg.Partitions
+	if assigned == nil {
+		for _, topic := range []string{cfg.PredictionsTopic, cfg.PositionsTopic} {
+			if topic == "" {
+				continue
+			}
+			ps, err := src.partitions(topic)
+			if err != nil {
+				return err
+			}
+			for _, p := range ps {
+				assigned = append(assigned, aggregate.PartitionID{Topic: topic, Partition: p})
+			}
+		}
+	}
+	var stored map[aggregate.PartitionID]store.Position
+	var seed time.Time
+	err = retry(ctx, cfg, "load stream_positions and watermark", func() (err error) {
+		if stored, err = l.st.LoadPositions(ctx, cfg.Pipeline); err != nil {
+			return fmt.Errorf("consumer: load stream_positions: %w", err)
+		}
+		if seed, err = l.st.SeedWatermark(ctx, cfg.Pipeline); err != nil {
+			return fmt.Errorf("consumer: seed watermark: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l.win = aggregate.NewWindower(cfg.Window)
+	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
+	l.led = NewLedger()
+	l.replayUntil = map[aggregate.PartitionID]int64{}
+	l.highWater = map[aggregate.PartitionID]int64{}
+	l.drainTarget = map[aggregate.PartitionID]int64{}
+	l.lastSeen = map[aggregate.PartitionID]time.Time{}
+	l.probed = map[aggregate.PartitionID]int64{}
+	l.trips = map[string]store.Trip{}
+	l.vehicles = map[string]store.Vehicle{}
+	l.stored = map[aggregate.PartitionID]store.Position{}
+
+	for _, tp := range assigned {
+		logStart, hw, err := src.offsets(tp)
+		if err != nil {
+			return err
+		}
+		var from int64
+		pos, have := stored[tp]
+		switch {
+		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw:
+			from = pos.NextOffset
+			l.replayUntil[tp] = pos.ConsumedOffset
+			l.stored[tp] = pos
+		case have:
+			oor := &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
+			switch cfg.OnOffsetOutOfRange {
+			case "earliest":
+				from = logStart
+			case "latest":
+				from = hw
+			default:
+				return oor
+			}
+			cfg.Logger.Warn("stored offset out of range: resuming", "partition", tp.String(),
+				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
+			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from}
+			if err := l.st.ResetPosition(ctx, cfg.Pipeline, l.epoch, reset); err != nil {
+				return err
+			}
+			l.stored[tp] = reset
+		case cfg.StartOffset == "latest":
+			from = hw
+		default:
+			from = logStart
+		}
+		l.led.Assign(tp, from)
+		l.wm.Assign(tp)
+		l.highWater[tp] = hw
+		l.drainTarget[tp] = hw
+		l.sum.HighWater[tp] = hw
+		if _, ok := l.sum.Stored[tp]; !ok && have {
+			l.sum.Stored[tp] = pos.NextOffset
+		}
+		l.wm.SetCaughtUp(tp, from >= hw)
+		if err := src.start(tp, from); err != nil {
+			return err
+		}
+		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
+	}
+	cfg.Metrics.assign(assigned)
+	cfg.Metrics.watermark(seed)
+	cfg.Health.assigned.Store(true)
+	cfg.Logger.Info("watermark seeded", "watermark", seed.UTC().Format(time.RFC3339))
+	ok = true
+	return nil
+}

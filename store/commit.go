@@ -1,0 +1,288 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// Commit writes b in ONE transaction (DESIGN.md "The commit"): fencing and the
+// watermark, windows (replace), latest state (newer wins), dead letters (once),
+// stream positions (never backwards). It writes all of b or nothing.
+//
+// Errors: ErrFenced (errors.Is) when b.Epoch is no longer the pipeline's;
+// *CommitError when the COMMIT statement failed; otherwise the failing step,
+// wrapped. After any error the connection is thrown away. Retry the whole
+// batch, never a part of it, when Retryable says so.
+func (s *Store) Commit(ctx context.Context, b Batch) error {
+	if err := s.commit(ctx, &b); err != nil {
+		s.discard()
+		what := fmt.Sprintf("store: commit %d windows, %d vehicles, %d trips, %d dead letters, %d partitions",
+			len(b.Windows), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
+		if errors.Is(err, ErrFenced) {
+			return fmt.Errorf("%s: pipeline %q epoch %d: %w", what, b.Pipeline, b.Epoch, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Best effort and bounded: the connection is thrown away next,
+			// which rolls back on the server anyway.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = tx.Rollback(rctx)
+			cancel()
+		}
+	}()
+
+	var wm any // nil keeps the stored watermark
+	if !b.Watermark.IsZero() {
+		wm = b.Watermark.UTC()
+	}
+	tag, err := tx.Exec(ctx, `
+UPDATE pipelines SET heartbeat_at = now(), watermark = GREATEST(watermark, $3)
+WHERE name = $1 AND epoch = $2`, b.Pipeline, b.Epoch, wm)
+	if err != nil {
+		return fmt.Errorf("fencing: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrFenced
+	}
+
+	if err := upsertWindows(ctx, tx, b.Windows); err != nil {
+		return fmt.Errorf("upsert windows: %w", err)
+	}
+	if err := upsertVehicles(ctx, tx, b.Vehicles); err != nil {
+		return fmt.Errorf("upsert vehicle_latest: %w", err)
+	}
+	if err := upsertTrips(ctx, tx, b.Trips); err != nil {
+		return fmt.Errorf("upsert trip_delay_latest: %w", err)
+	}
+	if h := s.Hooks.AfterWindows; h != nil {
+		h()
+	}
+	if err := insertDeadLetters(ctx, tx, b.DeadLetters); err != nil {
+		return fmt.Errorf("insert dead letters: %w", err)
+	}
+	if err := upsertPositions(ctx, tx, b.Pipeline, b.Positions); err != nil {
+		return fmt.Errorf("upsert stream_positions: %w", err)
+	}
+	if h := s.Hooks.BeforeCommit; h != nil {
+		h()
+	}
+	committed = true // from here on Commit closes the transaction either way
+	// pgconn.SafeToRetry cannot tell whether COMMIT was sent: when the
+	// connection breaks while pgx waits for COMMIT's answer, pgx v5 returns
+	// "conn closed" with SafeToRetry() true (STACK.md), although the server
+	// may have committed. Only a connection closed before COMMIT is certain
+	// to have sent nothing.
+	closedBefore := conn.IsClosed()
+	if err := tx.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		definite := errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || closedBefore
+		return &CommitError{Ambiguous: !definite, Err: err}
+	}
+	return nil
+}
+
+// Temporary tables, created once per connection (outside any transaction, so
+// a rollback cannot drop them) and emptied by every commit or rollback.
+const createTempTables = `
+CREATE TEMP TABLE IF NOT EXISTS ovs_windows (
+    window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
+    event_count bigint, mean_delay_s double precision, p90_delay_s double precision,
+    min_delay_s double precision, max_delay_s double precision
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS ovs_vehicles (
+    vehicle_id text, trip_id text, line text, operator text, lat double precision, lon double precision,
+    bearing double precision, speed_mps double precision, observed_at timestamptz,
+    kafka_partition integer, kafka_offset bigint
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
+    trip_id text, line text, stop_id text, operator text, vehicle_id text, stop_sequence bigint,
+    delay_s double precision, observed_at timestamptz, kafka_partition integer, kafka_offset bigint
+) ON COMMIT DELETE ROWS;`
+
+// windowColumns are the delay_aggregates columns a commit writes, in the
+// order of appendWindow; updated_at takes its default, now().
+const windowColumns = "window_start, window_end, dimension, dimension_id, operator, " +
+	"event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s"
+
+// appendWindow appends rows[i] as one binary COPY tuple of windowColumns.
+func appendWindow(rows []aggregate.Row) func(b []byte, i int) []byte {
+	return func(b []byte, i int) []byte {
+		r := &rows[i]
+		b = appendFieldCount(b, 10)
+		b = appendTimestamptz(b, r.WindowStart)
+		b = appendTimestamptz(b, r.WindowEnd)
+		b = appendText(b, r.Dimension)
+		b = appendText(b, r.DimensionID)
+		b = appendNullText(b, r.Operator)
+		b = appendInt8(b, r.Count)
+		b = appendFloat8(b, within(r.Mean, r.Min, r.Max))
+		b = appendFloat8(b, within(r.P90, r.Min, r.Max))
+		b = appendFloat8(b, r.Min)
+		b = appendFloat8(b, r.Max)
+		return b
+	}
+}
+
+// upsertWindows writes the finalized windows, replacing rows that exist.
+//
+// A window is finalized once (its later events are late), so its rows are
+// new in the normal case: they are COPied straight into delay_aggregates,
+// inside a savepoint. When a row exists already (a replay after an ambiguous
+// COMMIT, a batch committed twice) or the batch holds one key twice, the COPY
+// fails with unique_violation (23505): the savepoint is rolled back and the
+// rows go through a temporary table and INSERT ... ON CONFLICT DO UPDATE
+// (replace, never add). Both paths store the same rows.
+func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(rows)),
+		"COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	if err == nil {
+		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		return fmt.Errorf("copy: %w", err)
+	}
+	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(rows)),
+		"COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	// DISTINCT ON: two rows for one key would fail the whole statement (21000);
+	// the caller sends one per key, this keeps the last one if not.
+	_, err = tx.Exec(ctx, `
+INSERT INTO delay_aggregates AS t (window_start, window_end, dimension, dimension_id, operator,
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, updated_at)
+SELECT DISTINCT ON (window_start, dimension, dimension_id)
+    window_start, window_end, dimension, dimension_id, operator,
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, now()
+FROM ovs_windows
+ORDER BY window_start, dimension, dimension_id, ctid DESC
+ON CONFLICT (window_start, dimension, dimension_id) DO UPDATE SET
+    window_end = EXCLUDED.window_end, operator = EXCLUDED.operator, event_count = EXCLUDED.event_count,
+    mean_delay_s = EXCLUDED.mean_delay_s, p90_delay_s = EXCLUDED.p90_delay_s,
+    min_delay_s = EXCLUDED.min_delay_s, max_delay_s = EXCLUDED.max_delay_s, updated_at = now()`)
+	return err
+}
+
+func upsertVehicles(ctx context.Context, tx pgx.Tx, rows []Vehicle) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_vehicles"},
+		[]string{"vehicle_id", "trip_id", "line", "operator", "lat", "lon", "bearing", "speed_mps",
+			"observed_at", "kafka_partition", "kafka_offset"},
+		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+			v := &rows[i]
+			return []any{v.VehicleID, nullString(v.TripID), nullString(v.Line), nullString(v.Operator),
+				v.Lat, v.Lon, v.Bearing, v.SpeedMPS, v.EventTime.UTC(), v.Partition, v.Offset}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO vehicle_latest AS t (vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
+    observed_at, kafka_partition, kafka_offset, updated_at)
+SELECT DISTINCT ON (vehicle_id)
+    vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
+    observed_at, kafka_partition, kafka_offset, now()
+FROM ovs_vehicles
+ORDER BY vehicle_id, observed_at DESC, kafka_offset DESC
+ON CONFLICT (vehicle_id) DO UPDATE SET
+    trip_id = EXCLUDED.trip_id, line = EXCLUDED.line, operator = EXCLUDED.operator,
+    lat = EXCLUDED.lat, lon = EXCLUDED.lon, bearing = EXCLUDED.bearing, speed_mps = EXCLUDED.speed_mps,
+    observed_at = EXCLUDED.observed_at, kafka_partition = EXCLUDED.kafka_partition,
+    kafka_offset = EXCLUDED.kafka_offset, updated_at = now()
+WHERE (EXCLUDED.observed_at, EXCLUDED.kafka_offset) >= (t.observed_at, t.kafka_offset)`)
+	return err
+}
+
+func upsertTrips(ctx context.Context, tx pgx.Tx, rows []Trip) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_trips"},
+		[]string{"trip_id", "line", "stop_id", "operator", "vehicle_id", "stop_sequence", "delay_s",
+			"observed_at", "kafka_partition", "kafka_offset"},
+		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+			t := &rows[i]
+			var seq any
+			if t.HasStopSequence {
+				seq = t.StopSequence
+			}
+			return []any{t.TripID, t.Line, t.StopID, t.Operator, nullString(t.VehicleID), seq, t.DelayS,
+				t.EventTime.UTC(), t.Partition, t.Offset}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO trip_delay_latest AS t (trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
+    observed_at, kafka_partition, kafka_offset, updated_at)
+SELECT DISTINCT ON (trip_id)
+    trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
+    observed_at, kafka_partition, kafka_offset, now()
+FROM ovs_trips
+ORDER BY trip_id, observed_at DESC, kafka_offset DESC
+ON CONFLICT (trip_id) DO UPDATE SET
+    line = EXCLUDED.line, stop_id = EXCLUDED.stop_id, operator = EXCLUDED.operator,
+    vehicle_id = EXCLUDED.vehicle_id, stop_sequence = EXCLUDED.stop_sequence, delay_s = EXCLUDED.delay_s,
+    observed_at = EXCLUDED.observed_at, kafka_partition = EXCLUDED.kafka_partition,
+    kafka_offset = EXCLUDED.kafka_offset, updated_at = now()
+WHERE (EXCLUDED.observed_at, EXCLUDED.kafka_offset) >= (t.observed_at, t.kafka_offset)`)
+	return err
+}
+
+func insertDeadLetters(ctx context.Context, tx pgx.Tx, dls []DeadLetter) error {
+	if len(dls) == 0 {
+		return nil
+	}
+	n := len(dls)
+	topics, parts, offsets := make([]string, n), make([]int32, n), make([]int64, n)
+	keys, values := make([][]byte, n), make([][]byte, n)
+	reasons, errs := make([]string, n), make([]string, n)
+	for i, d := range dls {
+		topics[i], parts[i], offsets[i] = d.Topic, d.Partition, d.Offset
+		keys[i], values[i] = d.Key, d.Value
+		reasons[i], errs[i] = d.Reason, d.Error
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO dead_letters (topic, partition, "offset", key, value, reason, error)
+SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::text[])
+ON CONFLICT (topic, partition, "offset") DO NOTHING`, topics, parts, offsets, keys, values, reasons, errs)
+	return err
+}
