@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 
@@ -67,18 +66,12 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	began := cfg.Now()
 	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
-	var epoch int64
-	err := retry(ctx, cfg, "claim pipeline", func() (err error) {
-		epoch, err = st.Claim(ctx, cfg.Pipeline, cfg.Owner)
-		return err
-	})
-	if err != nil {
-		return sum, fmt.Errorf("consumer: claim pipeline %q: %w", cfg.Pipeline, err)
-	}
-	cfg.Logger.Info("claimed pipeline", "pipeline", cfg.Pipeline, "epoch", epoch, "owner", cfg.Owner)
+	var epoch int64 // claimed by the first loop's start; a resync keeps it
+	var err error
 	for {
 		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum}
 		err = l.run(ctx)
+		epoch = l.epoch
 		if !errors.Is(err, errResync) {
 			break
 		}

@@ -39,13 +39,24 @@ func (l *loop) start(ctx context.Context) error {
 			}
 		}
 	}
+	if l.epoch == 0 {
+		err := retry(ctx, cfg, "claim partitions", func() (err error) {
+			l.epoch, err = l.st.Claim(ctx, cfg.Pipeline, cfg.Owner, assigned)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("consumer: claim %d partitions of pipeline %q: %w", len(assigned), cfg.Pipeline, err)
+		}
+		cfg.Logger.Info("claimed partitions", "pipeline", cfg.Pipeline, "partitions", len(assigned),
+			"epoch", l.epoch, "owner", cfg.Owner)
+	}
 	var stored map[aggregate.PartitionID]store.Position
 	var seed time.Time
 	err = retry(ctx, cfg, "load stream_positions and watermark", func() (err error) {
 		if stored, err = l.st.LoadPositions(ctx, cfg.Pipeline); err != nil {
 			return fmt.Errorf("consumer: load stream_positions: %w", err)
 		}
-		if seed, err = l.st.SeedWatermark(ctx, cfg.Pipeline); err != nil {
+		if seed, err = l.st.SeedWatermark(ctx, cfg.Pipeline, assigned); err != nil {
 			return fmt.Errorf("consumer: seed watermark: %w", err)
 		}
 		return nil

@@ -125,7 +125,7 @@ func storedNext(t *testing.T, db, pipeline string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, r := range dump(t, db, fmt.Sprintf(`SELECT topic || '/' || partition, next_offset FROM stream_positions
-		WHERE pipeline = '%s'`, pipeline)) {
+		WHERE pipeline = '%s' AND next_offset IS NOT NULL`, pipeline)) {
 		var k string
 		var v int64
 		if _, err := fmt.Sscanf(strings.Trim(r, "[]"), "%s %d", &k, &v); err != nil {

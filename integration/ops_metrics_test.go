@@ -142,7 +142,7 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 			why = fmt.Sprintf("windows finalized %v, table has %s", m["ovstream_windows_finalized_total"], rows)
 			return false
 		}
-		wm := dump(t, db, `SELECT extract(epoch FROM watermark)::bigint FROM pipelines WHERE name = 'opsmetrics'`)[0]
+		wm := dump(t, db, `SELECT extract(epoch FROM min(watermark))::bigint FROM stream_positions WHERE pipeline = 'opsmetrics'`)[0]
 		if fmt.Sprintf("[%d]", int64(m["ovstream_watermark_timestamp_seconds"])) != wm {
 			why = fmt.Sprintf("watermark %v, database %s", m["ovstream_watermark_timestamp_seconds"], wm)
 			return false
@@ -221,7 +221,7 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM pipelines WHERE name = 'opsmetrics' FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM stream_positions WHERE pipeline = 'opsmetrics' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "/readyz 503 while commits wait", func() bool {

@@ -187,7 +187,7 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 	}
 
 	// dlq replay with SCRAM-SHA-512.
-	rout, rerr, code := runCLI(t, append(env512, "DATABASE_URL="+db), append([]string{"dlq", "replay", "--to", "replayed"}, sasl("SCRAM-SHA-512", "ops512")...)...)
+	rout, rerr, code := runCLI(t, append(env512, "DATABASE_URL="+db), append([]string{"dlq", "replay", "--pipeline", "secure", "--to", "replayed"}, sasl("SCRAM-SHA-512", "ops512")...)...)
 	assertNoSecret(t, "dlq replay", rout+rerr)
 	if code != 0 || rout != "replayed 1 dead letters to replayed\n" {
 		t.Errorf("dlq replay over TLS + SCRAM: exit %d: %s%s", code, rout, rerr)

@@ -118,7 +118,7 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	}
 
 	// dlq list: every row, byte for byte in --json; filters.
-	out, errOut, code := runCLI(t, nil, "dlq", "list", "--json", "--database-url", db)
+	out, errOut, code := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--json", "--database-url", db)
 	if code != 0 {
 		t.Fatalf("dlq list exited %d: %s", code, errOut)
 	}
@@ -160,17 +160,17 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	if strings.Join(values, "\n") != strings.Join(wantValues, "\n") {
 		t.Errorf("dlq list values:\n%s\nwant:\n%s", strings.Join(values, "\n"), strings.Join(wantValues, "\n"))
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--json", "--limit", "2", "--reason", "decode", "--topic", predictionsTopic, "--database-url", db); len(parse(out)) != 2 {
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--json", "--limit", "2", "--reason", "decode", "--topic", predictionsTopic, "--database-url", db); len(parse(out)) != 2 {
 		t.Errorf("dlq list --limit 2:\n%s", out)
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--reason", "late", "--database-url", db); out != "0 dead letters\n" {
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "late", "--database-url", db); out != "0 dead letters\n" {
 		t.Errorf("dlq list --reason late: %q", out)
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--database-url", db); !strings.Contains(out, "value: not json at all\n") ||
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--database-url", db); !strings.Contains(out, "value: not json at all\n") ||
 		!strings.Contains(out, "key:   (null)") || !strings.HasSuffix(out, "4 dead letters\n") {
 		t.Errorf("dlq list:\n%s", out)
 	}
-	if _, errOut, code := runCLI(t, nil, "dlq", "list", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future or late") {
+	if _, errOut, code := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future, late or rejected") {
 		t.Errorf("dlq list --reason nope: exit %d, %s", code, errOut)
 	}
 
@@ -178,7 +178,7 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	const target = "dlq_replayed"
 	createTopic(t, addr, nil, target, 1)
 	replay := func(extra ...string) string {
-		out, errOut, code := runCLI(t, nil, append([]string{"dlq", "replay", "--to", target, "--database-url", db, "--brokers", addr}, extra...)...)
+		out, errOut, code := runCLI(t, nil, append([]string{"dlq", "replay", "--pipeline", "ops", "--to", target, "--database-url", db, "--brokers", addr}, extra...)...)
 		if code != 0 {
 			t.Fatalf("dlq replay exited %d: %s%s", code, out, errOut)
 		}
@@ -225,7 +225,7 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	if s = status(t, db, addr, "ops"); s.DeadLetters["decode"].Replayed != 4 {
 		t.Errorf("status dead letters %+v, want 4 replayed", s.DeadLetters)
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pending", "--database-url", db); out != "0 dead letters\n" {
+	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--pending", "--database-url", db); out != "0 dead letters\n" {
 		t.Errorf("dlq list --pending after replay: %q", out)
 	}
 }

@@ -24,7 +24,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// openStore opens a Store on a fresh database and claims pipeline "p".
+// tp0 is the partition openStore claims; at0 is a batch's position of it.
+var tp0 = aggregate.PartitionID{Topic: "t", Partition: 0}
+
+func at0(next int64) []store.Position {
+	return []store.Position{{PartitionID: tp0, NextOffset: next, ConsumedOffset: next}}
+}
+
+// openStore opens a Store on a fresh database and claims partition tp0 of pipeline "p".
 func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -34,7 +41,7 @@ func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	epoch, err = s.Claim(ctx, "p", "test")
+	epoch, err = s.Claim(ctx, "p", "test", []aggregate.PartitionID{tp0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +175,18 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 	first := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
 		row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30),
 		row(aggregate.DimNetwork, aggregate.NetworkID, 5, 10, 20, 0, 30),
-	}}
+	},
+		Positions: at0(0),
+	}
 	first.Windows[1].Operator = "" // several operators -> NULL
 	if err := s.Commit(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	second := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
 		row(aggregate.DimLine, "L1", 3, 7, 8, 1, 9),
-	}}
+	},
+		Positions: at0(0),
+	}
 	if err := s.Commit(ctx, second); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +212,9 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 	// Rounding a few ulps outside [min, max] is clamped, not rejected by the CHECK.
 	third := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
 		row(aggregate.DimStation, "S1", 3, (0.1+0.1+0.1)/3, 0.1, 0.1, 0.1),
-	}}
+	},
+		Positions: at0(0),
+	}
 	if err := s.Commit(ctx, third); err != nil {
 		t.Fatalf("mean one ulp above max: %v", err)
 	}
@@ -210,7 +223,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 func TestStoreFencedWritesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, old := openStore(t)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: old, Watermark: t0}); err != nil {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: old, Watermark: t0, Positions: at0(0)}); err != nil {
 		t.Fatal(err)
 	}
 	other, err := store.Open(ctx, url)
@@ -218,7 +231,7 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	newer, err := other.Claim(ctx, "p", "other")
+	newer, err := other.Claim(ctx, "p", "other", []aggregate.PartitionID{tp0})
 	if err != nil || newer != old+1 {
 		t.Fatalf("second claim = %d, %v; want %d", newer, err, old+1)
 	}
@@ -228,7 +241,7 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		Windows:     []aggregate.Row{row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30)},
 		Vehicles:    []store.Vehicle{{Position: aggregate.Position{VehicleID: "v", EventTime: t0}}},
 		DeadLetters: []store.DeadLetter{{Topic: "t", Reason: store.ReasonDecode, Error: "x"}},
-		Positions:   []store.Position{{PartitionID: aggregate.PartitionID{Topic: "t"}, NextOffset: 5, ConsumedOffset: 5}},
+		Positions:   at0(5),
 		Watermark:   t0.Add(time.Hour),
 	})
 	if !errors.Is(err, store.ErrFenced) {
@@ -237,29 +250,36 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 	if store.Retryable(err) {
 		t.Error("ErrFenced is retryable")
 	}
-	for _, tbl := range []string{"delay_aggregates", "vehicle_latest", "dead_letters", "stream_positions"} {
+	for _, tbl := range []string{"delay_aggregates", "vehicle_latest", "dead_letters"} {
 		if n := query[int64](t, url, "SELECT count(*) FROM "+tbl); n != 0 {
 			t.Errorf("fenced commit wrote %d rows into %s", n, tbl)
 		}
 	}
-	if wm := query[time.Time](t, url, "SELECT watermark FROM pipelines WHERE name = 'p'"); !wm.Equal(t0) {
+	if n := query[int64](t, url, "SELECT next_offset FROM stream_positions WHERE pipeline = 'p'"); n != 0 {
+		t.Errorf("fenced commit moved the stored offset to %d", n)
+	}
+	if wm := query[time.Time](t, url, "SELECT watermark FROM stream_positions WHERE pipeline = 'p'"); !wm.Equal(t0) {
 		t.Errorf("fenced commit moved the watermark to %v", wm)
 	}
 	// The new owner commits normally.
-	if err := other.Commit(ctx, store.Batch{Pipeline: "p", Epoch: newer}); err != nil {
+	if err := other.Commit(ctx, store.Batch{Pipeline: "p", Epoch: newer, Positions: at0(0)}); err != nil {
 		t.Fatal(err)
 	}
 	// A pipeline never claimed is fenced too.
-	if err := s.Commit(ctx, store.Batch{Pipeline: "unclaimed", Epoch: 1}); !errors.Is(err, store.ErrFenced) {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "unclaimed", Epoch: 1, Positions: at0(0)}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("commit to an unclaimed pipeline = %v", err)
 	}
 }
 
 func TestStorePositionsNeverMoveBackwards(t *testing.T) {
 	ctx := testCtx(t)
-	s, _, epoch := openStore(t)
+	s, _, _ := openStore(t)
 	a := aggregate.PartitionID{Topic: "arrival_predictions", Partition: 0}
 	b := aggregate.PartitionID{Topic: "vehicle_positions", Partition: 3}
+	epoch, err := s.Claim(ctx, "p", "test", []aggregate.PartitionID{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
 	commit := func(ps ...store.Position) {
 		t.Helper()
 		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Positions: ps}); err != nil {
@@ -300,7 +320,7 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 	}
 	commit := func(v store.Vehicle, tr store.Trip) {
 		t.Helper()
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}}); err != nil {
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: at0(0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -327,8 +347,10 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 	}
 	// Several rows for one key in one batch: the newest wins, no 21000 error.
 	err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch,
-		Vehicles: []store.Vehicle{veh(31, t0.Add(time.Hour), 7), veh(30, t0.Add(time.Hour), 6)},
-		Trips:    []store.Trip{trip(30, t0.Add(time.Hour), 6), trip(31, t0.Add(time.Hour), 7)}})
+		Vehicles:  []store.Vehicle{veh(31, t0.Add(time.Hour), 7), veh(30, t0.Add(time.Hour), 6)},
+		Trips:     []store.Trip{trip(30, t0.Add(time.Hour), 6), trip(31, t0.Add(time.Hour), 7)},
+		Positions: at0(0),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +372,7 @@ func TestStoreDeadLetterBytes(t *testing.T) {
 		Reason: store.ReasonDecode, Error: "not a JSON object"}
 	noKey := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 42, Value: []byte{}, Reason: store.ReasonLate, Error: "late"}
 	for range 2 {
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}}); err != nil {
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: at0(0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -373,7 +395,7 @@ func TestStoreSeedWatermark(t *testing.T) {
 	s, _, epoch := openStore(t)
 	seed := func() time.Time {
 		t.Helper()
-		wm, err := s.SeedWatermark(ctx, "p")
+		wm, err := s.SeedWatermark(ctx, "p", []aggregate.PartitionID{tp0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -389,19 +411,19 @@ func TestStoreSeedWatermark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	commit(store.Batch{Watermark: t0.Add(-time.Hour)})
+	commit(store.Batch{Watermark: t0.Add(-time.Hour), Positions: at0(0)})
 	if wm := seed(); !wm.Equal(t0.Add(-time.Hour)) || wm.Location() != time.UTC {
 		t.Fatalf("seed = %v, want the stored watermark %v in UTC", wm, t0.Add(-time.Hour))
 	}
-	commit(store.Batch{Windows: []aggregate.Row{row(aggregate.DimLine, "L", 1, 1, 1, 1, 1)}}) // window_end t0+5m
+	commit(store.Batch{Windows: []aggregate.Row{row(aggregate.DimLine, "L", 1, 1, 1, 1, 1)}, Positions: at0(0)}) // window_end t0+5m
 	if wm := seed(); !wm.Equal(t0.Add(5 * time.Minute)) {
 		t.Fatalf("seed = %v, want max(window_end) %v", wm, t0.Add(5*time.Minute))
 	}
-	commit(store.Batch{Watermark: t0.Add(time.Hour)})
+	commit(store.Batch{Watermark: t0.Add(time.Hour), Positions: at0(0)})
 	if wm := seed(); !wm.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("seed = %v, want the stored watermark %v", wm, t0.Add(time.Hour))
 	}
-	commit(store.Batch{Watermark: t0}) // the stored watermark never decreases
+	commit(store.Batch{Watermark: t0, Positions: at0(0)}) // the stored watermark never decreases
 	if wm := seed(); !wm.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("seed = %v after an older watermark, want %v", wm, t0.Add(time.Hour))
 	}
@@ -412,7 +434,7 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 	s, url, epoch := openStore(t)
 	bad := store.Batch{Pipeline: "p", Epoch: epoch,
 		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 0, 1, 1, 1, 1)},
-		Positions: []store.Position{{PartitionID: aggregate.PartitionID{Topic: "t"}, NextOffset: 3, ConsumedOffset: 3}}}
+		Positions: at0(3)}
 	err := s.Commit(ctx, bad)
 	if err == nil {
 		t.Fatal("count 0 was accepted")
@@ -423,11 +445,11 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 	if !strings.Contains(err.Error(), "store: commit 1 windows") {
 		t.Errorf("error %q does not say what was being done", err)
 	}
-	if n := query[int64](t, url, "SELECT count(*) FROM stream_positions"); n != 0 {
+	if n := query[int64](t, url, "SELECT count(next_offset) FROM stream_positions"); n != 0 {
 		t.Errorf("failed commit stored %d positions", n)
 	}
 	// The store reconnects and goes on.
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}}); err != nil {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: at0(0)}); err != nil {
 		t.Fatalf("commit after a failed one: %v", err)
 	}
 }
@@ -438,7 +460,7 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 func TestStoreConnectionKilledMidCommit(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch}); err != nil { // warm the connection
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Positions: at0(0)}); err != nil { // warm the connection
 		t.Fatal(err)
 	}
 	kill := func() {
@@ -447,7 +469,7 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 	}
 	batch := store.Batch{Pipeline: "p", Epoch: epoch,
 		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 2, 1, 1, 1, 1)},
-		Positions: []store.Position{{PartitionID: aggregate.PartitionID{Topic: "t"}, NextOffset: 3, ConsumedOffset: 3}}}
+		Positions: at0(3)}
 	for _, hook := range []string{"AfterWindows", "BeforeCommit"} {
 		if hook == "AfterWindows" {
 			s.Hooks = store.Hooks{AfterWindows: kill}
@@ -464,7 +486,7 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 		if hook == "AfterWindows" && errors.As(err, &ce) {
 			t.Errorf("%s: %v is a CommitError, but COMMIT was never sent", hook, err)
 		}
-		if n := query[int64](t, url, "SELECT count(*) FROM delay_aggregates") + query[int64](t, url, "SELECT count(*) FROM stream_positions"); n != 0 {
+		if n := query[int64](t, url, "SELECT count(*) FROM delay_aggregates") + query[int64](t, url, "SELECT count(*) FROM stream_positions WHERE next_offset > 0"); n != 0 {
 			t.Fatalf("%s: killed commit wrote %d rows", hook, n)
 		}
 	}

@@ -105,6 +105,16 @@ func Up(ctx context.Context, databaseURL string) error {
 	return err
 }
 
+// UpTo applies the migrations not yet applied up to version v (never one
+// above it); a schema already at v is a success.
+func UpTo(ctx context.Context, databaseURL string, v uint) error {
+	err := run(ctx, databaseURL, fmt.Sprintf("up to %d", v), func(m *migrate.Migrate) error { return m.Migrate(v) })
+	if errors.Is(err, migrate.ErrNoChange) {
+		return nil
+	}
+	return err
+}
+
 // Down reverts every migration: it DROPS ALL ovstream TABLES AND THEIR DATA.
 // A schema with no migration applied is a success.
 func Down(ctx context.Context, databaseURL string) error {

@@ -16,7 +16,11 @@ import (
 // watermark, windows (replace), latest state (newer wins), dead letters (once),
 // stream positions (never backwards). It writes all of b or nothing.
 //
-// Errors: ErrFenced (errors.Is) when b.Epoch is no longer the pipeline's;
+// b.Positions names the partitions the batch is fenced by (at least one): a
+// commit writes only while b.Epoch is the epoch of every one of them.
+//
+// Errors: ErrFenced (errors.Is) when b.Epoch is no longer the epoch of one
+// of b.Positions' partitions (another instance claimed it);
 // *CommitError when the COMMIT statement failed; otherwise the failing step,
 // wrapped. After any error the connection is thrown away. Retry the whole
 // batch, never a part of it, when Retryable says so.
@@ -34,6 +38,9 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 }
 
 func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
+	if len(b.Positions) == 0 {
+		return errors.New("a batch is fenced by the epoch of its partitions: it needs at least one Position")
+	}
 	conn, err := s.connection(ctx)
 	if err != nil {
 		return err
@@ -53,37 +60,32 @@ func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
 		}
 	}()
 
-	var wm any // nil keeps the stored watermark
-	if !b.Watermark.IsZero() {
-		wm = b.Watermark.UTC()
+	positions := mergePositions(b.Positions)
+	parts := make([]aggregate.PartitionID, len(positions))
+	for i, p := range positions {
+		parts[i] = p.PartitionID
 	}
-	tag, err := tx.Exec(ctx, `
-UPDATE pipelines SET heartbeat_at = now(), watermark = GREATEST(watermark, $3)
-WHERE name = $1 AND epoch = $2`, b.Pipeline, b.Epoch, wm)
-	if err != nil {
+	if err := fence(ctx, tx, b.Pipeline, b.Epoch, parts); err != nil {
 		return fmt.Errorf("fencing: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return ErrFenced
-	}
 
-	if err := upsertWindows(ctx, tx, b.Windows); err != nil {
+	if err := upsertWindows(ctx, tx, b.Pipeline, b.Windows); err != nil {
 		return fmt.Errorf("upsert windows: %w", err)
 	}
-	if err := upsertVehicles(ctx, tx, b.Vehicles); err != nil {
+	if err := upsertVehicles(ctx, tx, b.Pipeline, b.Vehicles); err != nil {
 		return fmt.Errorf("upsert vehicle_latest: %w", err)
 	}
-	if err := upsertTrips(ctx, tx, b.Trips); err != nil {
+	if err := upsertTrips(ctx, tx, b.Pipeline, b.Trips); err != nil {
 		return fmt.Errorf("upsert trip_delay_latest: %w", err)
 	}
 	if h := s.Hooks.AfterWindows; h != nil {
 		h()
 	}
-	if err := insertDeadLetters(ctx, tx, b.DeadLetters); err != nil {
+	if err := insertDeadLetters(ctx, tx, b.Pipeline, b.DeadLetters); err != nil {
 		return fmt.Errorf("insert dead letters: %w", err)
 	}
-	if err := upsertPositions(ctx, tx, b.Pipeline, b.Positions); err != nil {
-		return fmt.Errorf("upsert stream_positions: %w", err)
+	if err := storePositions(ctx, tx, b.Pipeline, b.Watermark, positions); err != nil {
+		return fmt.Errorf("update stream_positions: %w", err)
 	}
 	if h := s.Hooks.BeforeCommit; h != nil {
 		h()
@@ -107,30 +109,31 @@ WHERE name = $1 AND epoch = $2`, b.Pipeline, b.Epoch, wm)
 // a rollback cannot drop them) and emptied by every commit or rollback.
 const createTempTables = `
 CREATE TEMP TABLE IF NOT EXISTS ovs_windows (
-    window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
+    pipeline text, window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
     event_count bigint, mean_delay_s double precision, p90_delay_s double precision,
     min_delay_s double precision, max_delay_s double precision
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ovs_vehicles (
-    vehicle_id text, trip_id text, line text, operator text, lat double precision, lon double precision,
+    pipeline text, vehicle_id text, trip_id text, line text, operator text, lat double precision, lon double precision,
     bearing double precision, speed_mps double precision, observed_at timestamptz,
     kafka_partition integer, kafka_offset bigint
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
-    trip_id text, line text, stop_id text, operator text, vehicle_id text, stop_sequence bigint,
+    pipeline text, trip_id text, line text, stop_id text, operator text, vehicle_id text, stop_sequence bigint,
     delay_s double precision, observed_at timestamptz, kafka_partition integer, kafka_offset bigint
 ) ON COMMIT DELETE ROWS;`
 
 // windowColumns are the delay_aggregates columns a commit writes, in the
 // order of appendWindow; updated_at takes its default, now().
-const windowColumns = "window_start, window_end, dimension, dimension_id, operator, " +
+const windowColumns = "pipeline, window_start, window_end, dimension, dimension_id, operator, " +
 	"event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s"
 
 // appendWindow appends rows[i] as one binary COPY tuple of windowColumns.
-func appendWindow(rows []aggregate.Row) func(b []byte, i int) []byte {
+func appendWindow(pipeline string, rows []aggregate.Row) func(b []byte, i int) []byte {
 	return func(b []byte, i int) []byte {
 		r := &rows[i]
-		b = appendFieldCount(b, 10)
+		b = appendFieldCount(b, 11)
+		b = appendText(b, pipeline)
 		b = appendTimestamptz(b, r.WindowStart)
 		b = appendTimestamptz(b, r.WindowEnd)
 		b = appendText(b, r.Dimension)
@@ -154,7 +157,7 @@ func appendWindow(rows []aggregate.Row) func(b []byte, i int) []byte {
 // fails with unique_violation (23505): the savepoint is rolled back and the
 // rows go through a temporary table and INSERT ... ON CONFLICT DO UPDATE
 // (replace, never add). Both paths store the same rows.
-func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
+func upsertWindows(ctx context.Context, tx pgx.Tx, pipeline string, rows []aggregate.Row) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -162,7 +165,7 @@ func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
 	if err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(rows)),
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(pipeline, rows)),
 		"COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
@@ -177,7 +180,7 @@ func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
 	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(rows)),
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(pipeline, rows)),
 		"COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
@@ -185,44 +188,44 @@ func upsertWindows(ctx context.Context, tx pgx.Tx, rows []aggregate.Row) error {
 	// DISTINCT ON: two rows for one key would fail the whole statement (21000);
 	// the caller sends one per key, this keeps the last one if not.
 	_, err = tx.Exec(ctx, `
-INSERT INTO delay_aggregates AS t (window_start, window_end, dimension, dimension_id, operator,
+INSERT INTO delay_aggregates AS t (pipeline, window_start, window_end, dimension, dimension_id, operator,
     event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, updated_at)
 SELECT DISTINCT ON (window_start, dimension, dimension_id)
-    window_start, window_end, dimension, dimension_id, operator,
+    pipeline, window_start, window_end, dimension, dimension_id, operator,
     event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, now()
 FROM ovs_windows
 ORDER BY window_start, dimension, dimension_id, ctid DESC
-ON CONFLICT (window_start, dimension, dimension_id) DO UPDATE SET
+ON CONFLICT (pipeline, window_start, dimension, dimension_id) DO UPDATE SET
     window_end = EXCLUDED.window_end, operator = EXCLUDED.operator, event_count = EXCLUDED.event_count,
     mean_delay_s = EXCLUDED.mean_delay_s, p90_delay_s = EXCLUDED.p90_delay_s,
     min_delay_s = EXCLUDED.min_delay_s, max_delay_s = EXCLUDED.max_delay_s, updated_at = now()`)
 	return err
 }
 
-func upsertVehicles(ctx context.Context, tx pgx.Tx, rows []Vehicle) error {
+func upsertVehicles(ctx context.Context, tx pgx.Tx, pipeline string, rows []Vehicle) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_vehicles"},
-		[]string{"vehicle_id", "trip_id", "line", "operator", "lat", "lon", "bearing", "speed_mps",
+		[]string{"pipeline", "vehicle_id", "trip_id", "line", "operator", "lat", "lon", "bearing", "speed_mps",
 			"observed_at", "kafka_partition", "kafka_offset"},
 		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
 			v := &rows[i]
-			return []any{v.VehicleID, nullString(v.TripID), nullString(v.Line), nullString(v.Operator),
+			return []any{pipeline, v.VehicleID, nullString(v.TripID), nullString(v.Line), nullString(v.Operator),
 				v.Lat, v.Lon, v.Bearing, v.SpeedMPS, v.EventTime.UTC(), v.Partition, v.Offset}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}
 	_, err = tx.Exec(ctx, `
-INSERT INTO vehicle_latest AS t (vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
+INSERT INTO vehicle_latest AS t (pipeline, vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
     observed_at, kafka_partition, kafka_offset, updated_at)
 SELECT DISTINCT ON (vehicle_id)
-    vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
+    pipeline, vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps,
     observed_at, kafka_partition, kafka_offset, now()
 FROM ovs_vehicles
 ORDER BY vehicle_id, observed_at DESC, kafka_offset DESC
-ON CONFLICT (vehicle_id) DO UPDATE SET
+ON CONFLICT (pipeline, vehicle_id) DO UPDATE SET
     trip_id = EXCLUDED.trip_id, line = EXCLUDED.line, operator = EXCLUDED.operator,
     lat = EXCLUDED.lat, lon = EXCLUDED.lon, bearing = EXCLUDED.bearing, speed_mps = EXCLUDED.speed_mps,
     observed_at = EXCLUDED.observed_at, kafka_partition = EXCLUDED.kafka_partition,
@@ -231,12 +234,12 @@ WHERE (EXCLUDED.observed_at, EXCLUDED.kafka_offset) >= (t.observed_at, t.kafka_o
 	return err
 }
 
-func upsertTrips(ctx context.Context, tx pgx.Tx, rows []Trip) error {
+func upsertTrips(ctx context.Context, tx pgx.Tx, pipeline string, rows []Trip) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ovs_trips"},
-		[]string{"trip_id", "line", "stop_id", "operator", "vehicle_id", "stop_sequence", "delay_s",
+		[]string{"pipeline", "trip_id", "line", "stop_id", "operator", "vehicle_id", "stop_sequence", "delay_s",
 			"observed_at", "kafka_partition", "kafka_offset"},
 		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
 			t := &rows[i]
@@ -244,21 +247,21 @@ func upsertTrips(ctx context.Context, tx pgx.Tx, rows []Trip) error {
 			if t.HasStopSequence {
 				seq = t.StopSequence
 			}
-			return []any{t.TripID, t.Line, t.StopID, t.Operator, nullString(t.VehicleID), seq, t.DelayS,
+			return []any{pipeline, t.TripID, t.Line, t.StopID, t.Operator, nullString(t.VehicleID), seq, t.DelayS,
 				t.EventTime.UTC(), t.Partition, t.Offset}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}
 	_, err = tx.Exec(ctx, `
-INSERT INTO trip_delay_latest AS t (trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
+INSERT INTO trip_delay_latest AS t (pipeline, trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
     observed_at, kafka_partition, kafka_offset, updated_at)
 SELECT DISTINCT ON (trip_id)
-    trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
+    pipeline, trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s,
     observed_at, kafka_partition, kafka_offset, now()
 FROM ovs_trips
 ORDER BY trip_id, observed_at DESC, kafka_offset DESC
-ON CONFLICT (trip_id) DO UPDATE SET
+ON CONFLICT (pipeline, trip_id) DO UPDATE SET
     line = EXCLUDED.line, stop_id = EXCLUDED.stop_id, operator = EXCLUDED.operator,
     vehicle_id = EXCLUDED.vehicle_id, stop_sequence = EXCLUDED.stop_sequence, delay_s = EXCLUDED.delay_s,
     observed_at = EXCLUDED.observed_at, kafka_partition = EXCLUDED.kafka_partition,
@@ -267,7 +270,7 @@ WHERE (EXCLUDED.observed_at, EXCLUDED.kafka_offset) >= (t.observed_at, t.kafka_o
 	return err
 }
 
-func insertDeadLetters(ctx context.Context, tx pgx.Tx, dls []DeadLetter) error {
+func insertDeadLetters(ctx context.Context, tx pgx.Tx, pipeline string, dls []DeadLetter) error {
 	if len(dls) == 0 {
 		return nil
 	}
@@ -281,8 +284,8 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, dls []DeadLetter) error {
 		reasons[i], errs[i] = d.Reason, d.Error
 	}
 	_, err := tx.Exec(ctx, `
-INSERT INTO dead_letters (topic, partition, "offset", key, value, reason, error)
-SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::text[])
-ON CONFLICT (topic, partition, "offset") DO NOTHING`, topics, parts, offsets, keys, values, reasons, errs)
+INSERT INTO dead_letters (pipeline, topic, partition, "offset", key, value, reason, error)
+SELECT $8, * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::text[])
+ON CONFLICT (pipeline, topic, partition, "offset") DO NOTHING`, topics, parts, offsets, keys, values, reasons, errs, pipeline)
 	return err
 }

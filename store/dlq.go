@@ -12,15 +12,16 @@ import (
 
 // DeadLetterFilter selects dead letters; zero fields select everything.
 type DeadLetterFilter struct {
-	Reason  string // ReasonDecode, ReasonFuture, ReasonLate; "" = any
-	Topic   string // "" = any
-	Pending bool   // only rows not replayed yet
-	Limit   int    // at most this many rows; 0 = no limit
+	Pipeline string // the pipeline whose dead letters; required
+	Reason   string // ReasonDecode, ReasonFuture, ReasonLate; "" = any
+	Topic    string // "" = any
+	Pending  bool   // only rows not replayed yet
+	Limit    int    // at most this many rows; 0 = no limit
 }
 
 func (f DeadLetterFilter) where() (string, []any) {
-	var conds []string
-	var args []any
+	conds := []string{"pipeline = $1"}
+	args := []any{f.Pipeline}
 	if f.Reason != "" {
 		args = append(args, f.Reason)
 		conds = append(conds, fmt.Sprintf("reason = $%d", len(args)))
@@ -31,9 +32,6 @@ func (f DeadLetterFilter) where() (string, []any) {
 	}
 	if f.Pending {
 		conds = append(conds, "replayed_at IS NULL")
-	}
-	if len(conds) == 0 {
-		return "", nil
 	}
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
@@ -168,8 +166,8 @@ func (s *Store) replayBatch(ctx context.Context, f DeadLetterFilter, to string, 
 			}
 			tag, err := tx.Exec(ctx, `UPDATE dead_letters d SET replayed_at = now(), replayed_to = $4
 				FROM unnest($1::text[], $2::integer[], $3::bigint[]) AS u(topic, partition, "offset")
-				WHERE d.topic = u.topic AND d.partition = u.partition AND d."offset" = u."offset"`,
-				topics, parts, offsets, to)
+				WHERE d.pipeline = $5 AND d.topic = u.topic AND d.partition = u.partition AND d."offset" = u."offset"`,
+				topics, parts, offsets, to, f.Pipeline)
 			if err != nil {
 				return err
 			}

@@ -12,13 +12,14 @@ import (
 )
 
 // LoadPositions returns the stored progress of every partition of pipeline;
-// a partition without a row is absent from the map.
+// a partition without committed offsets (never claimed, or claimed and never
+// committed) is absent from the map.
 func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggregate.PartitionID]Position, error) {
 	positions := map[aggregate.PartitionID]Position{}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		clear(positions)
-		rows, err := conn.Query(ctx,
-			`SELECT topic, partition, next_offset, consumed_offset FROM stream_positions WHERE pipeline = $1`, pipeline)
+		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset
+			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL`, pipeline)
 		if err != nil {
 			return err
 		}
@@ -35,15 +36,23 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 	return positions, nil
 }
 
-// SeedWatermark returns the watermark to start from, in UTC: the later of the
-// watermark pipeline last committed and max(window_end) of delay_aggregates;
-// the zero time when neither exists.
-func (s *Store) SeedWatermark(ctx context.Context, pipeline string) (time.Time, error) {
+// SeedWatermark returns the watermark an instance owning parts starts from,
+// in UTC (DESIGN.md "Watermark and lateness"): the later of max(window_end)
+// of pipeline's delay_aggregates rows and the lowest watermark stored for
+// parts; the zero time when neither exists. Other pipelines' rows play no part.
+func (s *Store) SeedWatermark(ctx context.Context, pipeline string, parts []aggregate.PartitionID) (time.Time, error) {
+	topics, nums := partitionArrays(parts)
 	var wm *time.Time
 	err := s.do(ctx, func(conn *pgx.Conn) error {
+		// max(window_start) through the primary key; the rows of that start
+		// hold the greatest window_end (one window size per pipeline).
 		return conn.QueryRow(ctx, `
-SELECT GREATEST((SELECT watermark FROM pipelines WHERE name = $1),
-                (SELECT max(window_end) FROM delay_aggregates))`, pipeline).Scan(&wm)
+SELECT GREATEST(
+    (SELECT min(s.watermark) FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
+        ON s.topic = u.topic AND s.partition = u.partition WHERE s.pipeline = $1),
+    (SELECT max(window_end) FROM delay_aggregates WHERE pipeline = $1
+        AND window_start = (SELECT max(window_start) FROM delay_aggregates WHERE pipeline = $1)))`,
+			pipeline, topics, nums).Scan(&wm)
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("store: seed watermark of pipeline %q: %w", pipeline, err)
@@ -54,12 +63,33 @@ SELECT GREATEST((SELECT watermark FROM pipelines WHERE name = $1),
 	return wm.UTC(), nil
 }
 
-func upsertPositions(ctx context.Context, tx pgx.Tx, pipeline string, ps []Position) error {
-	if len(ps) == 0 {
-		return nil
+// fence is a commit's first statement (DESIGN.md "The commit", step 2): it
+// checks that epoch is still the epoch of every partition of ps and renews
+// the owner's lease (heartbeat_at), locking the partitions' rows in a fixed
+// order. ErrFenced when one of them has another epoch: the caller rolls back.
+func fence(ctx context.Context, tx pgx.Tx, pipeline string, epoch int64, ps []aggregate.PartitionID) error {
+	topics, parts := partitionArrays(ps)
+	var n int
+	err := tx.QueryRow(ctx, `
+WITH fenced AS (
+    UPDATE stream_positions AS t SET heartbeat_at = now()
+    FROM (SELECT * FROM unnest($2::text[], $3::integer[]) AS u(topic, partition) ORDER BY 1, 2) AS u
+    WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $4
+    RETURNING 1)
+SELECT count(*) FROM fenced`, pipeline, topics, parts, epoch).Scan(&n)
+	if err != nil {
+		return err
 	}
-	// One row per partition (two would fail the statement with 21000): keep the
-	// greatest of each offset, as the upsert itself does.
+	if n != len(ps) {
+		return ErrFenced
+	}
+	return nil
+}
+
+// mergePositions returns one Position per partition of ps, sorted by topic
+// and partition (a fixed lock order), keeping the greatest of each offset:
+// two rows of one partition would fail an upsert with 21000.
+func mergePositions(ps []Position) []Position {
 	merged := map[aggregate.PartitionID]Position{}
 	for _, p := range ps {
 		if m, ok := merged[p.PartitionID]; ok {
@@ -68,29 +98,39 @@ func upsertPositions(ctx context.Context, tx pgx.Tx, pipeline string, ps []Posit
 		}
 		merged[p.PartitionID] = p
 	}
-	keys := make([]aggregate.PartitionID, 0, len(merged))
-	for k := range merged {
-		keys = append(keys, k)
+	out := make([]Position, 0, len(merged))
+	for _, p := range merged {
+		out = append(out, p)
 	}
-	sort.Slice(keys, func(i, j int) bool { // a fixed lock order
-		if keys[i].Topic != keys[j].Topic {
-			return keys[i].Topic < keys[j].Topic
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
 		}
-		return keys[i].Partition < keys[j].Partition
+		return out[i].Partition < out[j].Partition
 	})
-	topics, parts := make([]string, len(keys)), make([]int32, len(keys))
-	next, consumed := make([]int64, len(keys)), make([]int64, len(keys))
-	for i, k := range keys {
-		p := merged[k]
-		topics[i], parts[i], next[i], consumed[i] = k.Topic, k.Partition, p.NextOffset, p.ConsumedOffset
+	return out
+}
+
+// storePositions stores the offsets of ps (never backwards) and the
+// watermark wm (never backwards; zero keeps it) in rows fence checked.
+func storePositions(ctx context.Context, tx pgx.Tx, pipeline string, wm time.Time, ps []Position) error {
+	topics, parts := make([]string, len(ps)), make([]int32, len(ps))
+	next, consumed := make([]int64, len(ps)), make([]int64, len(ps))
+	for i, p := range ps {
+		topics[i], parts[i], next[i], consumed[i] = p.Topic, p.Partition, p.NextOffset, p.ConsumedOffset
+	}
+	var w any // NULL keeps the stored watermark
+	if !wm.IsZero() {
+		w = wm.UTC()
 	}
 	_, err := tx.Exec(ctx, `
-INSERT INTO stream_positions AS t (pipeline, topic, partition, next_offset, consumed_offset, updated_at)
-SELECT $1, u.topic, u.partition, u.next_offset, u.consumed_offset, now()
+UPDATE stream_positions AS t SET
+    next_offset = GREATEST(t.next_offset, u.next_offset),
+    consumed_offset = GREATEST(t.consumed_offset, u.consumed_offset),
+    watermark = GREATEST(t.watermark, $6),
+    updated_at = now()
 FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::bigint[]) AS u(topic, partition, next_offset, consumed_offset)
-ON CONFLICT (pipeline, topic, partition) DO UPDATE SET
-    next_offset = GREATEST(t.next_offset, EXCLUDED.next_offset),
-    consumed_offset = GREATEST(t.consumed_offset, EXCLUDED.consumed_offset),
-    updated_at = now()`, pipeline, topics, parts, next, consumed)
+WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition`,
+		pipeline, topics, parts, next, consumed, w)
 	return err
 }

@@ -23,7 +23,8 @@ type StoredPosition struct {
 	UpdatedAt time.Time // UTC
 }
 
-// Report summarizes what delay_aggregates and stream_positions hold.
+// Report summarizes what one pipeline's delay_aggregates, stream_positions
+// and dead_letters hold.
 type Report struct {
 	Rows          map[string]int64 // delay_aggregates rows per dimension
 	Events        map[string]int64 // sum of event_count per dimension
@@ -35,12 +36,12 @@ type Report struct {
 	DeadLetters   map[string]int64 // per reason
 }
 
-// Report reads the summary the demo and drain print, for pipeline's positions.
+// Report reads the summary the demo and drain print, for pipeline.
 func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 	r := &Report{Rows: map[string]int64{}, Events: map[string]int64{}, DeadLetters: map[string]int64{}}
 	err := s.do(ctx, func(c *pgx.Conn) error {
 		rows, err := c.Query(ctx, `SELECT dimension, count(*), coalesce(sum(event_count), 0)::bigint
-			FROM delay_aggregates GROUP BY dimension`)
+			FROM delay_aggregates WHERE pipeline = $1 GROUP BY dimension`, pipeline)
 		if err != nil {
 			return err
 		}
@@ -53,7 +54,7 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 			return err
 		}
 		err = c.QueryRow(ctx, `SELECT window_start, event_count FROM delay_aggregates
-			WHERE dimension = 'network' ORDER BY event_count DESC, window_start LIMIT 1`).Scan(&r.BusiestWindow, &r.BusiestCount)
+			WHERE pipeline = $1 AND dimension = 'network' ORDER BY event_count DESC, window_start LIMIT 1`, pipeline).Scan(&r.BusiestWindow, &r.BusiestCount)
 		if err != nil && err != pgx.ErrNoRows {
 			return err
 		}
@@ -62,8 +63,8 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 			out *[]Ranked
 		}{{"line", &r.TopLines}, {"station", &r.TopStations}} {
 			rows, err := c.Query(ctx, `SELECT dimension_id, event_count, mean_delay_s, p90_delay_s, max_delay_s
-				FROM delay_aggregates WHERE window_start = $1 AND dimension = $2
-				ORDER BY mean_delay_s DESC, dimension_id LIMIT 10`, r.BusiestWindow, top.dim)
+				FROM delay_aggregates WHERE pipeline = $3 AND window_start = $1 AND dimension = $2
+				ORDER BY mean_delay_s DESC, dimension_id LIMIT 10`, r.BusiestWindow, top.dim, pipeline)
 			if err != nil {
 				return err
 			}
@@ -76,7 +77,7 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 			}
 		}
 		rows, err = c.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, updated_at
-			FROM stream_positions WHERE pipeline = $1 ORDER BY topic, partition`, pipeline)
+			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL ORDER BY topic, partition`, pipeline)
 		if err != nil {
 			return err
 		}
@@ -88,7 +89,7 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 		}); err != nil {
 			return err
 		}
-		rows, err = c.Query(ctx, `SELECT reason, count(*) FROM dead_letters GROUP BY reason`)
+		rows, err = c.Query(ctx, `SELECT reason, count(*) FROM dead_letters WHERE pipeline = $1 GROUP BY reason`, pipeline)
 		if err != nil {
 			return err
 		}

@@ -11,24 +11,22 @@ import (
 // even when that is lower: the one case where a position may move backwards,
 // after the operator chose --on-offset-out-of-range=earliest|latest because
 // the stored offset no longer exists (retention, or a recreated topic). The
-// update is fenced like a commit: ErrFenced when epoch is no longer current.
+// update is fenced like a commit: ErrFenced when epoch is no longer the
+// partition's.
 func (s *Store) ResetPosition(ctx context.Context, pipeline string, epoch int64, p Position) error {
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, `UPDATE pipelines SET heartbeat_at = now() WHERE name = $1 AND epoch = $2`, pipeline, epoch)
+			tag, err := tx.Exec(ctx, `
+UPDATE stream_positions SET next_offset = $4, consumed_offset = $4, heartbeat_at = now(), updated_at = now()
+WHERE pipeline = $1 AND topic = $2 AND partition = $3 AND epoch = $5`,
+				pipeline, p.Topic, p.Partition, p.NextOffset, epoch)
 			if err != nil {
 				return err
 			}
 			if tag.RowsAffected() == 0 {
 				return ErrFenced
 			}
-			_, err = tx.Exec(ctx, `
-INSERT INTO stream_positions (pipeline, topic, partition, next_offset, consumed_offset, updated_at)
-VALUES ($1, $2, $3, $4, $4, now())
-ON CONFLICT (pipeline, topic, partition) DO UPDATE
-SET next_offset = EXCLUDED.next_offset, consumed_offset = EXCLUDED.consumed_offset, updated_at = now()`,
-				pipeline, p.Topic, p.Partition, p.NextOffset)
-			return err
+			return nil
 		})
 	})
 	if err != nil {

@@ -2,20 +2,20 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// PipelineRow is one pipelines row.
+// PipelineRow sums up a pipeline's partitions (stream_positions): fencing,
+// ownership and the watermark are per partition.
 type PipelineRow struct {
 	Name        string
-	Epoch       int64     // fencing epoch: one more at each claim
-	Owner       string    // host:pid of the instance that claimed it last
-	HeartbeatAt time.Time // UTC; the last commit (or claim); zero if none
-	Watermark   time.Time // UTC; the watermark of the last commit; zero if none
+	Epoch       int64     // the greatest fencing epoch of its partitions: one more at each claim
+	Owner       string    // the owners (host:pid) of its partitions, comma-separated; "" = none holds one
+	HeartbeatAt time.Time // UTC; the newest claim or commit of any owner; zero if none
+	Watermark   time.Time // UTC; the lowest watermark committed for its partitions; zero if none
 }
 
 // ReasonCount counts the dead letters of one reason.
@@ -28,27 +28,29 @@ type ReasonCount struct {
 type Status struct {
 	Pipeline        *PipelineRow     // nil when the pipeline was never claimed
 	Positions       []StoredPosition // the pipeline's stream_positions, by topic and partition
-	NewestWindowEnd time.Time        // max(window_end) of delay_aggregates, UTC; zero if none
+	NewestWindowEnd time.Time        // max(window_end) of the pipeline's delay_aggregates, UTC; zero if none
 	DeadLetters     map[string]ReasonCount
 }
 
-// Status reads pipeline's row and positions, the newest finalized window
-// and the dead letters per reason (dead_letters and delay_aggregates are
-// shared by every pipeline of the database).
+// Status reads pipeline's partitions and positions, its newest finalized
+// window and its dead letters per reason.
 func (s *Store) Status(ctx context.Context, pipeline string) (*Status, error) {
 	st := &Status{}
 	err := s.do(ctx, func(c *pgx.Conn) error {
 		*st = Status{DeadLetters: map[string]ReasonCount{}}
-		var p PipelineRow
-		var owner *string
-		var hb, wm *time.Time
-		err := c.QueryRow(ctx, `SELECT name, epoch, owner, heartbeat_at, watermark FROM pipelines WHERE name = $1`,
-			pipeline).Scan(&p.Name, &p.Epoch, &owner, &hb, &wm)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
+		var exists bool
+		if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pipelines WHERE name = $1)`, pipeline).Scan(&exists); err != nil {
 			return err
-		default:
+		}
+		if exists {
+			p := PipelineRow{Name: pipeline}
+			var owner *string
+			var hb, wm *time.Time
+			err := c.QueryRow(ctx, `SELECT coalesce(max(epoch), 0), string_agg(DISTINCT owner, ', '), max(heartbeat_at),
+				min(watermark) FROM stream_positions WHERE pipeline = $1`, pipeline).Scan(&p.Epoch, &owner, &hb, &wm)
+			if err != nil {
+				return err
+			}
 			if owner != nil {
 				p.Owner = *owner
 			}
@@ -61,7 +63,7 @@ func (s *Store) Status(ctx context.Context, pipeline string) (*Status, error) {
 			st.Pipeline = &p
 		}
 		rows, err := c.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, updated_at
-			FROM stream_positions WHERE pipeline = $1 ORDER BY topic, partition`, pipeline)
+			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL ORDER BY topic, partition`, pipeline)
 		if err != nil {
 			return err
 		}
@@ -74,13 +76,13 @@ func (s *Store) Status(ctx context.Context, pipeline string) (*Status, error) {
 			return err
 		}
 		var newest *time.Time
-		if err := c.QueryRow(ctx, `SELECT max(window_end) FROM delay_aggregates`).Scan(&newest); err != nil {
+		if err := c.QueryRow(ctx, `SELECT max(window_end) FROM delay_aggregates WHERE pipeline = $1`, pipeline).Scan(&newest); err != nil {
 			return err
 		}
 		if newest != nil {
 			st.NewestWindowEnd = newest.UTC()
 		}
-		rows, err = c.Query(ctx, `SELECT reason, count(*), count(replayed_at) FROM dead_letters GROUP BY reason`)
+		rows, err = c.Query(ctx, `SELECT reason, count(*), count(replayed_at) FROM dead_letters WHERE pipeline = $1 GROUP BY reason`, pipeline)
 		if err != nil {
 			return err
 		}

@@ -10,9 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrFenced means another instance claimed the pipeline (its epoch is newer
-// than the one of the batch): nothing was written, and this instance must stop.
-var ErrFenced = errors.New("store: fenced: another instance claimed the pipeline")
+// ErrFenced means another instance claimed one of the batch's partitions (its
+// epoch is newer than the batch's): nothing was written, and this instance
+// must stop.
+var ErrFenced = errors.New("store: fenced: another instance claimed a partition of this one")
 
 // CommitError is returned when the COMMIT statement itself failed. When
 // Ambiguous is true the server may have committed the transaction (the

@@ -11,6 +11,8 @@ const (
 	ReasonDecode = "decode" // the payload breaks the data contract
 	ReasonFuture = "future" // event_time later than wall clock + max future skew
 	ReasonLate   = "late"   // the event's window was already finalized when it arrived
+	// ReasonRejected: PostgreSQL refused a row the record produced (DESIGN.md "The commit").
+	ReasonRejected = "rejected"
 )
 
 // DeadLetter is one rejected Kafka record, kept byte for byte.
@@ -51,11 +53,11 @@ type Position struct {
 // Batch is everything one commit writes, in ONE transaction.
 type Batch struct {
 	Pipeline    string
-	Epoch       int64
+	Epoch       int64           // the fencing epoch of the claim of Positions' partitions
 	Windows     []aggregate.Row // finalized windows: replace, never add
 	Vehicles    []Vehicle       // at most one per vehicle_id
 	Trips       []Trip          // at most one per trip_id
 	DeadLetters []DeadLetter
 	Positions   []Position
-	Watermark   time.Time // the watermark this commit reached (pipelines.watermark)
+	Watermark   time.Time // the watermark this commit reached (stream_positions.watermark of each partition)
 }

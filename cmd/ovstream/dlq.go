@@ -21,9 +21,10 @@ func init() {
 	register("dlq", "dead letters: list them, or replay them to a topic", cmdDLQ)
 }
 
-const dlqUsage = `usage: ovstream dlq list   [--reason R] [--topic T] [--pending] [--limit N] [--json]
-       ovstream dlq replay --to TOPIC [--reason R] [--topic T] [--limit N]
+const dlqUsage = `usage: ovstream dlq list   [--pipeline P] [--reason R] [--topic T] [--pending] [--limit N] [--json]
+       ovstream dlq replay [--pipeline P] --to TOPIC [--reason R] [--topic T] [--limit N]
 
+Both read the dead letters of one pipeline (--pipeline, default ovstream).
 list prints the dead_letters rows by topic, partition and offset: reason, error,
 when stored and when replayed, the key and a preview of the value (--json: every
 column, key and value base64-encoded, byte for byte).
@@ -50,7 +51,7 @@ func cmdDLQ(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
 	var o opsFlags
 	o.register(fs, sub == "replay")
-	reason := fs.String("reason", "", "only this `reason`: decode, future or late")
+	reason := fs.String("reason", "", "only this `reason`: decode, future, late or rejected")
 	topic := fs.String("topic", "", "only dead letters of this source `topic`")
 	limit := fs.Int("limit", 0, "at most `N` rows (list: default 100; replay: default all)")
 	var pending, asJSON *bool
@@ -80,14 +81,15 @@ func cmdDLQ(ctx context.Context, args []string) int {
 	switch {
 	case fs.NArg() > 0:
 		return usageErr("unexpected arguments %q", fs.Args())
-	case *reason != "" && *reason != store.ReasonDecode && *reason != store.ReasonFuture && *reason != store.ReasonLate:
-		return usageErr("--reason %q: want decode, future or late", *reason)
+	case *reason != "" && *reason != store.ReasonDecode && *reason != store.ReasonFuture && *reason != store.ReasonLate &&
+		*reason != store.ReasonRejected:
+		return usageErr("--reason %q: want decode, future, late or rejected", *reason)
 	case *limit < 0:
 		return usageErr("--limit %d: want 0 or more", *limit)
 	case sub == "replay" && *to == "":
 		return usageErr("--to TOPIC is required")
 	}
-	filter := store.DeadLetterFilter{Reason: *reason, Topic: *topic, Limit: *limit}
+	filter := store.DeadLetterFilter{Pipeline: o.pipeline, Reason: *reason, Topic: *topic, Limit: *limit}
 	st, err := openStoreQuick(ctx, o.databaseURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream dlq %s: %v\n", sub, err)
