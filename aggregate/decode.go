@@ -48,10 +48,11 @@ const (
 // trip_id, line, stop_id and operator are required non-empty strings; delay_s
 // is a required finite JSON number of seconds with |delay_s| <= 86400 (a
 // string such as "12" or "NaN" is rejected); event_time is a required RFC 3339
-// timestamp with an offset (time.RFC3339Nano), returned in UTC; vehicle_id
-// (string) and stop_sequence (integral number) are optional, null meaning
-// absent. Unknown fields, and fields whose name differs only in case, are
-// ignored. No string may contain NUL, since PostgreSQL text cannot store it.
+// timestamp with an offset (time.RFC3339Nano), returned in UTC and truncated
+// to whole microseconds, PostgreSQL's precision; vehicle_id (string) and
+// stop_sequence (integral number) are optional, null meaning absent. Unknown
+// fields, and fields whose name differs only in case, are ignored. No string
+// may contain NUL, since PostgreSQL text cannot store it.
 //
 // Fields are checked in the order of the table above and the first fault is
 // returned as a *DecodeError, e.g. "delay_s: not a finite number". It never
@@ -109,10 +110,11 @@ func DecodePrediction(value []byte) (Prediction, error) {
 //
 // vehicle_id is a required non-empty string; lat (degrees, -90..90), lon
 // (degrees, -180..180) are required finite JSON numbers; event_time is a
-// required RFC 3339 timestamp with an offset, returned in UTC; trip_id, line,
-// operator (strings), bearing (degrees, 0..360) and speed_mps (metres per
-// second, >= 0) are optional, null or missing meaning absent, a wrong type
-// being an error. Other rules and errors are those of DecodePrediction.
+// required RFC 3339 timestamp with an offset, returned in UTC and truncated to
+// whole microseconds; trip_id, line, operator (strings), bearing (degrees,
+// 0..360) and speed_mps (metres per second, >= 0) are optional, null or
+// missing meaning absent, a wrong type being an error. Other rules and errors
+// are those of DecodePrediction.
 func DecodePosition(value []byte) (Position, error) {
 	var m members
 	if err := decodeObjectInto(value, positionFields, &m); err != nil {
@@ -480,7 +482,10 @@ func isNumber(raw json.RawMessage) bool {
 }
 
 // requiredTime parses an RFC 3339 timestamp that carries an offset ("Z" or
-// "+02:00") and returns it in UTC.
+// "+02:00") and returns it in UTC, truncated to a whole microsecond (towards
+// the past): PostgreSQL's timestamptz holds microseconds, and pgx truncates
+// the same way when it writes one, so a tie in memory is a tie in the
+// database (DESIGN.md "Decoding rules").
 func requiredTime(obj *members, field string) (time.Time, error) {
 	raw, plain := obj.getString(field)
 	if !present(raw) {
@@ -500,7 +505,7 @@ func requiredTime(obj *members, field string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
-	return t.UTC(), nil
+	return t.UTC().Truncate(time.Microsecond), nil
 }
 
 // unquote returns the string value of the raw JSON string raw.

@@ -123,7 +123,7 @@ func TestDecodeEventTimeUTC(t *testing.T) {
 	}{
 		{"2026-05-04T10:00:00Z", time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)},
 		{"2026-05-04T10:00:00+02:00", time.Date(2026, 5, 4, 8, 0, 0, 0, time.UTC)},
-		{"2026-05-04T10:00:00.123456789-01:30", time.Date(2026, 5, 4, 11, 30, 0, 123456789, time.UTC)},
+		{"2026-05-04T10:00:00.123456-01:30", time.Date(2026, 5, 4, 11, 30, 0, 123456000, time.UTC)},
 		{"1969-12-31T23:59:59.5Z", time.Date(1969, 12, 31, 23, 59, 59, 5e8, time.UTC)},
 	} {
 		p, err := DecodePrediction([]byte(withField(validPrediction, "event_time", `"`+tc.in+`"`)))
@@ -134,6 +134,47 @@ func TestDecodeEventTimeUTC(t *testing.T) {
 		if !p.EventTime.Equal(tc.want) || p.EventTime.Location() != time.UTC {
 			t.Errorf("%s: got %v, want %v", tc.in, p.EventTime, tc.want)
 		}
+	}
+}
+
+// Event times are truncated to whole microseconds, PostgreSQL's precision
+// (DESIGN.md "Decoding rules"), towards the past, as pgx does when it writes
+// a timestamptz; so two events of one key that differ below a microsecond
+// tie in memory as they do in the database.
+func TestDecodeEventTimeMicroseconds(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+	}{
+		{"2024-01-01T00:00:00.1234567Z", time.Date(2024, 1, 1, 0, 0, 0, 123456000, time.UTC)},
+		{"2024-01-01T00:00:00.123456999Z", time.Date(2024, 1, 1, 0, 0, 0, 123456000, time.UTC)},
+		{"2024-01-01T00:00:00.000000999+02:00", time.Date(2023, 12, 31, 22, 0, 0, 0, time.UTC)},
+		{"2026-05-04T10:00:00.123456789-01:30", time.Date(2026, 5, 4, 11, 30, 0, 123456000, time.UTC)},
+		{"2026-05-04T10:00:00.9999999-05:00", time.Date(2026, 5, 4, 15, 0, 0, 999999000, time.UTC)},
+		{"1969-12-31T23:59:59.9999995Z", time.Date(1969, 12, 31, 23, 59, 59, 999999000, time.UTC)},
+	} {
+		p, err := DecodePrediction([]byte(withField(validPrediction, "event_time", `"`+tc.in+`"`)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.in, err)
+		}
+		v, err := DecodePosition([]byte(withField(validPosition, "event_time", `"`+tc.in+`"`)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.in, err)
+		}
+		if p.EventTime != tc.want || v.EventTime != tc.want {
+			t.Errorf("%s: prediction %s, position %s; want %s", tc.in,
+				p.EventTime.Format(time.RFC3339Nano), v.EventTime.Format(time.RFC3339Nano), tc.want.Format(time.RFC3339Nano))
+		}
+	}
+	// 500 ns apart, in one microsecond: equal, so the later offset wins the tie.
+	a, errA := DecodePrediction([]byte(withField(validPrediction, "event_time", `"2024-01-01T00:00:00.1234561Z"`)))
+	b, errB := DecodePrediction([]byte(withField(validPrediction, "event_time", `"2024-01-01T00:00:00.1234566Z"`)))
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if !a.EventTime.Equal(b.EventTime) {
+		t.Errorf("event times 500 ns apart in one microsecond: %s and %s, want equal",
+			a.EventTime.Format(time.RFC3339Nano), b.EventTime.Format(time.RFC3339Nano))
 	}
 }
 
@@ -340,7 +381,7 @@ func FuzzDecode(f *testing.F) {
 			if math.IsNaN(p.DelayS) || math.IsInf(p.DelayS, 0) || math.Abs(p.DelayS) > MaxAbsDelayS {
 				t.Fatalf("prediction: bad delay %v", p.DelayS)
 			}
-			if p.EventTime.Location() != time.UTC {
+			if p.EventTime.Location() != time.UTC || p.EventTime.Nanosecond()%1000 != 0 {
 				t.Fatalf("prediction: bad event time %v", p.EventTime)
 			}
 			if !p.HasStopSequence && p.StopSequence != 0 {
@@ -368,7 +409,7 @@ func FuzzDecode(f *testing.F) {
 		if q.SpeedMPS != nil && !(*q.SpeedMPS >= 0) || q.SpeedMPS != nil && math.IsInf(*q.SpeedMPS, 0) {
 			t.Fatalf("position: bad speed %v", *q.SpeedMPS)
 		}
-		if q.EventTime.Location() != time.UTC {
+		if q.EventTime.Location() != time.UTC || q.EventTime.Nanosecond()%1000 != 0 {
 			t.Fatalf("position: bad event time %v", q.EventTime)
 		}
 	})

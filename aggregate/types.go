@@ -20,7 +20,7 @@ type Prediction struct {
 	StopID    string    // station whose arrival is predicted, required
 	Operator  string    // agency / operator id, required
 	DelayS    float64   // predicted arrival delay in seconds, negative = early; finite, |d| <= 86400
-	EventTime time.Time // when the prediction was observed, UTC
+	EventTime time.Time // when the prediction was observed, UTC, whole microseconds
 	VehicleID string    // optional, "" when absent
 	// StopSequence is the GTFS stop_sequence; HasStopSequence tells whether it was present.
 	StopSequence    int64
@@ -32,7 +32,7 @@ type Position struct {
 	VehicleID string    // required
 	Lat       float64   // degrees, -90..90, required
 	Lon       float64   // degrees, -180..180, required
-	EventTime time.Time // UTC, required
+	EventTime time.Time // UTC, whole microseconds, required
 	TripID    string    // optional
 	Line      string    // optional
 	Operator  string    // optional

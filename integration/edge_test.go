@@ -216,6 +216,43 @@ func TestLatestStateSameKeyOneCommit(t *testing.T) {
 	}
 }
 
+// Event times 100 ns apart are one microsecond in PostgreSQL, so they tie and
+// the later offset wins, in memory (both in one commit) as in the database
+// (one commit each): the record at the earlier offset, with the later
+// nanosecond, does not win in either (DESIGN.md "Decoding rules").
+func TestLatestStateSubMicrosecondTie(t *testing.T) {
+	recs := []rec{
+		{positionsTopic, 0, "V1", pos("V1", -36.1, "2016-05-18T20:02:00.0000001Z")},
+		{positionsTopic, 0, "V1", pos("V1", -36.2, "2016-05-18T20:02:00Z")},
+		{predictionsTopic, 0, "T1", pred("T1", "L", "S1", "AT", 10, "2016-05-18T20:02:00.0000001Z")},
+		{predictionsTopic, 0, "T1", pred("T1", "L", "S2", "AT", 20, "2016-05-18T20:02:00Z")},
+	}
+	const want = "vehicle [-36.2 1], trip [20 1]"
+	newest := func(db string) string {
+		return fmt.Sprintf("vehicle %s, trip %s",
+			strings.Join(dump(t, db, `SELECT lat, kafka_offset FROM vehicle_latest WHERE vehicle_id = 'V1'`), ";"),
+			strings.Join(dump(t, db, `SELECT delay_s, kafka_offset FROM trip_delay_latest WHERE trip_id = 'T1'`), ";"))
+	}
+	addr, db := startBroker(t), freshDB(t)
+	produceRecords(t, addr, recs...)
+	drain(t, db, addr)
+	if got := newest(db); got != want {
+		t.Errorf("one commit: %s; want %s", got, want)
+	}
+	addr2, db2 := startBroker(t), freshDB(t)
+	for _, r := range []rec{recs[0], recs[2]} {
+		produceRecords(t, addr2, r)
+	}
+	drain(t, db2, addr2)
+	for _, r := range []rec{recs[1], recs[3]} {
+		produceRecords(t, addr2, r)
+	}
+	drain(t, db2, addr2)
+	if got := newest(db2); got != want {
+		t.Errorf("one commit per record: %s; want %s", got, want)
+	}
+}
+
 // Daylight saving: Europe/Amsterdam falls back on 2026-10-25, so 02:30+02:00
 // and 02:30+01:00 are an hour apart and land in windows an hour apart. The
 // result does not depend on the process's TZ or the database's TimeZone.

@@ -7,6 +7,9 @@
 //   - Check tells the service, before it writes anything, whether the schema is
 //     exactly the version this binary was built for; its *SchemaError says what
 //     to run to fix it (behind, dirty after a failed migration, or ahead).
+//   - A migration that fails says its version and file, that the schema is now
+//     dirty, and the repair (*MigrationError); Up on a dirty schema runs
+//     nothing and returns the *SchemaError that Check would.
 //   - Each migration file runs in one PostgreSQL transaction: it applies entirely
 //     or not at all. Applied files are never edited; changes are new files.
 //   - Two processes migrating at once do not hang: the connection carries
@@ -28,6 +31,7 @@ import (
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
@@ -64,14 +68,8 @@ type SchemaError struct {
 func (e *SchemaError) Error() string {
 	switch {
 	case e.Dirty:
-		before := "N-1"
-		if e.Version > 0 {
-			before = fmt.Sprint(e.Version - 1)
-		}
-		return fmt.Sprintf("schema version %d is dirty (a migration to version %d failed half-way): "+
-			"each migration file runs in one transaction, so the schema is usually still at the version it started from; "+
-			"check the tables, mark that version with `ovstream migrate force V` (V = %s after a failed `up`), "+
-			"then run `ovstream migrate up`", e.Version, e.Version, before)
+		return fmt.Sprintf("schema version %d is dirty (a migration to version %d failed half-way): %s",
+			e.Version, e.Version, repair(e.Version))
 	case e.Version < e.Want:
 		return fmt.Sprintf("schema is at version %d, this binary needs %d: run `ovstream migrate up` or start `run` with --migrate",
 			e.Version, e.Want)
@@ -79,6 +77,38 @@ func (e *SchemaError) Error() string {
 		return fmt.Sprintf("schema is at version %d, newer than the %d this binary knows: run a newer ovstream binary "+
 			"(or, to go back, `ovstream migrate down` with the binary that applied version %d)", e.Version, e.Want, e.Version)
 	}
+}
+
+// MigrationError says that the SQL of migration Version failed: golang-migrate
+// left the schema at Version marked dirty, and Error words the repair.
+type MigrationError struct {
+	Version uint   // the migration that failed
+	File    string // its file, e.g. "0002_dead_letters_replayed.up.sql"
+	Err     error  // the SQL error: a *pgconn.PgError when PostgreSQL refused a statement
+}
+
+func (e *MigrationError) Error() string {
+	msg := e.Err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(e.Err, &pgErr) && pgErr.Detail != "" {
+		msg += " (" + pgErr.Detail + ")"
+	}
+	return fmt.Sprintf("migration %d (%s) failed: %s; the schema is now at version %d, marked dirty: %s",
+		e.Version, e.File, msg, e.Version, repair(e.Version))
+}
+
+func (e *MigrationError) Unwrap() error { return e.Err }
+
+// repair words the runbook's repair (README "Dirty migration") of a schema
+// marked dirty at version v by a failed `up`.
+func repair(v uint) string {
+	if v == 0 {
+		return "check the tables, mark the version that is really there with `ovstream migrate force V`, " +
+			"then run `ovstream migrate up`"
+	}
+	return fmt.Sprintf("each migration file runs in one transaction, so the tables are usually still as version %d left them; "+
+		"check them, mark that version with `ovstream migrate force %d` (or `force %d` if the changes of version %d are all there), "+
+		"then run `ovstream migrate up`", v-1, v-1, v, v)
 }
 
 // Latest is the highest version among the embedded migrations.
@@ -96,9 +126,39 @@ func Latest() uint {
 	return latest
 }
 
-// Up applies every migration not yet applied. An up-to-date schema is a success.
+// upFile returns the name of the up file of migration version, "" if none.
+func upFile(version uint) string {
+	entries, _ := fs.ReadDir(FS, ".")
+	for _, e := range entries {
+		if m, err := source.Parse(e.Name()); err == nil && m.Version == version && m.Direction == source.Up {
+			return e.Name()
+		}
+	}
+	return ""
+}
+
+// Up applies every migration not yet applied. An up-to-date schema is a
+// success. When a migration's SQL fails, the error is a *MigrationError; when
+// the schema was dirty already, nothing runs and the error is a *SchemaError;
+// both say how to repair it.
 func Up(ctx context.Context, databaseURL string) error {
-	err := run(ctx, databaseURL, "up", func(m *migrate.Migrate) error { return m.Up() })
+	err := run(ctx, databaseURL, "up", func(m *migrate.Migrate) error {
+		err := m.Up()
+		var dirty migrate.ErrDirty
+		if errors.As(err, &dirty) {
+			return &SchemaError{Version: uint(max(dirty.Version, 0)), Dirty: true, Want: Latest()}
+		}
+		// The pgx/v5 driver returns a database.Error value (other failures:
+		// a pointer) when a migration's SQL fails, after golang-migrate marked
+		// the schema dirty at that migration's version.
+		var sqlErr database.Error
+		if errors.As(err, &sqlErr) && sqlErr.OrigErr != nil {
+			if v, dirty, verr := m.Version(); verr == nil && dirty {
+				return &MigrationError{Version: v, File: upFile(v), Err: sqlErr.OrigErr}
+			}
+		}
+		return err
+	})
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil
 	}
