@@ -3,7 +3,7 @@
 CREATE TEMP TABLE ovs_migrate_owner ON COMMIT DROP AS
 SELECT coalesce((SELECT pipeline FROM stream_positions ORDER BY updated_at DESC, pipeline LIMIT 1), 'ovstream') AS name;
 
-DROP TABLE IF EXISTS pipeline_standbys;
+DROP TABLE IF EXISTS pipeline_instances;
 
 ALTER TABLE pipelines
     DROP COLUMN topics,

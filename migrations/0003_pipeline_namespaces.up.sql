@@ -71,13 +71,17 @@ ALTER TABLE pipelines
     ADD COLUMN window_size interval NULL CONSTRAINT pipelines_window_size CHECK (window_size > interval '0'),
     ADD COLUMN topics      text[]   NULL;
 
--- Instances waiting for partitions another instance holds (`ovstream status`
--- lists them); a standby deletes its row when it claims or stops.
-CREATE TABLE pipeline_standbys (
+-- Every running instance of a pipeline, active or standby, with a liveness
+-- heartbeat renewed outside the commit transaction (a long commit does not
+-- make its owner look dead). A partition's lease is alive while the instance
+-- that owns it (stream_positions.owner) has a heartbeat younger than the
+-- lease. `ovstream status` lists them. An instance deletes its row when it stops.
+CREATE TABLE pipeline_instances (
     pipeline     text        NOT NULL,
-    owner        text        NOT NULL,
-    partitions   text[]      NOT NULL, -- topic:partition it waits for
-    since        timestamptz NOT NULL DEFAULT now(),
+    owner        text        NOT NULL, -- host:pid
+    role         text        NOT NULL CONSTRAINT pipeline_instances_role CHECK (role IN ('active', 'standby')),
+    partitions   text[]      NOT NULL, -- topic/partition it owns (active) or waits for (standby)
+    started_at   timestamptz NOT NULL DEFAULT now(),
     heartbeat_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (pipeline, owner)
 );
