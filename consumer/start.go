@@ -66,6 +66,7 @@ func (l *loop) start(ctx context.Context) error {
 	}
 	l.win = aggregate.NewWindower(cfg.Window)
 	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
+	l.wm.IdleFinalize(cfg.IdleFinalize)
 	l.led = NewLedger()
 	l.replayUntil = map[aggregate.PartitionID]int64{}
 	l.highWater = map[aggregate.PartitionID]int64{}
