@@ -24,7 +24,7 @@ type Summary struct {
 	Consumed       map[string]int64 // records read per topic
 	Predictions    int64            // predictions aggregated into windows
 	Positions      int64            // positions applied to vehicle_latest
-	Skipped        int64            // replayed events of windows written before (DESIGN.md "Replay")
+	Skipped        int64            // replayed records counted in written windows or dead-lettered before (replay.go)
 	DeadLetters    map[string]int64 // per reason
 	WindowRows     int64            // delay_aggregates rows written
 	Commits        int64
@@ -94,7 +94,8 @@ type loop struct {
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark
 	led         *Ledger
-	replayUntil map[aggregate.PartitionID]int64 // stored consumed_offset
+	replayUntil map[aggregate.PartitionID]int64   // stored consumed_offset
+	deadBefore  map[aggregate.PartitionID][]int64 // dead letters in [next_offset, consumed_offset) (replay.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record

@@ -125,6 +125,9 @@ func (l *loop) start(ctx context.Context) error {
 		}
 		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
 	}
+	if err := l.loadReplay(ctx); err != nil {
+		return err
+	}
 	cfg.Metrics.assign(assigned)
 	cfg.Metrics.watermark(seed)
 	cfg.Health.assigned.Store(true)
