@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ovstream/ovstream/consumer"
@@ -102,14 +103,19 @@ func (r *inProcess) stop(t *testing.T) *consumer.Summary {
 	return r.wait(t, time.Minute)
 }
 
+// value reads a counter or gauge of the run's metrics.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	_ = m.Write(&d)
+	return d.GetCounter().GetValue() + d.GetGauge().GetValue()
+}
+
 // newDeadLetters is what the run's ovstream_dead_letters_total counts, over
 // every reason.
 func (r *inProcess) newDeadLetters() int {
 	n := 0.0
 	for _, reason := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate, store.ReasonRejected} {
-		var m dto.Metric
-		_ = r.cfg.Metrics.DeadLetters.WithLabelValues(predictionsTopic, reason).Write(&m)
-		n += m.GetCounter().GetValue()
+		n += value(r.cfg.Metrics.DeadLetters.WithLabelValues(predictionsTopic, reason))
 	}
 	return int(n)
 }
@@ -139,6 +145,7 @@ func produceToZero(t *testing.T, addr string, values ...[]byte) {
 // want (offset -> reason).
 func checkOnce(t *testing.T, db, addr string, want map[int64]string) {
 	t.Helper()
+	dump(t, db, `DROP TABLE IF EXISTS oracle_msgs`) // the topic as it is now
 	n := loadOracleInput(t, db, addr, predictionsTopic)
 	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
 	var wantDead []string
