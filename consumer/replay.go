@@ -56,13 +56,13 @@ func (l *loop) deadLetteredBefore(tp aggregate.PartitionID, offset int64) bool {
 
 // skipReplayed handles r if it was consumed before the restart and
 // dead-lettered then: it is skipped without a new dead letter, metric or
-// count in the windows (only Summary.Skipped counts it). It reports whether
-// r was handled so.
+// count in the windows (only Summary.ReplayedDead counts it). It reports
+// whether r was handled so.
 func (l *loop) skipReplayed(r *record) bool {
 	if !l.replaying(r) || !l.deadLetteredBefore(r.tp, r.offset) {
 		return false
 	}
-	l.sum.Skipped++
+	l.sum.ReplayedDead++
 	l.led.Consumed(r.tp, r.offset)
 	return true
 }

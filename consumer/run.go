@@ -24,12 +24,13 @@ type Summary struct {
 	Consumed       map[string]int64 // records read per topic
 	Predictions    int64            // predictions aggregated into windows
 	Positions      int64            // positions applied to vehicle_latest
-	Skipped        int64            // replayed records counted in written windows or dead-lettered before (replay.go)
-	DeadLetters    map[string]int64 // per reason
+	Skipped        int64            // replayed events of windows written before (DESIGN.md "Replay")
+	DeadLetters    map[string]int64 // new dead letters per reason; ReplayedDead: the earlier ones met again
 	WindowRows     int64            // delay_aggregates rows written
 	Commits        int64
 	CommitFailures int64
 	Resyncs        int64
+	ReplayedDead   int64                           // records dead-lettered before a restart, replayed and skipped (replay.go)
 	Watermark      time.Time                       // the last committed watermark
 	Stored         map[aggregate.PartitionID]int64 // committed next offset per partition
 	HighWater      map[aggregate.PartitionID]int64 // high water mark per partition, last seen

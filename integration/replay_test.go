@@ -48,6 +48,10 @@ func (c clockCase) run(t *testing.T) {
 		t.Errorf("summaries count %d + %d dead letters (%v then %v), want %d, each once",
 			total(sum1.DeadLetters), total(sum2.DeadLetters), sum1.DeadLetters, sum2.DeadLetters, len(c.dead))
 	}
+	// Here every dead letter lies in the replayed range [next_offset, consumed_offset).
+	if sum2.ReplayedDead != int64(len(c.dead)) {
+		t.Errorf("the restart met %d earlier dead letters, want %d", sum2.ReplayedDead, len(c.dead))
+	}
 	if got, want := second.newDeadLetters(), total(sum2.DeadLetters); got != want {
 		t.Errorf("ovstream_dead_letters_total of the restart = %d, summary %d", got, want)
 	}

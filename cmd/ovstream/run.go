@@ -293,6 +293,9 @@ func printSummary(w io.Writer, s *consumer.Summary) {
 	for _, r := range sortedKeys(s.DeadLetters) {
 		fmt.Fprintf(w, "  dead letters (%s) %d\n", r, s.DeadLetters[r])
 	}
+	if s.ReplayedDead > 0 {
+		fmt.Fprintf(w, "  dead letters replayed   %d (recorded before a restart: skipped, not counted again)\n", s.ReplayedDead)
+	}
 	if !s.Watermark.IsZero() {
 		fmt.Fprintf(w, "  watermark               %s\n", s.Watermark.UTC().Format(time.RFC3339))
 	}
