@@ -31,7 +31,8 @@ func (l *loop) handleBatch(batch []record) {
 // the wall clock again (see replay.go).
 func (l *loop) handle(r *record, now time.Time) {
 	cfg := l.cfg
-	if l.skipReplayed(r) {
+	replay := l.replaying(r)
+	if replay && l.skipDeadLettered(r) {
 		return
 	}
 	if r.tp.Topic == cfg.PredictionsTopic {
@@ -40,7 +41,7 @@ func (l *loop) handle(r *record, now time.Time) {
 			l.deadLetter(r, store.ReasonDecode, err.Error())
 			return
 		}
-		if !l.replaying(r) && l.future(r, p.EventTime, now) {
+		if !replay && l.future(r, p.EventTime, now) {
 			return
 		}
 		l.wm.Observe(r.tp, p.EventTime, now)
@@ -68,7 +69,7 @@ func (l *loop) handle(r *record, now time.Time) {
 		l.deadLetter(r, store.ReasonDecode, err.Error())
 		return
 	}
-	if !l.replaying(r) && l.future(r, v.EventTime, now) {
+	if !replay && l.future(r, v.EventTime, now) {
 		return
 	}
 	l.wm.Observe(r.tp, v.EventTime, now)

@@ -54,12 +54,12 @@ func (l *loop) deadLetteredBefore(tp aggregate.PartitionID, offset int64) bool {
 	return i < len(offs) && offs[i] == offset
 }
 
-// skipReplayed handles r if it was consumed before the restart and
-// dead-lettered then: it is skipped without a new dead letter, metric or
+// skipDeadLettered handles r, a record consumed before the restart, if it
+// was dead-lettered then: it is skipped without a new dead letter, metric or
 // count in the windows (only Summary.ReplayedDead counts it). It reports
 // whether r was handled so.
-func (l *loop) skipReplayed(r *record) bool {
-	if !l.replaying(r) || !l.deadLetteredBefore(r.tp, r.offset) {
+func (l *loop) skipDeadLettered(r *record) bool {
+	if !l.deadLetteredBefore(r.tp, r.offset) {
 		return false
 	}
 	l.sum.ReplayedDead++
