@@ -26,17 +26,22 @@ func (l *loop) handleBatch(batch []record) {
 	l.flowControl(now)
 }
 
-// handle processes one record read at wall time now: decode, check time,
-// window, ledger.
+// handle processes one record read at wall time now: replay, decode, check
+// time, window, ledger. A record consumed before a restart is never judged by
+// the wall clock again (see replay.go).
 func (l *loop) handle(r *record, now time.Time) {
 	cfg := l.cfg
+	replay := l.replaying(r)
+	if replay && l.skipDeadLettered(r) {
+		return
+	}
 	if r.tp.Topic == cfg.PredictionsTopic {
 		p, err := r.pred, r.derr // decoded by the partition's reader
 		if err != nil {
 			l.deadLetter(r, store.ReasonDecode, err.Error())
 			return
 		}
-		if l.future(r, p.EventTime, now) {
+		if !replay && l.future(r, p.EventTime, now) {
 			return
 		}
 		l.wm.Observe(r.tp, p.EventTime, now)
@@ -64,7 +69,7 @@ func (l *loop) handle(r *record, now time.Time) {
 		l.deadLetter(r, store.ReasonDecode, err.Error())
 		return
 	}
-	if l.future(r, v.EventTime, now) {
+	if !replay && l.future(r, v.EventTime, now) {
 		return
 	}
 	l.wm.Observe(r.tp, v.EventTime, now)

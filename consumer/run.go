@@ -25,11 +25,12 @@ type Summary struct {
 	Predictions    int64            // predictions aggregated into windows
 	Positions      int64            // positions applied to vehicle_latest
 	Skipped        int64            // replayed events of windows written before (DESIGN.md "Replay")
-	DeadLetters    map[string]int64 // per reason
+	DeadLetters    map[string]int64 // new dead letters per reason; ReplayedDead: the earlier ones met again
 	WindowRows     int64            // delay_aggregates rows written
 	Commits        int64
 	CommitFailures int64
 	Resyncs        int64
+	ReplayedDead   int64                           // records dead-lettered before a restart, replayed and skipped (replay.go)
 	Watermark      time.Time                       // the last committed watermark
 	Stored         map[aggregate.PartitionID]int64 // committed next offset per partition
 	HighWater      map[aggregate.PartitionID]int64 // high water mark per partition, last seen
@@ -94,7 +95,8 @@ type loop struct {
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark
 	led         *Ledger
-	replayUntil map[aggregate.PartitionID]int64 // stored consumed_offset
+	replayUntil map[aggregate.PartitionID]int64   // stored consumed_offset
+	deadBefore  map[aggregate.PartitionID][]int64 // dead letters in [next_offset, consumed_offset) (replay.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record
