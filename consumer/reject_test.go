@@ -101,16 +101,31 @@ func TestRejects(t *testing.T) {
 	}
 }
 
-// Rounds in a row without a commit are bounded: the run stops, naming the refusal.
+// A round must name a row not refused before: otherwise re-reading did not
+// reject the records, and the run stops at once, naming the refusal. Rounds
+// in a row are bounded too.
 func TestRejectRoundsBounded(t *testing.T) {
 	refusal := errors.New("refused")
-	l := &loop{cfg: Config{Metrics: NewMetrics(nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, rej: &rejects{}}
+	newLoop := func() *loop {
+		return &loop{cfg: Config{Metrics: NewMetrics(nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, rej: &rejects{}}
+	}
+	vehicle := func(off int64) *store.RejectedError {
+		return &store.RejectedError{Vehicles: []store.RefusedRecord{{Key: "V", Offset: off}}, Err: refusal}
+	}
+	l := newLoop()
+	if err := l.rejected(vehicle(1)); !errors.Is(err, errResync) {
+		t.Fatalf("first round: %v, want a resync", err)
+	}
+	if err := l.rejected(vehicle(1)); errors.Is(err, errResync) || !errors.Is(err, refusal) {
+		t.Fatalf("the same row refused again: %v, want a terminal error wrapping the refusal", err)
+	}
+	l = newLoop()
 	var err error
 	for i := 0; i <= maxRejectRounds; i++ {
 		if err != nil && !errors.Is(err, errResync) {
 			t.Fatalf("round %d: %v, want a resync", i, err)
 		}
-		err = l.rejected(&store.RejectedError{Err: refusal})
+		err = l.rejected(vehicle(int64(i)))
 	}
 	if errors.Is(err, errResync) || !errors.Is(err, refusal) {
 		t.Fatalf("round %d: %v, want a terminal error wrapping the refusal", maxRejectRounds+1, err)
