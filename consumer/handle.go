@@ -59,6 +59,9 @@ func (l *loop) handle(r *record, now time.Time) {
 				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
 			return
 		}
+		if l.rejectPrediction(r, p) {
+			return
+		}
 		l.win.Add(p)
 		l.led.InWindow(r.tp, r.offset, end)
 		l.sum.Predictions++
@@ -73,6 +76,9 @@ func (l *loop) handle(r *record, now time.Time) {
 		return
 	}
 	l.wm.Observe(r.tp, v.EventTime, now)
+	if l.rejectPosition(r) {
+		return
+	}
 	l.keepVehicle(store.Vehicle{Position: v, Partition: r.tp.Partition, Offset: r.offset})
 	l.led.Consumed(r.tp, r.offset)
 	l.sum.Positions++
@@ -122,8 +128,11 @@ func (l *loop) deadLetter(r *record, reason, msg string) {
 }
 
 // keepTrip keeps the newest prediction per trip: greater event time, a tie
-// going to the later offset.
+// going to the later offset; never one whose trip row PostgreSQL refused.
 func (l *loop) keepTrip(t store.Trip) {
+	if l.rej.refusedTrip(l.cfg.PredictionsTopic, t) {
+		return
+	}
 	old, ok := l.trips[t.TripID]
 	if !ok || newer(t.EventTime, t.Offset, old.EventTime, old.Offset) {
 		l.trips[t.TripID] = t
@@ -131,6 +140,9 @@ func (l *loop) keepTrip(t store.Trip) {
 }
 
 func (l *loop) keepVehicle(v store.Vehicle) {
+	if l.rej.refusedVehicle(l.cfg.PositionsTopic, v) {
+		return
+	}
 	old, ok := l.vehicles[v.VehicleID]
 	if !ok || newer(v.EventTime, v.Offset, old.EventTime, old.Offset) {
 		l.vehicles[v.VehicleID] = v

@@ -16,7 +16,8 @@ import (
 var ErrFenced = store.ErrFenced
 
 // errResync asks Run to rebuild its state from the database: a COMMIT failed
-// ambiguously, so what is stored is unknown until it is read again.
+// ambiguously, so what is stored is unknown until it is read again; or
+// PostgreSQL refused rows, whose records are dead-lettered when read again.
 var errResync = errors.New("consumer: resync from stored positions")
 
 // Summary describes what a run did, for logs and the drain report.
@@ -69,15 +70,15 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
+	rej := &rejects{} // what PostgreSQL refused: a resync keeps it
 	for {
-		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum}
+		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum, rej: rej.forLoop()}
 		err = l.run(ctx)
 		epoch = l.epoch
 		if !errors.Is(err, errResync) {
 			break
 		}
 		sum.Resyncs++
-		cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again")
 	}
 	sum.Elapsed = cfg.Now().Sub(began)
 	return sum, err
@@ -91,6 +92,7 @@ type loop struct {
 	epoch int64
 	sum   *Summary
 	src   *source
+	rej   *rejects
 
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark

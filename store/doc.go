@@ -19,8 +19,11 @@
 //     An error of the COMMIT statement itself is a *CommitError: when it is
 //     Ambiguous the transaction may have committed, so re-read the positions.
 //   - Retryable tells transient failures (connection lost, serialization
-//     failure, deadlock, server shutting down) from terminal ones (fenced,
-//     constraint violations).
+//     failure, deadlock, server shutting down) from terminal ones (fenced).
+//   - A batch PostgreSQL refuses for a value it holds (Refused: SQLSTATE
+//     classes 22 and 23, 54000) writes nothing and returns a *RejectedError
+//     naming every refused row, found again in a transaction that is rolled
+//     back, so the caller can rebuild the batch without their records.
 //
 // A Store is not safe for concurrent use.
 package store
