@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -116,6 +118,15 @@ func TestStandbyTakeover(t *testing.T) {
 	if strings.Contains(b.output(), claimedLine) {
 		t.Fatalf("the standby claimed while the owner lived; output:\n%s", tail(b.output(), 20))
 	}
+	// Liveness is not progress: a transaction of the test holds the
+	// partitions' rows for three leases, so A's commits wait on it; A's
+	// heartbeat goes on, and B goes on waiting.
+	holdRows(t, r, 3*lease, func() {
+		if strings.Contains(b.output(), claimedLine) {
+			t.Fatalf("the standby claimed while the owner's commit waited on a lock; output:\n%s", tail(b.output(), 20))
+		}
+	})
+	r.waitCommits(a, 2, time.Minute, "after its commit waited on a lock")
 
 	killed := time.Now()
 	r.kill(a)
@@ -152,6 +163,50 @@ func TestStandbyTakeover(t *testing.T) {
 	r.waitCommits(c, 2, time.Minute, "after the feed ended")
 	r.stopGracefully(c)
 	r.finish(1)
+}
+
+// holdRows locks every stream_positions row of r's database in a
+// transaction for d, so the owner's commits wait (its fencing UPDATE), while
+// check runs every 100 ms; it requires that no commit landed meanwhile and
+// that the owner's pipeline_instances heartbeat kept being renewed.
+func holdRows(t *testing.T, r *rig, d time.Duration, check func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM stream_positions FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	committed := r.lastCommit()
+	beat := func() time.Time {
+		return scalar[time.Time](t, r.db, `SELECT max(heartbeat_at) FROM pipeline_instances WHERE role = 'active'`)
+	}
+	first, beats := beat(), 0
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		check()
+		if b := beat(); b.After(first) {
+			beats++
+			first = b
+		}
+	}
+	if c := r.lastCommit(); !c.Equal(committed) {
+		t.Fatalf("a commit landed while the test held the rows (%v, then %v): the hold proves nothing", committed, c)
+	}
+	if beats < 3 {
+		t.Fatalf("the owner's heartbeat was renewed %d times in %v while its commit waited", beats, d)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the owner's commits waited %v on a lock; its heartbeat was renewed %d times; the standby kept waiting", d, beats)
 }
 
 // supervised runs ovstream again whenever it exits, 100 ms later, like
