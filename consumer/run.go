@@ -81,7 +81,8 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 		sum.Resyncs++
 		cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again")
 	}
-	if in.stop(err); errors.Is(err, errStandbyStopped) {
+	in.stop(err)
+	if errors.Is(err, errStandbyStopped) {
 		err = nil
 	}
 	sum.Elapsed = cfg.Now().Sub(began)
