@@ -24,7 +24,15 @@ type Config struct {
 	// Partitions is the manual assignment; nil = every partition of both topics.
 	Partitions []aggregate.PartitionID
 	Pipeline   string // name in pipelines and stream_positions; default "ovstream"
-	Owner      string // who holds the fencing epoch, e.g. host:pid; informational
+	Owner      string // who holds the fencing epoch, host:pid; required, unique per running instance
+	// Lease: a partition whose owner's heartbeat is younger is held, and a
+	// claim of it waits as a standby; the owner renews its heartbeat every
+	// Lease/3. Every instance of a pipeline should use the same. Default
+	// 15s, at least 1s.
+	Lease time.Duration
+	// Takeover claims the partitions at once even while a live instance
+	// holds them (that instance is fenced at its next commit and exits).
+	Takeover bool
 
 	Window          time.Duration // tumbling window size; default 5m
 	AllowedLateness time.Duration // watermark = min partition max event time - this; default 2m
@@ -106,6 +114,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Pipeline == "" {
 		c.Pipeline = "ovstream"
+	}
+	if c.Owner == "" {
+		return errors.New("consumer: no owner (host:pid) to claim partitions as")
+	}
+	def(&c.Lease, DefaultLease)
+	if c.Lease < time.Second {
+		return fmt.Errorf("consumer: lease %v is shorter than 1s", c.Lease)
 	}
 	switch c.StartOffset {
 	case "":

@@ -29,6 +29,7 @@ type Metrics struct {
 	Lag              *prometheus.GaugeVec   // ovstream_partition_lag_messages{topic,partition}
 	Idle             *prometheus.GaugeVec   // ovstream_partition_idle{topic,partition}
 	Fenced           prometheus.Gauge       // ovstream_fenced
+	Standby          prometheus.Gauge       // ovstream_standby
 	LastCommit       prometheus.Gauge       // ovstream_last_commit_timestamp_seconds
 	KafkaCommitFails prometheus.Counter     // ovstream_kafka_offset_commit_failures_total
 	all              []prometheus.Collector
@@ -72,6 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 when the partition is idle and does not hold the watermark, else 0."}, []string{"topic", "partition"}),
 		Fenced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_fenced",
 			Help: "1 once another instance claimed the pipeline and this one stopped writing."}),
+		Standby: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_standby",
+			Help: "1 while this instance waits as a standby for partitions a live instance holds, else 0."}),
 		LastCommit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_last_commit_timestamp_seconds",
 			Help: "Wall time of the last successful commit, Unix seconds."}),
 		KafkaCommitFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_kafka_offset_commit_failures_total",
@@ -81,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
-		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.LastCommit, m.KafkaCommitFails}
+		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit, m.KafkaCommitFails}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)
@@ -127,7 +130,17 @@ func (m *Metrics) watermark(t time.Time) {
 // Health is what /readyz needs from a run, safe for concurrent reads.
 type Health struct {
 	assigned   atomic.Bool
-	lastCommit atomic.Int64 // Unix ns of the last successful commit; 0 = none
+	lastCommit atomic.Int64           // Unix ns of the last successful commit; 0 = none
+	standby    atomic.Pointer[string] // whom a standby waits for; nil = not waiting
+}
+
+// Standby tells whether the run waits as a standby, and for whom
+// ("9 partitions held by host:pid (since ..., heartbeat 1.2s ago)").
+func (h *Health) Standby() (bool, string) {
+	if s := h.standby.Load(); s != nil {
+		return true, *s
+	}
+	return false, ""
 }
 
 // Assigned tells whether every partition was assigned and sought.

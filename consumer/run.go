@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"sort"
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
@@ -50,10 +49,13 @@ const (
 // Run consumes the assigned partitions until ctx is cancelled (final commit
 // of what is durable, then nil) or, with cfg.Drain, until every partition
 // reached its high water mark at start (every window finalized and
-// committed). It claims the pipeline first; every commit is ONE transaction
-// of finalized windows, latest state, dead letters, offsets and watermark.
+// committed). It claims its partitions first, waiting as a standby while a
+// live instance holds them (cancelling ctx then ends it with nil); every
+// commit is ONE transaction of finalized windows, latest state, dead
+// letters, offsets and watermark. At the end it releases its partitions
+// (unless fenced), so a standby claims them at once.
 //
-// Errors: ErrFenced when another instance claimed the pipeline;
+// Errors: ErrFenced when another instance claimed one of its partitions;
 // *OffsetOutOfRangeError when a stored offset is gone and
 // cfg.OnOffsetOutOfRange is "fail"; otherwise a wrapped Kafka or database
 // error that did not clear with retries.
@@ -68,17 +70,22 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	began := cfg.Now()
 	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
+	in := startInstance(ctx, cfg, st)
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
 	rej := &rejects{} // what PostgreSQL refused: a resync keeps it
 	for {
-		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum, rej: rej.forLoop()}
+		l := &loop{cfg: cfg, st: st, in: in, epoch: epoch, sum: sum, rej: rej.forLoop()}
 		err = l.run(ctx)
 		epoch = l.epoch
 		if !errors.Is(err, errResync) {
 			break
 		}
 		sum.Resyncs++
+	}
+	in.stop(err)
+	if errors.Is(err, errStandbyStopped) {
+		err = nil
 	}
 	sum.Elapsed = cfg.Now().Sub(began)
 	return sum, err
@@ -89,6 +96,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 type loop struct {
 	cfg   Config
 	st    *store.Store
+	in    *instance // this instance's heartbeat and lease
 	epoch int64
 	sum   *Summary
 	src   *source
@@ -175,21 +183,6 @@ func (l *loop) run(ctx context.Context) (err error) {
 			}
 		}
 	}
-}
-
-// SortedPartitions returns m's keys in (topic, partition) order.
-func SortedPartitions[V any](m map[aggregate.PartitionID]V) []aggregate.PartitionID {
-	ps := make([]aggregate.PartitionID, 0, len(m))
-	for p := range m {
-		ps = append(ps, p)
-	}
-	sort.Slice(ps, func(i, j int) bool {
-		if ps[i].Topic != ps[j].Topic {
-			return ps[i].Topic < ps[j].Topic
-		}
-		return ps[i].Partition < ps[j].Partition
-	})
-	return ps
 }
 
 // retry runs fn until it succeeds, fails terminally or ctx ends; a retryable

@@ -40,15 +40,9 @@ func (l *loop) start(ctx context.Context) error {
 		}
 	}
 	if l.epoch == 0 {
-		err := retry(ctx, cfg, "claim partitions", func() (err error) {
-			l.epoch, err = l.st.Claim(ctx, cfg.Pipeline, cfg.Owner, assigned)
+		if err := l.claim(ctx, assigned); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("consumer: claim %d partitions of pipeline %q: %w", len(assigned), cfg.Pipeline, err)
 		}
-		cfg.Logger.Info("claimed partitions", "pipeline", cfg.Pipeline, "partitions", len(assigned),
-			"epoch", l.epoch, "owner", cfg.Owner)
 	}
 	var stored map[aggregate.PartitionID]store.Position
 	var seed time.Time

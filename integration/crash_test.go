@@ -643,6 +643,10 @@ type rig struct {
 	feed    *feed
 	mon     *monitor
 	env     []string // added to every incarnation's environment
+	// flags are added to the run flags of every incarnation and of the
+	// final drain: --takeover by default, since an incarnation restarted
+	// after a kill would otherwise wait for its predecessor's lease (15 s).
+	flags []string
 
 	incarnations int
 	kills        int       // SIGKILLs, by the test or at a crash point
@@ -660,7 +664,8 @@ func newRig(t *testing.T, rng *rand.Rand, ds *dataset, brokers string, chunks in
 // newRigOn is newRig on the database db.
 func newRigOn(t *testing.T, rng *rand.Rand, ds *dataset, brokers string, chunks int, db string) *rig {
 	t.Helper()
-	r := &rig{t: t, rng: rng, ds: ds, ref: referenceFor(t, ds), db: db, brokers: brokers}
+	r := &rig{t: t, rng: rng, ds: ds, ref: referenceFor(t, ds), db: db, brokers: brokers,
+		flags: []string{"--takeover"}}
 	r.feed = newFeed(ds, brokers, chunks)
 	t.Cleanup(r.feed.close)
 	r.mon = startMonitor(t, r.db, brokers)
@@ -674,16 +679,22 @@ func newRigOn(t *testing.T, rng *rand.Rand, ds *dataset, brokers string, chunks 
 
 // args are the run flags of every incarnation: commit on every tick.
 func (r *rig) args(extra ...string) []string {
-	return runArgs(r.db, r.brokers, append([]string{"--flush-interval", "50ms",
-		"--allowed-lateness", r.ds.lateness, "--log-level", "info"}, extra...)...)
+	flags := append([]string{"--flush-interval", "50ms", "--allowed-lateness", r.ds.lateness, "--log-level", "info"}, r.flags...)
+	return runArgs(r.db, r.brokers, append(flags, extra...)...)
 }
 
 // start starts an incarnation of the service.
 func (r *rig) start(env ...string) *proc {
 	r.t.Helper()
+	return r.startWith(env)
+}
+
+// startWith starts an incarnation with env and extra run flags.
+func (r *rig) startWith(env []string, extra ...string) *proc {
+	r.t.Helper()
 	r.incarnations++
 	r.since = r.lastCommit()
-	p := startOvstream(r.t, append(append([]string{}, r.env...), env...), r.args()...)
+	p := startOvstream(r.t, append(append([]string{}, r.env...), env...), r.args(extra...)...)
 	r.last = p
 	return p
 }
@@ -879,7 +890,7 @@ func (r *rig) finish(minAfterCommits int) {
 		t.Fatalf("only %d kills came after a commit of their incarnation, want at least %d: the schedule proves too little", r.afterCommits, minAfterCommits)
 	}
 	drainStart := time.Now()
-	out := drain(t, r.db, r.brokers, "--flush-interval", "50ms", "--allowed-lateness", r.ds.lateness)
+	out := drain(t, r.db, r.brokers, append([]string{"--flush-interval", "50ms", "--allowed-lateness", r.ds.lateness}, r.flags...)...)
 	t.Logf("final drain took %v", time.Since(drainStart).Round(time.Millisecond))
 	if time.Since(drainStart) > 5*time.Second {
 		t.Logf("slow final drain; its output:\n%s", out)

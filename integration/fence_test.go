@@ -72,23 +72,28 @@ func waitFenced(t *testing.T, p *proc) {
 	}
 }
 
-// G6: a fenced instance writes nothing after the new owner's claim.
+// G6: a fenced instance writes nothing after the new owner's claim. The
+// new owner claims with --takeover (at once, although the old owner's lease
+// lives; without it the claim waits as a standby: TestStandbyFrozenOwner).
 //
 // Phase 1, a zombie with work to write: instance A stops itself (SIGSTOP)
 // at its N-th consumed record, with records consumed since its last commit.
-// Instance B of the same pipeline claims it and dies before its first commit
-// (crash point before_begin:1), so the tables after the claim are known.
-// Then A continues: its next commit is refused, A exits with code 3 saying it
-// was fenced, and every table, timestamps included, is exactly as it was
-// after B's claim, although A held consumed offsets that were not stored.
-// (Should A have stopped with a commit in flight, B's claim waits for it and
-// A continues first, as in phase 2.)
+// Instance B of the same pipeline takes its partitions over and dies before
+// its first commit (crash point before_begin:1), so the tables after the
+// claim are known. Then A continues: its next commit is refused, A exits
+// with code 3 saying it was fenced, and every table, timestamps included, is
+// exactly as it was after B's claim, although A held consumed offsets that
+// were not stored. (Should A have stopped with a commit in flight, B
+// terminates that transaction's session instead of waiting for it, as in
+// phase 2.)
 //
 // Phase 2, a commit in flight during the claim: A stops itself inside its
-// commit transaction (mid_commit, after the fencing UPDATE). B's claim waits
-// on that row lock; once A continues, A's transaction commits first, then B's
-// claim; B stops itself before its first commit. A's next commit is refused
-// (exit 3) and nothing changes after B's claim.
+// commit transaction (mid_commit, after the fencing UPDATE locked its
+// partitions' rows). B's takeover does not wait for that lock: it
+// terminates A's session (A's transaction rolls back: nothing of it lands)
+// and claims; B stops itself before its first commit. A continues, finds
+// its connection gone, commits again and is refused (exit 3); nothing
+// changes after B's claim.
 //
 // Then an instance runs normally and a final drain gives the exact tables.
 func TestFencing(t *testing.T) {
@@ -97,6 +102,7 @@ func TestFencing(t *testing.T) {
 	ds := auckland2h(t)
 	addr := startBroker(t)
 	r := newRig(t, rng, ds, addr, 40)
+	r.flags = nil // takeovers are explicit below
 
 	// Phase 1.
 	r.feed.step()
@@ -110,39 +116,20 @@ func TestFencing(t *testing.T) {
 	r.feed.step()                                                                 // A stops at its n-th record
 	waitCrashpointStop(t, a, "after_consume", n)
 	before := snapshot(t, r.db)
-	// A commits on a goroutine of its own: it may have stopped with a commit
-	// in flight. Then B's claim waits for that transaction, which A ends
-	// once it continues (a claim never overtakes a commit in progress).
-	b := r.start("OVSTREAM_CRASHPOINT=before_begin:1")
-	continued := false
-	for deadline := time.Now().Add(time.Minute); ; {
-		if exited(b) {
-			break
-		}
-		if !continued && scalar[int64](t, r.db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND application_name = 'ovstream' AND wait_event_type = 'Lock'`) > 0 {
-			t.Log("phase 1: A stopped with a commit in flight; B's claim waits for it: A continues")
-			r.signal(a, syscall.SIGCONT)
-			continued = true
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B did not claim and die within a minute; output:\n%s", tail(b.output(), 40))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b := r.startWith([]string{"OVSTREAM_CRASHPOINT=before_begin:1"}, "--takeover")
 	if code := b.wait(t, time.Minute); code != -1 || !strings.Contains(b.output(), "crashpoint: before_begin reached 1 time(s): SIGKILL") {
 		t.Fatalf("B: exit %d, want SIGKILL at before_begin:1; output:\n%s", code, tail(b.output(), 40))
 	}
 	claimed := snapshot(t, r.db)
-	if !continued {
+	if strings.Contains(b.output(), "terminated the database session") {
+		t.Log("phase 1: A stopped with a commit in flight; B's takeover terminated its session")
+	} else {
 		sameSnapshot(t, "B's claim changed more than the partitions' owner and epoch", before, claimed)
 	}
 	if got := scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`); got != 2 {
 		t.Fatalf("epoch %d after B's claim, want 2", got)
 	}
-	if !continued {
-		r.signal(a, syscall.SIGCONT)
-	}
+	r.signal(a, syscall.SIGCONT)
 	waitFenced(t, a)
 	after := snapshot(t, r.db)
 	sameSnapshot(t, "A (fenced) wrote after B's claim", claimed, after)
@@ -159,37 +146,29 @@ func TestFencing(t *testing.T) {
 	r.mon.check(t, "after phase 1")
 	t.Logf("phase 1: A held %d consumed records, %d stored; fenced with nothing written", n, storedConsumed)
 
-	// Phase 2.
+	// Phase 2. B died before its first commit; its lease lives on: A takes over.
 	r.feed.paced(150 * time.Millisecond)
 	k := 3 + rng.IntN(5)
-	a = r.start(fmt.Sprintf("OVSTREAM_CRASHPOINT=mid_commit:%d", k), "OVSTREAM_CRASHPOINT_ACTION=stop")
+	a = r.startWith([]string{fmt.Sprintf("OVSTREAM_CRASHPOINT=mid_commit:%d", k), "OVSTREAM_CRASHPOINT_ACTION=stop"}, "--takeover")
 	waitCrashpointStop(t, a, "mid_commit", k)
 	inFlight := snapshot(t, r.db)
-	b = r.start("OVSTREAM_CRASHPOINT=before_begin:1", "OVSTREAM_CRASHPOINT_ACTION=stop")
-	deadline := time.Now().Add(time.Minute)
-	for scalar[int64](t, r.db, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-		AND application_name = 'ovstream' AND wait_event_type = 'Lock'`) == 0 {
-		r.alive(b, "while its claim waits")
-		if strings.Contains(a.output(), "mid_commit: continued") {
-			t.Fatal("A went on past its crash point before the test sent SIGCONT: the stop did not hold")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B's claim is not waiting on A's transaction; B output:\n%s", tail(b.output(), 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	if got := scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`); got != 3 {
-		t.Fatalf("epoch %d while B's claim waits, want 3 (A's)", got)
+		t.Fatalf("epoch %d while A is stopped in its commit, want 3 (A's)", got)
 	}
-	r.signal(a, syscall.SIGCONT) // A's commit completes, then B's claim
+	b = r.startWith([]string{"OVSTREAM_CRASHPOINT=before_begin:1", "OVSTREAM_CRASHPOINT_ACTION=stop"}, "--takeover")
 	waitCrashpointStop(t, b, "before_begin", 1)
+	if strings.Contains(a.output(), "mid_commit: continued") {
+		t.Fatal("A went on past its crash point before the test sent SIGCONT: the stop did not hold")
+	}
+	if l := lineWith(b, "terminated the database session"); !strings.Contains(l, "owner="+ownerOf(t, a)) || !strings.Contains(l, "reason=--takeover") {
+		t.Fatalf("B's takeover did not terminate the session of A's commit in flight: %q; output:\n%s", l, tail(b.output(), 30))
+	}
 	claimed = snapshot(t, r.db)
 	if got := scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`); got != 4 {
 		t.Fatalf("epoch %d after B's claim, want 4", got)
 	}
-	if fmt.Sprint(claimed["stream_positions"]) == fmt.Sprint(inFlight["stream_positions"]) {
-		t.Fatal("A's commit in flight during the claim did not land before it")
-	}
+	sameSnapshot(t, "A's commit in flight during the takeover landed", inFlight, claimed)
+	r.signal(a, syscall.SIGCONT)
 	waitFenced(t, a)
 	sameSnapshot(t, "A (fenced, phase 2) wrote after B's claim", claimed, snapshot(t, r.db))
 	b.kill()
@@ -197,7 +176,7 @@ func TestFencing(t *testing.T) {
 	r.mon.check(t, "after phase 2")
 
 	// The pipeline goes on, exactly.
-	c := r.start()
+	c := r.startWith(nil, "--takeover")
 	r.waitProgress(c, time.Minute, "after the fencing")
 	r.feed.wait(t, 2*time.Minute)
 	r.waitCommits(c, 2, time.Minute, "after the feed ended")

@@ -45,7 +45,17 @@ type statusJSON struct {
 		HighWater  *int64     `json:"high_water"`
 		Lag        *int64     `json:"lag"`
 		UpdatedAt  *time.Time `json:"updated_at"`
+		Owner      string     `json:"owner"`
+		Epoch      int64      `json:"epoch"`
+		Lease      string     `json:"lease"`
 	} `json:"partitions"`
+	Instances []struct {
+		Owner         string   `json:"owner"`
+		Role          string   `json:"role"`
+		Partitions    []string `json:"partitions"`
+		HeartbeatAgeS float64  `json:"heartbeat_age_s"`
+		Alive         bool     `json:"alive"`
+	} `json:"instances"`
 	TotalLag    int64 `json:"total_lag"`
 	DeadLetters map[string]struct {
 		Total    int64 `json:"total"`
@@ -78,8 +88,9 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 
 	s := status(t, db, addr, "ops")
 	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
-	if !s.Claimed || s.Epoch != 1 || !strings.Contains(s.Owner, ":") || s.HeartbeatAt == nil ||
-		time.Since(*s.HeartbeatAt) > time.Minute || s.Watermark == nil {
+	// The drain released its partitions at the end and stopped its instance.
+	if !s.Claimed || s.Epoch != 1 || s.Owner != "" || s.HeartbeatAt == nil ||
+		time.Since(*s.HeartbeatAt) > time.Minute || s.Watermark == nil || len(s.Instances) != 0 {
 		t.Errorf("pipeline: %+v", s)
 	}
 	newest := dump(t, db, `SELECT max(window_end) FROM delay_aggregates`)[0]
@@ -93,6 +104,9 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 		k := fmt.Sprintf("%s/%d", p.Topic, p.Partition)
 		if p.NextOffset == nil || *p.NextOffset != hw[k] || *p.HighWater != hw[k] || *p.LogStart != 0 || *p.Lag != 0 || p.UpdatedAt == nil {
 			t.Errorf("%s: next %v, high water %v (want %d), log start %v, lag %v", k, p.NextOffset, p.HighWater, hw[k], p.LogStart, p.Lag)
+		}
+		if p.Owner != "" || p.Epoch != 1 || p.Lease != "released" {
+			t.Errorf("%s: owner %q, epoch %d, lease %q; want released at epoch 1 after the drain", k, p.Owner, p.Epoch, p.Lease)
 		}
 	}
 	if d := s.DeadLetters["decode"]; d.Total != 4 || d.Replayed != 0 || len(s.DeadLetters) != 1 {
@@ -108,7 +122,8 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 		t.Errorf("total lag %d after 10 more records, want 10", s.TotalLag)
 	}
 	text, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ops")
-	for _, want := range []string{"pipeline ops: epoch 1, owner ", "arrival_predictions/0", "total lag: 10", "dead letters: decode 4 (0 replayed);"} {
+	for _, want := range []string{"pipeline ops: epoch 1, owner none (released)", "arrival_predictions/0", "total lag: 10",
+		"instances (lease 15s): none running", "dead letters: decode 4 (0 replayed);"} {
 		if code != 0 || !strings.Contains(text, want) {
 			t.Errorf("status (exit %d) does not say %q:\n%s", code, want, text)
 		}

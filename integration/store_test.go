@@ -41,11 +41,11 @@ func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	epoch, err = s.Claim(ctx, "p", "test", []aggregate.PartitionID{tp0})
+	c, err := s.Claim(ctx, "p", "test", []aggregate.PartitionID{tp0}, store.ClaimOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, url, epoch
+	return s, url, c.Epoch
 }
 
 // query connects on its own and returns the single value of sql.
@@ -231,7 +231,8 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	newer, err := other.Claim(ctx, "p", "other", []aggregate.PartitionID{tp0})
+	c, err := other.Claim(ctx, "p", "other", []aggregate.PartitionID{tp0}, store.ClaimOptions{Lease: time.Minute, Takeover: true})
+	newer := c.Epoch
 	if err != nil || newer != old+1 {
 		t.Fatalf("second claim = %d, %v; want %d", newer, err, old+1)
 	}
@@ -276,10 +277,11 @@ func TestStorePositionsNeverMoveBackwards(t *testing.T) {
 	s, _, _ := openStore(t)
 	a := aggregate.PartitionID{Topic: "arrival_predictions", Partition: 0}
 	b := aggregate.PartitionID{Topic: "vehicle_positions", Partition: 3}
-	epoch, err := s.Claim(ctx, "p", "test", []aggregate.PartitionID{a, b})
+	c, err := s.Claim(ctx, "p", "test", []aggregate.PartitionID{a, b}, store.ClaimOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
+	epoch := c.Epoch
 	commit := func(ps ...store.Position) {
 		t.Helper()
 		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Positions: ps}); err != nil {

@@ -2,59 +2,311 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ovstream/ovstream/aggregate"
 )
 
+// ClaimOptions say when a claim may take a partition another instance owns
+// (DESIGN.md "Pipelines, instances and partitions": standby, not ping-pong).
+type ClaimOptions struct {
+	// Lease: a partition whose owner's heartbeat is younger than this is
+	// held, and the claim returns *HeldError. Required, > 0. Every instance
+	// of a pipeline should use the same lease (an owner renews every lease/3
+	// of its own).
+	Lease time.Duration
+	// Takeover claims held partitions too (run --takeover): their owner is
+	// fenced at its next commit.
+	Takeover bool
+}
+
+// Claimed is what a successful claim did.
+type Claimed struct {
+	Epoch int64 // the fencing epoch the claimed partitions have now
+	// Previous is the ownership of each claimed partition just before the
+	// claim, by topic and partition (State says why it could be taken).
+	Previous []PartitionLease
+	// Terminated are the database sessions the claim ended because they
+	// held a claimed partition's row lock for longer than claimLockTimeout
+	// while its owner's lease had expired (or under Takeover): a frozen
+	// owner inside its commit transaction.
+	Terminated []Termination
+}
+
+// Termination is one database session a claim terminated (pg_terminate_backend).
+type Termination struct {
+	PID       int32                 // backend process id
+	Partition aggregate.PartitionID // a partition whose row lock it held
+	Owner     string                // the partition's owner then
+	State     string                // the owner's lease then: LeaseExpired, or LeaseAlive under Takeover
+}
+
+const (
+	// claimLockTimeout bounds each row-lock wait of a claim (lock_timeout):
+	// an owner's commit holds its partitions' rows for that long at most in
+	// practice; longer, the holder is frozen or stuck (SQLSTATE 55P03).
+	claimLockTimeout = time.Second
+	// terminateAttempts is how many times a claim terminates lock holders
+	// and tries again before it returns the 55P03 error (retryable).
+	terminateAttempts = 3
+	// staleInstanceLeases: a claim deletes pipeline_instances rows whose
+	// heartbeat is older than this many leases (instances that crashed).
+	staleInstanceLeases = 10
+)
+
 // Claim makes owner the owner of parts, partitions of pipeline, and returns
-// its new fencing epoch: one more than the greatest epoch any of parts had
+// their new fencing epoch: one more than the greatest epoch any of parts had
 // (1 on the first claim). From then on every commit of an older epoch that
-// covers one of parts fails with ErrFenced. A claim waits for a commit in
-// progress on those partitions (it holds their stream_positions rows), so
-// nothing a fenced instance writes becomes visible after Claim returns.
+// covers one of parts fails with ErrFenced, so nothing an earlier owner
+// writes becomes visible after Claim returns.
+//
+// A partition is taken when it is released (no owner), when its owner's
+// lease has expired (see LeaseAlive), when owner is its owner already (the
+// same host:pid, e.g. a restarted container), or under opts.Takeover.
+// Otherwise nothing is claimed and the error is a *HeldError (errors.As)
+// listing the live owners: wait as a standby and call Claim again.
+//
+// A claim never blocks on a frozen instance: it waits at most
+// claimLockTimeout for a partition's row lock. When a session still holds it
+// (a commit transaction of an owner whose lease expired, or any owner under
+// Takeover), the claim terminates that session (its transaction id is the
+// row's xmax; pg_locks gives its process) and tries again; Claimed.Terminated
+// lists what it ended. This needs the right to signal the holder's backend
+// (the same database role, or pg_signal_backend).
+//
 // A partition never claimed before gets a stream_positions row without
-// offsets (LoadPositions leaves it out).
-func (s *Store) Claim(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID) (epoch int64, err error) {
+// offsets (LoadPositions leaves it out). The claim also deletes the
+// pipeline_instances rows of instances silent for staleInstanceLeases leases.
+func (s *Store) Claim(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions) (Claimed, error) {
+	c, err := s.claim(ctx, pipeline, owner, 0, parts, opts)
+	if err != nil {
+		return c, fmt.Errorf("store: claim %d partitions of pipeline %q: %w", len(parts), pipeline, err)
+	}
+	return c, nil
+}
+
+// ClaimMore makes owner the owner of parts, more partitions of pipeline
+// (e.g. partitions added to a topic while running), at the fencing epoch
+// owner holds already, so one epoch keeps fencing all of its partitions.
+// The rules of Claim apply: a *HeldError when a live instance holds one of
+// parts. A partition whose epoch is epoch or more (another instance claimed
+// it after owner's claim; fencing epochs never go down) fails the claim
+// with ErrFenced (errors.Is), unless owner holds it at epoch already (a
+// repeated ClaimMore). Nothing is claimed on error.
+func (s *Store) ClaimMore(ctx context.Context, pipeline, owner string, epoch int64, parts []aggregate.PartitionID, opts ClaimOptions) (Claimed, error) {
+	if epoch <= 0 {
+		return Claimed{}, fmt.Errorf("store: claim more partitions of pipeline %q: epoch %d: want the positive epoch of a claim", pipeline, epoch)
+	}
+	c, err := s.claim(ctx, pipeline, owner, epoch, parts, opts)
+	if err != nil {
+		return c, fmt.Errorf("store: claim %d more partitions of pipeline %q at epoch %d: %w", len(parts), pipeline, epoch, err)
+	}
+	return c, nil
+}
+
+// Release gives up owner's partitions parts of pipeline claimed at epoch (a
+// clean shutdown, the end of a drain): their owner becomes NULL, their epoch
+// stays, so a standby claims them at once. Partitions another instance
+// claimed since are left alone. It returns how many were released.
+func (s *Store) Release(ctx context.Context, pipeline, owner string, epoch int64, parts []aggregate.PartitionID) (int, error) {
 	topics, nums := partitionArrays(parts)
-	err = s.do(ctx, func(conn *pgx.Conn) error {
-		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO pipelines (name) VALUES ($1) ON CONFLICT DO NOTHING`, pipeline); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
-INSERT INTO stream_positions (pipeline, topic, partition)
-SELECT $1, u.topic, u.partition FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
-ORDER BY 2, 3
-ON CONFLICT DO NOTHING`, pipeline, topics, nums); err != nil {
-				return err
-			}
-			var current *int64
-			if err := tx.QueryRow(ctx, `
-SELECT max(epoch) FROM (
-    SELECT s.epoch FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
-        ON s.topic = u.topic AND s.partition = u.partition
-    WHERE s.pipeline = $1 ORDER BY s.topic, s.partition FOR UPDATE OF s) AS locked`,
-				pipeline, topics, nums).Scan(&current); err != nil {
-				return err
-			}
-			epoch = 1
-			if current != nil {
-				epoch = *current + 1
-			}
-			_, err := tx.Exec(ctx, `
-UPDATE stream_positions s SET epoch = $4, owner = $5, heartbeat_at = now()
+	var n int
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		tag, err := conn.Exec(ctx, `
+UPDATE stream_positions s SET owner = NULL
 FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
-WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums, epoch, owner)
-			return err
-		})
+WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition AND s.epoch = $4 AND s.owner = $5`,
+			pipeline, topics, nums, epoch, owner)
+		n = int(tag.RowsAffected())
+		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store: claim %d partitions of pipeline %q: %w", len(parts), pipeline, err)
+		return 0, fmt.Errorf("store: release %d partitions of pipeline %q: %w", len(parts), pipeline, err)
 	}
-	return epoch, nil
+	return n, nil
+}
+
+// claim claims parts at epoch (0: a new epoch), terminating the sessions
+// that hold their row locks when it may take them.
+func (s *Store) claim(ctx context.Context, pipeline, owner string, epoch int64, parts []aggregate.PartitionID, opts ClaimOptions) (Claimed, error) {
+	var c Claimed
+	if opts.Lease <= 0 {
+		return c, fmt.Errorf("lease %v: want a positive duration", opts.Lease)
+	}
+	if len(parts) == 0 {
+		return c, errors.New("no partitions to claim")
+	}
+	for attempt := 1; ; attempt++ {
+		err := s.tryClaim(ctx, pipeline, owner, epoch, parts, opts, &c)
+		if err == nil || !lockNotAvailable(err) || attempt > terminateAttempts {
+			return c, err
+		}
+		ts, err := s.terminateHolders(ctx, pipeline, owner, parts, opts)
+		if err != nil {
+			return c, fmt.Errorf("terminate the sessions holding the partitions' row locks: %w", err)
+		}
+		c.Terminated = append(c.Terminated, ts...)
+	}
+}
+
+// errHeld rolls back a claim transaction that found live owners.
+var errHeld = errors.New("held")
+
+// tryClaim is one claim transaction. Every lock wait in it is bounded by
+// claimLockTimeout (SQLSTATE 55P03 after that).
+func (s *Store) tryClaim(ctx context.Context, pipeline, owner string, epoch int64, parts []aggregate.PartitionID, opts ClaimOptions, c *Claimed) error {
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return err
+	}
+	topics, nums := partitionArrays(parts)
+	var held []PartitionLease
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		// Insert only what is missing: an insert that meets an existing row
+		// would wait for the transaction updating it (a frozen commit).
+		if _, err := tx.Exec(ctx, `INSERT INTO pipelines (name) SELECT $1
+			WHERE NOT EXISTS (SELECT 1 FROM pipelines WHERE name = $1) ON CONFLICT DO NOTHING`, pipeline); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+INSERT INTO stream_positions (pipeline, topic, partition)
+SELECT $1, u.topic, u.partition FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
+WHERE NOT EXISTS (SELECT 1 FROM stream_positions s WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition)
+ORDER BY 2, 3
+ON CONFLICT DO NOTHING`, pipeline, topics, nums); err != nil {
+			return err
+		}
+		// Without locks first: a standby polls here and never waits.
+		states, err := leaseStates(ctx, tx, pipeline, parts, opts.Lease)
+		if err != nil {
+			return err
+		}
+		if held = heldBy(states, owner, opts.Takeover); held != nil {
+			return errHeld
+		}
+		if _, err := tx.Exec(ctx, `
+SELECT 1 FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
+    ON s.topic = u.topic AND s.partition = u.partition
+WHERE s.pipeline = $1 ORDER BY s.topic, s.partition FOR UPDATE OF s`, pipeline, topics, nums); err != nil {
+			return err
+		}
+		// Under the locks: what another claim may have changed meanwhile.
+		if states, err = leaseStates(ctx, tx, pipeline, parts, opts.Lease); err != nil {
+			return err
+		}
+		if held = heldBy(states, owner, opts.Takeover); held != nil {
+			return errHeld
+		}
+		next := epoch
+		if epoch == 0 {
+			for _, p := range states {
+				next = max(next, p.Epoch)
+			}
+			next++
+		} else {
+			for _, p := range states {
+				if p.Epoch > epoch || (p.Epoch == epoch && p.Owner != owner) {
+					return fmt.Errorf("partition %s has epoch %d, owner %q: %w", p.PartitionID, p.Epoch, p.Owner, ErrFenced)
+				}
+			}
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE stream_positions s SET epoch = $4, owner = $5, heartbeat_at = now()
+FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
+WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums, next, owner); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM pipeline_instances WHERE pipeline = $1 AND owner <> $2
+			AND heartbeat_at < now() - $3 * interval '1 microsecond'`, pipeline, owner, micros(staleInstanceLeases*opts.Lease)); err != nil {
+			return err
+		}
+		c.Epoch, c.Previous = next, states
+		return nil
+	})
+	switch {
+	case errors.Is(err, errHeld): // rolled back; the connection is fine
+		return &HeldError{Held: held}
+	case err != nil && !errors.Is(err, ErrFenced):
+		s.discard()
+	}
+	return err
+}
+
+// heldBy returns the partitions of states a claim by owner may not take:
+// another owner's lease is alive and this is no takeover.
+func heldBy(states []PartitionLease, owner string, takeover bool) []PartitionLease {
+	if takeover {
+		return nil
+	}
+	var held []PartitionLease
+	for _, p := range states {
+		if p.State == LeaseAlive && p.Owner != owner {
+			held = append(held, p)
+		}
+	}
+	return held
+}
+
+// lockNotAvailable tells whether err is SQLSTATE 55P03 (lock_timeout).
+func lockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// terminateHolders terminates the sessions whose transactions hold the row
+// locks of parts (the transaction id is the row's xmax; pg_locks names its
+// process), unless the partition's owner is another live instance and this
+// is no takeover (then its commit is waited for: the claim returns 55P03).
+func (s *Store) terminateHolders(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions) ([]Termination, error) {
+	topics, nums := partitionArrays(parts)
+	var out []Termination
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		out = out[:0]
+		rows, err := conn.Query(ctx, `
+SELECT DISTINCT ON (l.pid) l.pid, s.topic, s.partition, coalesce(s.owner, ''),
+    CASE WHEN s.owner IS NULL THEN 'released'
+         WHEN coalesce(i.heartbeat_at, s.heartbeat_at) > now() - $4 * interval '1 microsecond' THEN 'alive'
+         ELSE 'expired' END
+FROM stream_positions s
+JOIN pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.transactionid = s.xmax
+LEFT JOIN pipeline_instances i ON i.pipeline = s.pipeline AND i.owner = s.owner
+WHERE s.pipeline = $1 AND (s.topic, s.partition) IN (SELECT * FROM unnest($2::text[], $3::integer[]))
+  AND l.pid <> pg_backend_pid()
+ORDER BY l.pid, s.topic, s.partition`, pipeline, topics, nums, micros(opts.Lease))
+		if err != nil {
+			return err
+		}
+		var found []Termination
+		var t Termination
+		if _, err := pgx.ForEachRow(rows, []any{&t.PID, &t.Partition.Topic, &t.Partition.Partition, &t.Owner, &t.State}, func() error {
+			if t.State != LeaseAlive || t.Owner == owner || opts.Takeover {
+				found = append(found, t)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, t := range found {
+			var ok bool
+			// Wait up to 5 s for the backend to exit, so its locks are gone.
+			if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, t.PID).Scan(&ok); err != nil {
+				return fmt.Errorf("pg_terminate_backend(%d): %w", t.PID, err)
+			}
+			if ok {
+				out = append(out, t)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // partitionArrays returns parts as two parallel arrays, for unnest.

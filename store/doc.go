@@ -13,8 +13,12 @@
 //     committed; an older one replayed later does not overwrite it.
 //   - Dead letters are stored byte for byte (bytea), once per (topic, partition, offset).
 //   - Stored positions never move backwards (GREATEST), never by delete-then-insert.
-//   - A commit whose epoch is no longer the pipeline's writes nothing and
+//   - A commit whose epoch is no longer its partitions' writes nothing and
 //     returns ErrFenced.
+//   - A claim takes a partition only when it is released, its owner's lease
+//     expired (heartbeat older than the lease, by the database's clock), or
+//     under takeover; else it returns *HeldError. It never blocks on a frozen
+//     owner's row lock: after a bounded wait it terminates that session.
 //   - After any error the connection is thrown away; the next call reconnects.
 //     An error of the COMMIT statement itself is a *CommitError: when it is
 //     Ambiguous the transaction may have committed, so re-read the positions.

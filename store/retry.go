@@ -17,6 +17,7 @@ import (
 // True: connection lost or refused, timeouts, an ambiguous COMMIT (re-read the
 // positions first), SQLSTATE class 08 (connection exception), 40001
 // (serialization failure), 40P01 (deadlock), 55P03 (lock not available),
+// 25P03 (the server ended a session idle in its transaction),
 // 57P01/57P02/57P03 (server shutting down or starting up), 53300 (too many
 // connections).
 // False: ErrFenced, context.Canceled, every other server error (a value
@@ -36,7 +37,7 @@ func Retryable(err error) bool {
 		switch code := pgErr.Code; {
 		case strings.HasPrefix(code, "08"):
 			return true
-		case code == "40001", code == "40P01", code == "55P03",
+		case code == "40001", code == "40P01", code == "55P03", code == "25P03",
 			code == "57P01", code == "57P02", code == "57P03", code == "53300":
 			return true
 		default:

@@ -32,6 +32,8 @@ func TestRetryable(t *testing.T) {
 		{pg("40P01"), true},  // deadlock_detected
 		{pg("08006"), true},  // connection_failure
 		{pg("55P03"), true},  // lock_not_available
+		{pg("25P03"), true},  // idle_in_transaction_session_timeout
+		{fmt.Errorf("store: claim: %w", &HeldError{}), false},
 		{&CommitError{Ambiguous: true, Err: io.ErrUnexpectedEOF}, true},
 		{&CommitError{Err: &pgconn.PgError{Code: "23514"}}, false},
 		{fmt.Errorf("x: %w", io.EOF), true},

@@ -76,6 +76,26 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	return s, nil
 }
 
+// Clone returns a Store on the same database with a connection of its own,
+// opened on first use, that pg_stat_activity shows as applicationName: for
+// work that must not wait behind this Store's transactions (the lease
+// heartbeat). Hooks are not copied.
+func (s *Store) Clone(applicationName string) *Store {
+	config := s.config.Copy()
+	config.RuntimeParams["application_name"] = applicationName
+	return &Store{config: config}
+}
+
+// LimitIdleTransactions makes the server end this Store's sessions that sit
+// idle inside a transaction for longer than d
+// (idle_in_transaction_session_timeout, SQLSTATE 25P03): a frozen process
+// (SIGSTOP) cannot hold its commit's row locks for ever. It applies from the
+// next connection on; the current one is closed.
+func (s *Store) LimitIdleTransactions(d time.Duration) {
+	s.config.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(d.Milliseconds())
+	s.discard()
+}
+
 // Close closes the connection. The Store may still be used: the next call reconnects.
 func (s *Store) Close(ctx context.Context) error {
 	if s.conn == nil {

@@ -33,8 +33,9 @@ func init() {
 type runFlags struct {
 	brokers, databaseURL, pipeline, topics, partitions  string
 	window, lateness, idle, skew, flush, connectTimeout time.Duration
+	lease                                               time.Duration
 	startOffset, onOutOfRange                           string
-	drain, migrate, idleFinalize                        bool
+	drain, migrate, idleFinalize, takeover              bool
 	logFormat, logLevel                                 string
 	metricsAddr                                         string
 	kafkaCommitOffsets                                  bool
@@ -62,6 +63,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water]: fail|earliest|latest")
 	fs.BoolVar(&f.drain, "drain", false, "stop once every partition reached its high water mark at start; finalize every window; print a summary")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations before starting")
+	fs.DurationVar(&f.lease, "lease", consumer.DefaultLease, "a partition whose owner's heartbeat is younger is held: this instance waits as a standby until it is released or the lease expires (use one lease for all instances of a pipeline)")
+	fs.BoolVar(&f.takeover, "takeover", false, "claim the partitions at once even while a live instance holds them (it is fenced and exits 3)")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, "how long to retry connecting to PostgreSQL at start")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
@@ -119,6 +122,8 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		StartOffset:        f.startOffset,
 		OnOffsetOutOfRange: f.onOutOfRange,
 		Drain:              f.drain,
+		Lease:              f.lease,
+		Takeover:           f.takeover,
 		MaxUncommitted:     f.maxUncommitted,
 		FetchBytes:         int32(f.fetchBytes),
 		Logger:             log,
@@ -274,7 +279,7 @@ func reportRun(w, errw io.Writer, cfg consumer.Config, sum *consumer.Summary, er
 	}
 	switch {
 	case errors.Is(err, consumer.ErrFenced):
-		fmt.Fprintf(errw, "ovstream run: fenced: another instance claimed pipeline %q; this one wrote nothing after the claim and stops\n", cfg.Pipeline)
+		fmt.Fprintf(errw, "ovstream run: fenced: another instance claimed a partition of pipeline %q; this one wrote nothing after the claim and stops\n", cfg.Pipeline)
 		return exitFenced
 	case err != nil:
 		fmt.Fprintln(errw, "ovstream run:", err)

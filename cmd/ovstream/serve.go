@@ -23,7 +23,8 @@ const defaultMetricsAddr = "127.0.0.1:9464"
 
 // readiness decides /readyz: the database answers a ping on a connection of
 // its own (not the one the run loop commits on), every partition is assigned,
-// and the last successful commit is younger than three flush intervals.
+// and the last successful commit is younger than three flush intervals. A
+// standby (waiting for partitions a live instance holds) answers 503 "standby".
 type readiness struct {
 	health      *consumer.Health
 	flush       time.Duration
@@ -46,7 +47,10 @@ func (r *readiness) check(ctx context.Context) (bool, []string) {
 	} else {
 		lines = append(lines, "database: ok")
 	}
-	if r.health.Assigned() {
+	if standby, holders := r.health.Standby(); standby {
+		ok = false
+		lines = append(lines, "partitions: standby, waiting for "+holders)
+	} else if r.health.Assigned() {
 		lines = append(lines, "partitions: assigned")
 	} else {
 		ok = false
@@ -129,7 +133,10 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, log
 		ok, lines := ready.check(req.Context())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if ok {
+		if standby, _ := ready.health.Standby(); standby {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "standby")
+		} else if ok {
 			w.WriteHeader(http.StatusOK)
 			fmt.Fprintln(w, "ready")
 		} else {

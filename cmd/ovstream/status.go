@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register("status", "per partition: stored offset, log start, high water, lag; pipeline epoch and heartbeat", cmdStatus)
+	register("status", "per partition: stored offset, log start, high water, lag, owner, epoch and lease; the instances", cmdStatus)
 }
 
 // opsFlags are the connection flags of status and dlq.
@@ -56,9 +56,23 @@ type PartitionStatus struct {
 	NextOffset     *int64     `json:"next_offset"`     // stored committable offset; null = no stored position
 	ConsumedOffset *int64     `json:"consumed_offset"` // stored one-past-last consumed
 	UpdatedAt      *time.Time `json:"updated_at"`
-	LogStart       *int64     `json:"log_start"`  // null when Kafka could not be asked
-	HighWater      *int64     `json:"high_water"` // null when Kafka could not be asked
-	Lag            *int64     `json:"lag"`        // high_water - next_offset (log_start when nothing is stored)
+	LogStart       *int64     `json:"log_start"`       // null when Kafka could not be asked
+	HighWater      *int64     `json:"high_water"`      // null when Kafka could not be asked
+	Lag            *int64     `json:"lag"`             // high_water - next_offset (log_start when nothing is stored)
+	Owner          string     `json:"owner"`           // host:pid of the instance holding it; "" = none
+	Epoch          int64      `json:"epoch"`           // its fencing epoch (0 = never claimed)
+	Lease          string     `json:"lease"`           // alive, expired or released ("" = never claimed)
+	HeartbeatAgeS  *float64   `json:"heartbeat_age_s"` // seconds since the owner's heartbeat (database clock); null = none
+}
+
+// InstanceStatus is one running instance in `status --json` (pipeline_instances).
+type InstanceStatus struct {
+	Owner         string    `json:"owner"`
+	Role          string    `json:"role"`       // active or standby
+	Partitions    []string  `json:"partitions"` // topic/partition owned (active) or waited for (standby)
+	StartedAt     time.Time `json:"started_at"`
+	HeartbeatAgeS float64   `json:"heartbeat_age_s"`
+	Alive         bool      `json:"alive"` // heartbeat younger than the lease
 }
 
 // StatusReport is `status --json`.
@@ -70,7 +84,9 @@ type StatusReport struct {
 	HeartbeatAt     *time.Time                   `json:"heartbeat_at"`
 	Watermark       *time.Time                   `json:"watermark"`
 	NewestWindowEnd *time.Time                   `json:"newest_window_end"`
+	LeaseS          float64                      `json:"lease_s"` // the --lease the lease states are judged by, seconds
 	Partitions      []PartitionStatus            `json:"partitions"`
+	Instances       []InstanceStatus             `json:"instances"`
 	TotalLag        int64                        `json:"total_lag"`
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
 	KafkaError      string                       `json:"kafka_error,omitempty"`
@@ -82,11 +98,13 @@ func cmdStatus(ctx context.Context, args []string) int {
 	o.register(fs, true)
 	topics := fs.String("topics", "arrival_predictions,vehicle_positions", "topics whose partitions to show besides the stored ones (empty: only stored)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	lease := fs.Duration("lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is alive")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ovstream status [flags]\n\n"+
 			"Per partition: the stored next offset, Kafka's log start and high water mark, the lag\n"+
-			"(high water - next offset) and when it was stored; the pipeline's fencing epoch, owner\n"+
-			"and last heartbeat; the newest finalized window_end; dead letters per reason.\n"+
+			"(high water - next offset) and when it was stored, its owner, fencing epoch and lease\n"+
+			"(alive, expired, released); the running instances (active and standby) and the age of\n"+
+			"their heartbeats; the newest finalized window_end; dead letters per reason.\n"+
 			"Exit 1 when the database or Kafka cannot be read (what could be read is printed).")
 		fs.PrintDefaults()
 	}
@@ -118,11 +136,22 @@ func cmdStatus(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
+	leases, err := st.Leases(ctx, o.pipeline, *lease)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream status:", err)
+		return exitError
+	}
+	instances, err := st.Instances(ctx, o.pipeline, *lease)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream status:", err)
+		return exitError
+	}
 	rep := buildStatus(o.pipeline, dbs)
 	kerr := kafkaOffsets(rep, splitList(o.brokers), splitList(*topics), sc)
 	if kerr != nil {
 		rep.KafkaError = kerr.Error()
 	}
+	addOwnership(rep, *lease, leases, instances)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -153,6 +182,49 @@ func buildStatus(pipeline string, s *store.Status) *StatusReport {
 			NextOffset: &next, ConsumedOffset: &consumed, UpdatedAt: &at})
 	}
 	return r
+}
+
+// addOwnership adds each partition's owner, epoch and lease (adding the
+// partitions claimed but never committed that Kafka did not list) and the
+// instances.
+func addOwnership(r *StatusReport, lease time.Duration, leases []store.PartitionLease, instances []store.Instance) {
+	r.LeaseS = lease.Seconds()
+	at := map[aggregate.PartitionID]int{}
+	for i, p := range r.Partitions {
+		at[aggregate.PartitionID{Topic: p.Topic, Partition: p.Partition}] = i
+	}
+	for _, l := range leases {
+		i, ok := at[l.PartitionID]
+		if !ok {
+			i = len(r.Partitions)
+			r.Partitions = append(r.Partitions, PartitionStatus{Topic: l.Topic, Partition: l.Partition})
+		}
+		p := &r.Partitions[i]
+		p.Owner, p.Epoch, p.Lease = l.Owner, l.Epoch, l.State
+		if l.HeartbeatAge >= 0 {
+			age := l.HeartbeatAge.Seconds()
+			p.HeartbeatAgeS = &age
+		}
+	}
+	sortPartitions(r.Partitions)
+	r.Instances = []InstanceStatus{}
+	for _, in := range instances {
+		s := InstanceStatus{Owner: in.Owner, Role: in.Role, Partitions: []string{}, StartedAt: in.StartedAt,
+			HeartbeatAgeS: in.HeartbeatAge.Seconds(), Alive: in.Alive}
+		for _, p := range in.Partitions {
+			s.Partitions = append(s.Partitions, p.String())
+		}
+		r.Instances = append(r.Instances, s)
+	}
+}
+
+func sortPartitions(ps []PartitionStatus) {
+	slices.SortFunc(ps, func(a, b PartitionStatus) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -193,12 +265,7 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 			}
 		}
 	}
-	slices.SortFunc(r.Partitions, func(a, b PartitionStatus) int {
-		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
-			return c
-		}
-		return int(a.Partition - b.Partition)
-	})
+	sortPartitions(r.Partitions)
 	for i := range r.Partitions {
 		p := &r.Partitions[i]
 		start, err := client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
@@ -230,7 +297,11 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 		return t.Format(time.RFC3339)
 	}
 	if r.Claimed {
-		fmt.Fprintf(w, "pipeline %s: epoch %d, owner %s, last heartbeat %s", r.Pipeline, r.Epoch, r.Owner, ts(r.HeartbeatAt))
+		owner := r.Owner
+		if owner == "" {
+			owner = "none (released)"
+		}
+		fmt.Fprintf(w, "pipeline %s: epoch %d, owner %s, last heartbeat %s", r.Pipeline, r.Epoch, owner, ts(r.HeartbeatAt))
 		if r.HeartbeatAt != nil {
 			fmt.Fprintf(w, " (%s ago)", now.Sub(*r.HeartbeatAt).Round(100*time.Millisecond))
 		}
@@ -240,18 +311,42 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 	}
 	fmt.Fprintf(w, "newest window_end: %s\n\n", ts(r.NewestWindowEnd))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "partition\tnext offset\tlog start\thigh water\tlag\tupdated at\t")
+	fmt.Fprintln(tw, "partition\tnext offset\tlog start\thigh water\tlag\tupdated at\towner\tepoch\tlease\t")
 	num := func(v *int64) string {
 		if v == nil {
 			return "-"
 		}
 		return fmt.Sprint(*v)
 	}
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
 	for _, p := range r.Partitions {
-		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Topic, p.Partition, num(p.NextOffset), num(p.LogStart),
-			num(p.HighWater), num(p.Lag), ts(p.UpdatedAt))
+		lease := dash(p.Lease)
+		if p.HeartbeatAgeS != nil && p.Lease != "released" {
+			lease = fmt.Sprintf("%s (%.1fs)", p.Lease, *p.HeartbeatAgeS)
+		}
+		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", p.Topic, p.Partition, num(p.NextOffset), num(p.LogStart),
+			num(p.HighWater), num(p.Lag), ts(p.UpdatedAt), dash(p.Owner), p.Epoch, lease)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "\ninstances (lease %s):", time.Duration(r.LeaseS*float64(time.Second)))
+	if len(r.Instances) == 0 {
+		fmt.Fprint(w, " none running")
+	}
+	fmt.Fprintln(w)
+	for _, in := range r.Instances {
+		state := "alive"
+		if !in.Alive {
+			state = "expired: dead or frozen"
+		}
+		fmt.Fprintf(w, "  %s %s, %d partitions, started %s, heartbeat %.1fs ago (%s)\n", in.Owner, in.Role,
+			len(in.Partitions), in.StartedAt.Format(time.RFC3339), in.HeartbeatAgeS, state)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "total lag: %d\n\ndead letters:", r.TotalLag)
 	if len(r.DeadLetters) == 0 {
 		fmt.Fprint(w, " none")
