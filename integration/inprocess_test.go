@@ -47,12 +47,17 @@ func onePartitionBroker(t *testing.T) string {
 	return b.Addr()
 }
 
+var inProcessRuns atomic.Int64
+
 // runInProcess starts consumer.Run on the predictions topic at addr into db,
 // with the wall clock of clock, 100 ms flushes and cfg's other settings. Its
 // log is shown when the test fails.
 func runInProcess(t *testing.T, db, addr string, clock *skewClock, cfg consumer.Config) *inProcess {
 	t.Helper()
 	cfg.Brokers = []string{addr}
+	if cfg.Owner == "" { // one owner per run, as one process each
+		cfg.Owner = fmt.Sprintf("inprocess-%d", inProcessRuns.Add(1))
+	}
 	cfg.PredictionsTopic = predictionsTopic
 	cfg.FlushInterval = 100 * time.Millisecond
 	cfg.Now = clock.Now
