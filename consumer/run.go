@@ -95,6 +95,7 @@ type loop struct {
 	wm          *aggregate.Watermark
 	led         *Ledger
 	replayUntil map[aggregate.PartitionID]int64 // stored consumed_offset
+	sp          splitState                      // split pipeline, stored watermarks (split.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record
