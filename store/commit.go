@@ -40,6 +40,9 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 // commit writes b in one transaction; with b.Split it writes b.Partials and
 // merges (mergeSplit), reporting into m.
 func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
+	if m == nil {
+		m = &Merged{}
+	}
 	if len(b.Positions) == 0 {
 		return errors.New("a batch is fenced by the epoch of its partitions: it needs at least one Position")
 	}
