@@ -16,12 +16,21 @@ import "time"
 // event time, minus allowed lateness, so a quiet, caught-up stream still
 // closes its windows.
 //
+// With IdleFinalize on (meant for live feeds whose event times follow the
+// wall clock), when every partition is idle the candidate is also wall clock
+// - allowed lateness: a processing-time watermark, so the last window of a
+// quiet feed is finalized instead of waiting for newer events (DESIGN.md
+// "Watermark and lateness", last bullet). The trade-off: an event that
+// arrives after that with an event time more than the allowed lateness
+// behind the wall clock finds its window finalized and is late.
+//
 // The watermark starts at the seed and never decreases. Times are UTC; wall
 // times are passed in, never read from a clock. It is not safe for concurrent
 // use: one goroutine owns it.
 type Watermark struct {
 	lateness    time.Duration
 	idleTimeout time.Duration
+	idleFinal   bool // IdleFinalize
 	current     time.Time
 	parts       map[PartitionID]*partitionState
 }
@@ -45,6 +54,11 @@ func NewWatermark(allowedLateness, idleTimeout time.Duration, seed time.Time) *W
 		parts:       make(map[PartitionID]*partitionState),
 	}
 }
+
+// IdleFinalize turns the processing-time watermark of an all-idle assignment
+// on or off (off by default): when every assigned partition is idle at wall
+// time now, Advance raises the watermark to now - allowed lateness.
+func (w *Watermark) IdleFinalize(on bool) { w.idleFinal = on }
 
 // Assign registers an assigned partition: no event time seen, nothing
 // delivered, not caught up. Assigning a partition again is a no-op.
@@ -121,9 +135,14 @@ func (w *Watermark) Advance(now time.Time) time.Time {
 		}
 	}
 	switch {
-	case allIdle && haveMax:
-		w.Raise(maxAll.Add(-w.lateness))
-	case !allIdle && !hold && haveMin:
+	case allIdle:
+		if haveMax {
+			w.Raise(maxAll.Add(-w.lateness))
+		}
+		if w.idleFinal && len(w.parts) > 0 {
+			w.Raise(now.Add(-w.lateness))
+		}
+	case !hold && haveMin:
 		w.Raise(minActive.Add(-w.lateness))
 	}
 	return w.current

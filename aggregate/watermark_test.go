@@ -198,3 +198,70 @@ func TestWatermarkObserveWithoutEventTime(t *testing.T) {
 		t.Fatal("unassigned partition idle")
 	}
 }
+
+// A live feed (event times follow the wall clock) goes quiet. Without
+// IdleFinalize the watermark stays at its max event time - lateness for
+// ever; with it, once every partition is idle, it follows the wall clock -
+// lateness, so the last window is finalized idle timeout + lateness after its
+// end at the latest.
+func TestWatermarkIdleFinalize(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		w := NewWatermark(lateness, idleTO, time.Time{})
+		w.IdleFinalize(on)
+		w.Assign(pA)
+		w.Assign(pB)
+		w.Observe(pA, wall.Add(-2*time.Minute), wall) // 12:58, window [12:55, 13:00)
+		w.Observe(pB, wall.Add(-3*time.Minute), wall)
+		w.SetCaughtUp(pA, true)
+		w.SetCaughtUp(pB, true)
+		at := func(d time.Duration) time.Time { return w.Advance(wall.Add(d)) }
+		if got, want := at(idleTO-time.Nanosecond), wall.Add(-5*time.Minute); !got.Equal(want) {
+			t.Fatalf("on=%v, not idle yet: %v, want min - lateness = %v", on, got, want)
+		}
+		if !on {
+			if got, want := at(24*time.Hour), wall.Add(-4*time.Minute); !got.Equal(want) {
+				t.Fatalf("off, quiet a day: %v, want max - lateness = %v", got, want)
+			}
+			continue
+		}
+		if got, want := at(idleTO), wall.Add(idleTO-lateness); !got.Equal(want) {
+			t.Fatalf("all idle: %v, want wall clock - lateness = %v", got, want)
+		}
+		// The window [12:55, 13:00) is finalized at 13:00 + lateness.
+		if got := at(lateness - time.Nanosecond); !got.Before(wall) {
+			t.Fatalf("finalized before its end + lateness: %v", got)
+		}
+		if got := at(lateness); !got.Equal(wall) {
+			t.Fatalf("at end + lateness: %v, want %v", got, wall)
+		}
+		// The clock steps back: the watermark does not.
+		if got := at(-time.Hour); !got.Equal(wall) {
+			t.Fatalf("clock back: %v, want %v", got, wall)
+		}
+		// A delivery makes pA active: event time rules again (13:01 - 2m), never lower.
+		w.Observe(pA, wall.Add(time.Minute), wall.Add(4*time.Minute))
+		if got := at(4 * time.Minute); !got.Equal(wall) {
+			t.Fatalf("pA active: %v, want %v", got, wall)
+		}
+		// A partition catching up is never idle: no processing time, though
+		// pA is idle again.
+		w.SetCaughtUp(pB, false)
+		if got := at(time.Hour); !got.Equal(wall) {
+			t.Fatalf("pB catching up: %v, want %v", got, wall)
+		}
+	}
+	// Every partition empty and caught up at start: idle at once.
+	w := NewWatermark(lateness, idleTO, time.Time{})
+	w.IdleFinalize(true)
+	w.Assign(pA)
+	w.SetCaughtUp(pA, true)
+	if got, want := w.Advance(wall), wall.Add(-lateness); !got.Equal(want) {
+		t.Fatalf("empty feed: %v, want %v", got, want)
+	}
+	// No partitions at all: nothing is idle, the seed stays.
+	w2 := NewWatermark(lateness, idleTO, t0)
+	w2.IdleFinalize(true)
+	if got := w2.Advance(wall); !got.Equal(t0) {
+		t.Fatalf("no partitions: %v", got)
+	}
+}

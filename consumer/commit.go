@@ -81,6 +81,7 @@ func (l *loop) takeBatch() *pendingCommit {
 	for _, v := range l.vehicles {
 		p.batch.Vehicles = append(p.batch.Vehicles, v)
 	}
+	l.olderVersions(&p.batch)
 	for _, tp := range SortedPartitions(l.led.parts) {
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
 			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
@@ -102,8 +103,9 @@ func (l *loop) waitCommit(ctx context.Context) error {
 
 // finishCommit applies a commit's result. Success: only now release the
 // ledger and drop the written windows. A retryable failure keeps the batch
-// for a retry with capped backoff (nil is returned); a terminal one is
-// returned.
+// for a retry with capped backoff (nil is returned); rows PostgreSQL refused
+// and an ambiguous COMMIT ask for a resync (errResync); a terminal failure
+// is returned.
 func (l *loop) finishCommit(res commitResult) error {
 	cfg, p := l.cfg, l.pending
 	l.inflight = nil
@@ -111,6 +113,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	if err := res.err; err != nil {
 		l.sum.CommitFailures++
 		var ce *store.CommitError
+		var rejected *store.RejectedError
 		fail := cfg.Metrics.CommitFailures.WithLabelValues
 		switch {
 		case errors.Is(err, store.ErrFenced):
@@ -119,8 +122,12 @@ func (l *loop) finishCommit(res commitResult) error {
 			cfg.Logger.Error("fenced: another instance claimed the pipeline; this one wrote nothing after the claim",
 				"pipeline", cfg.Pipeline, "epoch", l.epoch)
 			return ErrFenced
+		case errors.As(err, &rejected):
+			fail(FailRejected).Inc()
+			return l.rejected(rejected)
 		case errors.As(err, &ce) && ce.Ambiguous:
 			fail(FailAmbiguous).Inc()
+			cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again", "err", err)
 			return errResync
 		case l.mergedPast(err):
 			return errResync
@@ -135,6 +142,7 @@ func (l *loop) finishCommit(res commitResult) error {
 		return nil
 	}
 	l.pending = nil
+	l.rej.committed(p.wm, p.batch.Positions, cfg.Window)
 	l.win.Drop(p.wm)
 	l.led.Release(p.wm)
 	l.committed = p.records

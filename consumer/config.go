@@ -31,6 +31,13 @@ type Config struct {
 	IdleTimeout     time.Duration // a caught-up partition quiet this long stops holding the watermark; default 30s
 	MaxFutureSkew   time.Duration // events later than wall clock + this are dead-lettered; default 5m
 	FlushInterval   time.Duration // time between commits; default 5s
+	// IdleFinalize, for live feeds whose event times follow the wall clock:
+	// when every assigned partition is idle, the watermark advances to wall
+	// clock - AllowedLateness, so the last window of a quiet feed is written
+	// without waiting for newer events. An event arriving later for a window
+	// so finalized is dead-lettered late. Off by default (DESIGN.md
+	// "Watermark and lateness").
+	IdleFinalize bool
 	// StartOffset is where a partition without a stored position starts:
 	// "earliest" (default) or "latest".
 	StartOffset string

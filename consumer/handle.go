@@ -26,17 +26,22 @@ func (l *loop) handleBatch(batch []record) {
 	l.flowControl(now)
 }
 
-// handle processes one record read at wall time now: decode, check time,
-// window, ledger.
+// handle processes one record read at wall time now: replay, decode, check
+// time, window, ledger. A record consumed before a restart is never judged by
+// the wall clock again (see replay.go).
 func (l *loop) handle(r *record, now time.Time) {
 	cfg := l.cfg
+	replay := l.replaying(r)
+	if replay && l.skipDeadLettered(r) {
+		return
+	}
 	if r.tp.Topic == cfg.PredictionsTopic {
 		p, err := r.pred, r.derr // decoded by the partition's reader
 		if err != nil {
 			l.deadLetter(r, store.ReasonDecode, err.Error())
 			return
 		}
-		if l.future(r, p.EventTime, now) {
+		if !replay && l.future(r, p.EventTime, now) {
 			return
 		}
 		l.wm.Observe(r.tp, p.EventTime, now)
@@ -54,6 +59,9 @@ func (l *loop) handle(r *record, now time.Time) {
 				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
 			return
 		}
+		if l.rejectPrediction(r, p) {
+			return
+		}
 		l.win.AddFrom(r.tp.Partition, p)
 		l.led.InWindow(r.tp, r.offset, end)
 		l.sum.Predictions++
@@ -64,10 +72,13 @@ func (l *loop) handle(r *record, now time.Time) {
 		l.deadLetter(r, store.ReasonDecode, err.Error())
 		return
 	}
-	if l.future(r, v.EventTime, now) {
+	if !replay && l.future(r, v.EventTime, now) {
 		return
 	}
 	l.wm.Observe(r.tp, v.EventTime, now)
+	if l.rejectPosition(r) {
+		return
+	}
 	l.keepVehicle(store.Vehicle{Position: v, Partition: r.tp.Partition, Offset: r.offset})
 	l.led.Consumed(r.tp, r.offset)
 	l.sum.Positions++
@@ -122,8 +133,11 @@ func (l *loop) deadLetter(r *record, reason, msg string) {
 }
 
 // keepTrip keeps the newest prediction per trip: greater event time, a tie
-// going to the later offset.
+// going to the later offset; never one whose trip row PostgreSQL refused.
 func (l *loop) keepTrip(t store.Trip) {
+	if l.rej.refusedTrip(l.cfg.PredictionsTopic, t) {
+		return
+	}
 	old, ok := l.trips[t.TripID]
 	if !ok || newer(t.EventTime, t.Offset, old.EventTime, old.Offset) {
 		l.trips[t.TripID] = t
@@ -131,6 +145,9 @@ func (l *loop) keepTrip(t store.Trip) {
 }
 
 func (l *loop) keepVehicle(v store.Vehicle) {
+	if l.rej.refusedVehicle(l.cfg.PositionsTopic, v) {
+		return
+	}
 	old, ok := l.vehicles[v.VehicleID]
 	if !ok || newer(v.EventTime, v.Offset, old.EventTime, old.Offset) {
 		l.vehicles[v.VehicleID] = v

@@ -40,7 +40,8 @@ const (
 	FailRetryable = "retryable" // connection lost, serialization failure: retried
 	FailAmbiguous = "ambiguous" // COMMIT's outcome unknown: positions re-read
 	FailFenced    = "fenced"
-	FailTerminal  = "terminal" // e.g. a constraint violation: the run stops
+	FailTerminal  = "terminal" // e.g. a missing table: the run stops
+	FailRejected  = "rejected" // PostgreSQL refused rows: their records are dead-lettered on a resync
 	// FailMergedPast: the split pipeline merged a window this instance still
 	// held events of (they came on an idle partition): positions re-read.
 	FailMergedPast = "merged_past"
@@ -52,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_consumed_messages_total",
 			Help: "Kafka records consumed, per topic."}, []string{"topic"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_dead_letters_total",
-			Help: "Records sent to dead_letters, per topic and reason (decode, future, late)."}, []string{"topic", "reason"}),
+			Help: "Records sent to dead_letters, per topic and reason (decode, future, late, rejected); a replay after a restart does not count them again."}, []string{"topic", "reason"}),
 		Late: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_late_events_total",
 			Help: "Events whose window was already finalized when they arrived (also dead-lettered with reason late)."}, []string{"topic"}),
 		WindowsFinalized: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_windows_finalized_total",
@@ -60,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_commits_total",
 			Help: "Successful commit transactions."}),
 		CommitFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_commit_failures_total",
-			Help: "Failed commit transactions, per reason (retryable, ambiguous, fenced, terminal)."}, []string{"reason"}),
+			Help: "Failed commit transactions, per reason (retryable, ambiguous, rejected, fenced, terminal)."}, []string{"reason"}),
 		CommitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovstream_commit_duration_seconds",
 			Help: "Duration of successful commit transactions, seconds.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		Uncommitted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_uncommitted_messages",
@@ -82,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		MergePending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_merge_pending_windows",
 			Help: "Split pipeline: windows with partial aggregates waiting for every partition to pass them (merge lag); 0 otherwise."}),
 	}
-	for _, r := range []string{FailRetryable, FailAmbiguous, FailFenced, FailTerminal, FailMergedPast} {
+	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailMergedPast, FailFenced, FailTerminal} {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
@@ -101,7 +102,7 @@ func (m *Metrics) assign(tps []aggregate.PartitionID) {
 	for _, tp := range tps {
 		m.Consumed.WithLabelValues(tp.Topic)
 		m.Late.WithLabelValues(tp.Topic)
-		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate} {
+		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate, store.ReasonRejected} {
 			m.DeadLetters.WithLabelValues(tp.Topic, r)
 		}
 		p := strconv.Itoa(int(tp.Partition))

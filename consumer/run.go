@@ -16,7 +16,8 @@ import (
 var ErrFenced = store.ErrFenced
 
 // errResync asks Run to rebuild its state from the database: a COMMIT failed
-// ambiguously, so what is stored is unknown until it is read again.
+// ambiguously, so what is stored is unknown until it is read again; or
+// PostgreSQL refused rows, whose records are dead-lettered when read again.
 var errResync = errors.New("consumer: resync from stored positions")
 
 // Summary describes what a run did, for logs and the drain report.
@@ -25,11 +26,12 @@ type Summary struct {
 	Predictions    int64            // predictions aggregated into windows
 	Positions      int64            // positions applied to vehicle_latest
 	Skipped        int64            // replayed events of windows written before (DESIGN.md "Replay")
-	DeadLetters    map[string]int64 // per reason
+	DeadLetters    map[string]int64 // new dead letters per reason; ReplayedDead: the earlier ones met again
 	WindowRows     int64            // delay_aggregates rows written
 	Commits        int64
 	CommitFailures int64
 	Resyncs        int64
+	ReplayedDead   int64                           // records dead-lettered before a restart, replayed and skipped (replay.go)
 	Watermark      time.Time                       // the last committed watermark
 	Stored         map[aggregate.PartitionID]int64 // committed next offset per partition
 	HighWater      map[aggregate.PartitionID]int64 // high water mark per partition, last seen
@@ -68,15 +70,15 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
+	rej := &rejects{} // what PostgreSQL refused: a resync keeps it
 	for {
-		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum}
+		l := &loop{cfg: cfg, st: st, epoch: epoch, sum: sum, rej: rej.forLoop()}
 		err = l.run(ctx)
 		epoch = l.epoch
 		if !errors.Is(err, errResync) {
 			break
 		}
 		sum.Resyncs++
-		cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again")
 	}
 	sum.Elapsed = cfg.Now().Sub(began)
 	return sum, err
@@ -90,12 +92,14 @@ type loop struct {
 	epoch int64
 	sum   *Summary
 	src   *source
+	rej   *rejects
 
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark
 	led         *Ledger
-	replayUntil map[aggregate.PartitionID]int64 // stored consumed_offset
-	sp          splitState                      // split pipeline, stored watermarks (split.go)
+	replayUntil map[aggregate.PartitionID]int64   // stored consumed_offset
+	deadBefore  map[aggregate.PartitionID][]int64 // dead letters in [next_offset, consumed_offset) (replay.go)
+	sp          splitState                        // split pipeline, stored watermarks (split.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record

@@ -69,6 +69,7 @@ func (l *loop) start(ctx context.Context) error {
 	}
 	l.win = l.sp.newWindower(cfg.Window)
 	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
+	l.wm.IdleFinalize(cfg.IdleFinalize)
 	l.led = NewLedger()
 	l.replayUntil = map[aggregate.PartitionID]int64{}
 	l.highWater = map[aggregate.PartitionID]int64{}
@@ -126,6 +127,9 @@ func (l *loop) start(ctx context.Context) error {
 			return err
 		}
 		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
+	}
+	if err := l.loadReplay(ctx); err != nil {
+		return err
 	}
 	cfg.Metrics.assign(assigned)
 	cfg.Metrics.watermark(seed)

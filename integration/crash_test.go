@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -655,7 +654,13 @@ type rig struct {
 // newRig makes a fresh database and a feed of ds in chunks into the broker at brokers.
 func newRig(t *testing.T, rng *rand.Rand, ds *dataset, brokers string, chunks int) *rig {
 	t.Helper()
-	r := &rig{t: t, rng: rng, ds: ds, ref: referenceFor(t, ds), db: freshDB(t), brokers: brokers}
+	return newRigOn(t, rng, ds, brokers, chunks, freshDB(t))
+}
+
+// newRigOn is newRig on the database db.
+func newRigOn(t *testing.T, rng *rand.Rand, ds *dataset, brokers string, chunks int, db string) *rig {
+	t.Helper()
+	r := &rig{t: t, rng: rng, ds: ds, ref: referenceFor(t, ds), db: db, brokers: brokers}
 	r.feed = newFeed(ds, brokers, chunks)
 	t.Cleanup(r.feed.close)
 	r.mon = startMonitor(t, r.db, brokers)
@@ -1095,41 +1100,6 @@ func terminateBackends(t *testing.T, db string) int {
 		WHERE application_name = 'ovstream' AND datname = current_database() AND pid <> pg_backend_pid()`))
 }
 
-// restartPostgres restarts the local cluster (fast shutdown: every session is
-// terminated, open transactions roll back) and waits until it answers.
-func restartPostgres(t *testing.T) {
-	t.Helper()
-	entries, err := os.ReadDir("/etc/postgresql")
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("no local PostgreSQL cluster to restart (/etc/postgresql: %v)", err)
-	}
-	var versions []string
-	for _, e := range entries {
-		versions = append(versions, e.Name())
-	}
-	sort.Slice(versions, func(i, j int) bool {
-		a, _ := strconv.Atoi(versions[i])
-		b, _ := strconv.Atoi(versions[j])
-		return a < b
-	})
-	ver := versions[len(versions)-1]
-	started := time.Now()
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, "main", "restart").CombinedOutput()
-	if err != nil {
-		t.Fatalf("pg_ctlcluster %s main restart: %v\n%s", ver, err, out)
-	}
-	for {
-		if exec.Command("pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432").Run() == nil {
-			break
-		}
-		if time.Since(started) > time.Minute {
-			t.Fatal("PostgreSQL did not come back within a minute")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("PostgreSQL %s restarted in %v", ver, time.Since(started).Round(time.Millisecond))
-}
-
 // failures counts the retried failures the service logged.
 func failures(p *proc) int {
 	out := p.output()
@@ -1138,14 +1108,14 @@ func failures(p *proc) int {
 
 // One service process lives through killed connections (twice) and two
 // PostgreSQL restarts without exiting, committing again after each; SIGTERM
-// then ends it with exit 0, and a final drain gives the exact tables.
-//
-// Not parallel: a restart breaks every connection to the server, so this
-// test runs while no other test of the package does.
+// then ends it with exit 0, and a final drain gives the exact tables. The
+// server restarted is a private cluster of the test's own.
 func TestCrashPostgresRestarts(t *testing.T) {
+	t.Parallel()
 	rng := crashSeed(t)
 	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 50)
+	pg := startPrivatePG(t)
+	r := newRigOn(t, rng, ds, startBroker(t), 50, pg.freshDB())
 	r.feed.paced(200 * time.Millisecond)
 	p := r.start()
 	r.waitProgress(p, time.Minute, "before the first disruption")
@@ -1164,7 +1134,7 @@ func TestCrashPostgresRestarts(t *testing.T) {
 	for i := 1; i <= 2; i++ {
 		r.sleepOrExit(p, time.Duration(200+rng.IntN(800))*time.Millisecond, "before the PostgreSQL restart")
 		before := failures(p)
-		restartPostgres(t)
+		pg.restart()
 		r.alive(p, fmt.Sprintf("through PostgreSQL restart %d", i))
 		r.waitProgress(p, 2*time.Minute, fmt.Sprintf("after PostgreSQL restart %d", i))
 		if failures(p) == before {

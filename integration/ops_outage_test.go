@@ -3,60 +3,23 @@
 package integration
 
 import (
-	"os"
-	"os/exec"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// localCluster returns the PostgreSQL version of the local cluster "main"
-// (the newest in /etc/postgresql) that serves 127.0.0.1:5432.
-func localCluster(t *testing.T) string {
-	t.Helper()
-	entries, err := os.ReadDir("/etc/postgresql")
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("the outage test stops and starts the local PostgreSQL cluster: none in /etc/postgresql (%v)", err)
-	}
-	var vs []string
-	for _, e := range entries {
-		vs = append(vs, e.Name())
-	}
-	sort.Strings(vs)
-	return vs[len(vs)-1]
-}
-
-func pgctl(t *testing.T, version, action string) {
-	t.Helper()
-	args := []string{"--skip-systemctl-redirect", version, "main", action}
-	if action == "stop" {
-		args = append(args, "-m", "fast")
-	}
-	if out, err := exec.Command("pg_ctlcluster", args...).CombinedOutput(); err != nil {
-		t.Fatalf("pg_ctlcluster %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-func pgReady() bool {
-	return exec.Command("pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432").Run() == nil
-}
-
 // PostgreSQL stopped for 30 s during a run over the real 2 h Auckland
 // slice: the service keeps running, pauses fetching at
 // --max-uncommitted-messages, /readyz turns false (database unreachable) and
 // true again, and the result equals the SQL oracle.
 //
-// It stops the machine's PostgreSQL cluster for everyone: it is the one test
-// of `make test` that does, and it restarts the cluster whatever happens.
+// The server stopped is a private cluster of the test's own.
 func TestOpsPostgresOutage(t *testing.T) {
-	if os.Getenv("DATABASE_URL") != "" && !strings.Contains(os.Getenv("DATABASE_URL"), "127.0.0.1:5432") {
-		t.Fatalf("the outage test needs the local cluster on 127.0.0.1:5432, DATABASE_URL points elsewhere")
-	}
-	version := localCluster(t)
+	t.Parallel()
+	pg := startPrivatePG(t)
 	addr := startBroker(t)
-	db := freshDB(t)
+	db := pg.freshDB()
 	res := loadFeeds(t, "AT", extractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
 	total := len(res.Predictions)
 	half := total / 2
@@ -75,13 +38,8 @@ func TestOpsPostgresOutage(t *testing.T) {
 		return m[consumed] == float64(half) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_windows_finalized_total"] > 0
 	})
 
-	t.Cleanup(func() {
-		if !pgReady() {
-			_ = exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start").Run()
-		}
-	})
 	down := time.Now()
-	pgctl(t, version, "stop")
+	pg.stop()
 	produceFeeds(t, addr, &second)
 
 	var body string
@@ -115,8 +73,8 @@ func TestOpsPostgresOutage(t *testing.T) {
 		t.Fatalf("ovstream exited during the outage:\n%s", p.output())
 	default:
 	}
-	pgctl(t, version, "start")
-	waitFor(t, 30*time.Second, "PostgreSQL back", pgReady)
+	pg.start()
+	waitFor(t, 30*time.Second, "PostgreSQL back", pg.ready)
 	back := time.Now()
 
 	waitFor(t, 90*time.Second, "/readyz 200 after the outage", func() bool { c, _ := httpGet(t, "http://"+ops+"/readyz"); return c == 200 })

@@ -21,9 +21,11 @@ import (
 //
 // Errors: ErrFenced (errors.Is) when b.Epoch is no longer the epoch of one
 // of b.Positions' partitions (another instance claimed it);
-// *CommitError when the COMMIT statement failed; otherwise the failing step,
-// wrapped. After any error the connection is thrown away. Retry the whole
-// batch, never a part of it, when Retryable says so.
+// *RejectedError (errors.As) when PostgreSQL refused rows for a value they
+// hold, naming them; *CommitError when the COMMIT statement failed;
+// otherwise the failing step, wrapped. After any error the connection is
+// thrown away. Retry the whole batch, never a part of it, when Retryable
+// says so.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
 	if err := s.commit(ctx, &b, nil); err != nil {
 		s.discard()
@@ -32,7 +34,11 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 		if errors.Is(err, ErrFenced) {
 			return fmt.Errorf("%s: pipeline %q epoch %d: %w", what, b.Pipeline, b.Epoch, err)
 		}
-		return fmt.Errorf("%s: %w", what, err)
+		err = fmt.Errorf("%s: %w", what, err)
+		if Refused(err) {
+			return s.rejected(ctx, &b, err)
+		}
+		return err
 	}
 	return nil
 }

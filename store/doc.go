@@ -26,8 +26,11 @@
 //     pipeline's row lock; its partials are deleted in that transaction, and
 //     no partial of a merged window is written again (ErrMergedPast).
 //   - Retryable tells transient failures (connection lost, serialization
-//     failure, deadlock, server shutting down) from terminal ones (fenced,
-//     constraint violations).
+//     failure, deadlock, server shutting down) from terminal ones (fenced).
+//   - A batch PostgreSQL refuses for a value it holds (Refused: SQLSTATE
+//     classes 22 and 23, 54000) writes nothing and returns a *RejectedError
+//     naming every refused row, found again in a transaction that is rolled
+//     back, so the caller can rebuild the batch without their records.
 //
 // A Store is not safe for concurrent use.
 package store

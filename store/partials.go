@@ -49,8 +49,9 @@ var ErrMergedPast = errors.New("store: the pipeline merged a window this instanc
 // merges the windows every partition of the pipeline finalized. It returns
 // what the merge did.
 //
-// Errors: those of Commit, and ErrMergedPast (errors.Is) when the pipeline
-// merged a window the instance still held (nothing was written).
+// Errors: those of Commit (a *RejectedError names refused latest-state rows
+// only), and ErrMergedPast (errors.Is) when the pipeline merged a window the
+// instance still held (nothing was written).
 func (s *Store) CommitSplit(ctx context.Context, b Batch) (Merged, error) {
 	if b.Split == nil {
 		return Merged{}, errors.New("store: CommitSplit of a batch without Split")
@@ -58,8 +59,14 @@ func (s *Store) CommitSplit(ctx context.Context, b Batch) (Merged, error) {
 	var m Merged
 	if err := s.commit(ctx, &b, &m); err != nil {
 		s.discard()
-		return Merged{}, fmt.Errorf("store: commit %d partials, %d vehicles, %d trips, %d dead letters, %d partitions: %w",
+		err = fmt.Errorf("store: commit %d partials, %d vehicles, %d trips, %d dead letters, %d partitions: %w",
 			len(b.Partials), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions), err)
+		if Refused(err) {
+			// Latest-state rows are named as Commit names them; a refused
+			// partial or merged row is not traced to records (terminal).
+			return Merged{}, s.rejected(ctx, &b, err)
+		}
+		return Merged{}, err
 	}
 	return m, nil
 }

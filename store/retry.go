@@ -19,8 +19,8 @@ import (
 // (serialization failure), 40P01 (deadlock), 55P03 (lock not available),
 // 57P01/57P02/57P03 (server shutting down or starting up), 53300 (too many
 // connections).
-// False: ErrFenced, context.Canceled, every other server error (constraint
-// violations such as a CHECK, bad data, missing tables, authentication).
+// False: ErrFenced, context.Canceled, every other server error (a value
+// PostgreSQL refuses, see Refused; missing tables, authentication).
 //
 // A dead transaction can report pgconn.SafeToRetry on its next statement
 // (STACK.md): that means "retry the transaction", never "retry the statement".
@@ -60,4 +60,21 @@ func Retryable(err error) bool {
 		return true // the transaction is gone: retry it whole
 	}
 	return false
+}
+
+// Refused reports whether err is PostgreSQL refusing a value the statement
+// wrote, so that running the same rows again fails the same way: SQLSTATE
+// class 22 (data exception, e.g. 22001 value too long), class 23 (integrity
+// constraint violation, e.g. 23514 check_violation) and 54000
+// (program_limit_exceeded, e.g. an index row larger than a btree page).
+// Commit meets such an error by finding the refused rows (*RejectedError);
+// the unique_violation its window COPY expects never reaches it.
+// (PostgreSQL Appendix A, "PostgreSQL Error Codes".)
+func Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	code := pgErr.Code
+	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23") || code == "54000"
 }

@@ -22,7 +22,7 @@ type DeadLetter struct {
 	Offset    int64
 	Key       []byte // nil when the record had no key
 	Value     []byte // nil when the record had no value
-	Reason    string // ReasonDecode, ReasonFuture or ReasonLate
+	Reason    string // ReasonDecode, ReasonFuture, ReasonLate or ReasonRejected
 	Error     string // what a person can act on, e.g. "delay_s: not a finite number"
 }
 
@@ -62,11 +62,14 @@ type Position struct {
 
 // Batch is everything one commit writes, in ONE transaction.
 type Batch struct {
-	Pipeline    string
-	Epoch       int64           // the fencing epoch of the claim of Positions' partitions
-	Windows     []aggregate.Row // finalized windows: replace, never add
-	Vehicles    []Vehicle       // at most one per vehicle_id
-	Trips       []Trip          // at most one per trip_id
+	Pipeline string
+	Epoch    int64           // the fencing epoch of the claim of Positions' partitions
+	Windows  []aggregate.Row // finalized windows: replace, never add
+	// Vehicles and Trips: the newest row per key, plus, for keys whose
+	// rows PostgreSQL refused before, older versions (the newest is written;
+	// RejectedError's search meets the others when it refuses that one).
+	Vehicles    []Vehicle
+	Trips       []Trip
 	DeadLetters []DeadLetter
 	Positions   []Position
 	Watermark   time.Time // the watermark this commit reached (stream_positions.watermark of each partition)

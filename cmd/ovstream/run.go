@@ -34,7 +34,7 @@ type runFlags struct {
 	brokers, databaseURL, pipeline, topics, partitions  string
 	window, lateness, idle, skew, flush, connectTimeout time.Duration
 	startOffset, onOutOfRange                           string
-	drain, migrate                                      bool
+	drain, migrate, idleFinalize                        bool
 	logFormat, logLevel                                 string
 	metricsAddr                                         string
 	kafkaCommitOffsets                                  bool
@@ -55,6 +55,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.window, "window", 5*time.Minute, "tumbling window size")
 	fs.DurationVar(&f.lateness, "allowed-lateness", 2*time.Minute, "watermark = min over active partitions of their max event time, minus this")
 	fs.DurationVar(&f.idle, "idle-timeout", 30*time.Second, "a caught-up partition quiet this long stops holding the watermark")
+	fs.BoolVar(&f.idleFinalize, "idle-finalize", false, "for live feeds whose event times follow the wall clock: when every partition is idle, the watermark advances to wall clock minus the allowed lateness, so a quiet feed's last window is written (later events for it are late)")
 	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
 	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
 	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
@@ -113,6 +114,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		AllowedLateness:    f.lateness,
 		IdleTimeout:        f.idle,
 		MaxFutureSkew:      f.skew,
+		IdleFinalize:       f.idleFinalize,
 		FlushInterval:      f.flush,
 		StartOffset:        f.startOffset,
 		OnOffsetOutOfRange: f.onOutOfRange,
@@ -290,6 +292,9 @@ func printSummary(w io.Writer, s *consumer.Summary) {
 		s.Predictions, s.Positions, s.Skipped, s.WindowRows)
 	for _, r := range sortedKeys(s.DeadLetters) {
 		fmt.Fprintf(w, "  dead letters (%s) %d\n", r, s.DeadLetters[r])
+	}
+	if s.ReplayedDead > 0 {
+		fmt.Fprintf(w, "  dead letters replayed   %d (recorded before a restart: skipped, not counted again)\n", s.ReplayedDead)
 	}
 	if !s.Watermark.IsZero() {
 		fmt.Fprintf(w, "  watermark               %s\n", s.Watermark.UTC().Format(time.RFC3339))

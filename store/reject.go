@@ -1,0 +1,253 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// WindowKey names one delay_aggregates row of a pipeline.
+type WindowKey struct {
+	WindowStart time.Time // UTC
+	Dimension   string    // aggregate.DimLine, DimStation, DimOperator or DimNetwork
+	DimensionID string
+}
+
+// RefusedWindow is a delay_aggregates row PostgreSQL refused.
+type RefusedWindow struct {
+	WindowKey
+	Reason string // the database's message, e.g. `delay_aggregates row (...): new row ... (SQLSTATE 23514)`
+}
+
+// RefusedRecord is a latest-state row PostgreSQL refused, named by the Kafka
+// record it came from (the predictions topic for a trip, the positions topic
+// for a vehicle).
+type RefusedRecord struct {
+	Key       string // trip_id or vehicle_id
+	Partition int32
+	Offset    int64
+	Reason    string // the database's message
+}
+
+// RejectedError is returned by Commit when PostgreSQL refused the batch for a
+// value it holds (Refused): nothing of the batch was written, and the fields
+// name every row PostgreSQL refuses (DESIGN.md "The commit"). Committing the
+// same batch again fails again: rebuild it without the records of these rows.
+//
+// The rows are found again in a transaction that is rolled back: each part is
+// written in halves inside savepoints, a half that is refused is split, and a
+// single row that is refused is named. Latest-state rows are met as a commit
+// meets them: the newest version of each key first; when it is refused, the
+// next newest of the batch (the refused record is rejected, so that one is
+// the newest next time), and so on.
+type RejectedError struct {
+	Windows  []RefusedWindow // every record such a row counts is rejected
+	Trips    []RefusedRecord // trip_delay_latest rows
+	Vehicles []RefusedRecord // vehicle_latest rows
+	Err      error           // the commit's error
+}
+
+func (e *RejectedError) Error() string {
+	first := ""
+	switch {
+	case len(e.Windows) > 0:
+		first = e.Windows[0].Reason
+	case len(e.Trips) > 0:
+		first = e.Trips[0].Reason
+	case len(e.Vehicles) > 0:
+		first = e.Vehicles[0].Reason
+	}
+	return fmt.Sprintf("PostgreSQL refused %d delay_aggregates, %d trip_delay_latest and %d vehicle_latest rows (first: %s): %v",
+		len(e.Windows), len(e.Trips), len(e.Vehicles), first, e.Err)
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// rejected returns, after b's commit failed with cause (Refused), a
+// *RejectedError naming the rows PostgreSQL refuses; cause itself when it
+// refuses none of them (a dead letter or a position refused, or a deferred
+// constraint, which refuses only at COMMIT and so cannot be traced to a row:
+// terminal); or the failure of the search, wrapped, which Retryable judges.
+//
+// Deferred constraints stay deferred in the search: made immediate, a
+// constraint across ovstream's tables (a vehicle's trip must exist) would
+// refuse rows that the commit, which writes every part before it checks,
+// accepts.
+func (s *Store) rejected(ctx context.Context, b *Batch, cause error) error {
+	rej := &RejectedError{Err: cause}
+	err := s.do(ctx, func(conn *pgx.Conn) error { return findRefused(ctx, conn, b, rej) })
+	switch {
+	case err != nil:
+		return fmt.Errorf("finding the rows PostgreSQL refused (%v): %w", cause, err)
+	case len(rej.Windows)+len(rej.Trips)+len(rej.Vehicles) == 0:
+		return cause
+	}
+	return rej
+}
+
+// findRefused writes b's windows, vehicles and trips again in a transaction
+// it rolls back, and records in rej the rows PostgreSQL refuses.
+func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedError) (err error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { // writes nothing, ever; a connection left in the transaction is thrown away
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := tx.Rollback(rctx); rerr != nil && err == nil {
+			err = fmt.Errorf("rollback: %w", rerr)
+		}
+	}()
+	pipeline := b.Pipeline
+	windows := func(tx pgx.Tx, rows []aggregate.Row) error {
+		return writeThenClear(ctx, tx, "ovs_windows", upsertWindows(ctx, tx, pipeline, rows))
+	}
+	err = refusedRows(ctx, tx, b.Windows, windows, func(r aggregate.Row, e *pgconn.PgError) {
+		k := WindowKey{WindowStart: r.WindowStart.UTC(), Dimension: r.Dimension, DimensionID: r.DimensionID}
+		rej.Windows = append(rej.Windows, RefusedWindow{WindowKey: k, Reason: refusal("delay_aggregates",
+			fmt.Sprintf("(%s, %s, %s)", k.WindowStart.Format(time.RFC3339), k.Dimension, k.DimensionID), e)})
+	})
+	if err != nil {
+		return fmt.Errorf("delay_aggregates: %w", err)
+	}
+	vehicles := func(tx pgx.Tx, rows []Vehicle) error {
+		return writeThenClear(ctx, tx, "ovs_vehicles", upsertVehicles(ctx, tx, pipeline, rows))
+	}
+	err = refusedVersions(ctx, tx, b.Vehicles, func(v Vehicle) version {
+		return version{v.VehicleID, v.EventTime, v.Offset}
+	}, vehicles, func(v Vehicle, e *pgconn.PgError) {
+		rej.Vehicles = append(rej.Vehicles, RefusedRecord{Key: v.VehicleID, Partition: v.Partition, Offset: v.Offset,
+			Reason: refusal("vehicle_latest", fmt.Sprintf("(%s)", v.VehicleID), e)})
+	})
+	if err != nil {
+		return fmt.Errorf("vehicle_latest: %w", err)
+	}
+	trips := func(tx pgx.Tx, rows []Trip) error {
+		return writeThenClear(ctx, tx, "ovs_trips", upsertTrips(ctx, tx, pipeline, rows))
+	}
+	err = refusedVersions(ctx, tx, b.Trips, func(t Trip) version {
+		return version{t.TripID, t.EventTime, t.Offset}
+	}, trips, func(t Trip, e *pgconn.PgError) {
+		rej.Trips = append(rej.Trips, RefusedRecord{Key: t.TripID, Partition: t.Partition, Offset: t.Offset,
+			Reason: refusal("trip_delay_latest", fmt.Sprintf("(%s)", t.TripID), e)})
+	})
+	if err != nil {
+		return fmt.Errorf("trip_delay_latest: %w", err)
+	}
+	return nil
+}
+
+// writeThenClear empties the temporary table an upsert went through (it
+// keeps its rows until the transaction ends), so the next half starts empty.
+func writeThenClear(ctx context.Context, tx pgx.Tx, temp string, err error) error {
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "DELETE FROM "+temp)
+	return err
+}
+
+// refusal is the dead letter text of a refused row: the table, the row's key
+// and PostgreSQL's message, constraint and SQLSTATE.
+func refusal(table, key string, e *pgconn.PgError) string {
+	msg := e.Message
+	if e.ConstraintName != "" && !strings.Contains(msg, e.ConstraintName) {
+		msg += fmt.Sprintf(" (constraint %q)", e.ConstraintName)
+	}
+	return fmt.Sprintf("PostgreSQL refused the %s row %s: %s (SQLSTATE %s)", table, key, msg, e.Code)
+}
+
+// refusedRows writes rows inside a savepoint of tx, keeping them when they are
+// accepted; when PostgreSQL refuses them (Refused) it rolls the savepoint
+// back and tries each half, and calls refused for every single row it
+// refuses. Any other failure is returned.
+func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T,
+	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		return err
+	}
+	err = write(sp, rows)
+	if err == nil {
+		return sp.Commit(ctx) // RELEASE SAVEPOINT
+	}
+	if rerr := sp.Rollback(ctx); rerr != nil { // ROLLBACK TO SAVEPOINT
+		return errors.Join(err, rerr)
+	}
+	var pgErr *pgconn.PgError
+	if !Refused(err) || !errors.As(err, &pgErr) {
+		return err
+	}
+	if len(rows) == 1 {
+		refused(rows[0], pgErr)
+		return nil
+	}
+	half := len(rows) / 2
+	if err := refusedRows(ctx, tx, rows[:half], write, refused); err != nil {
+		return err
+	}
+	return refusedRows(ctx, tx, rows[half:], write, refused)
+}
+
+// version orders the rows of one latest-state key as the commit's upsert
+// does: the newest event time wins, a tie going to the later offset.
+type version struct {
+	key    string
+	at     time.Time
+	offset int64
+}
+
+// refusedVersions finds the refused rows of a latest-state part whose keys
+// may come in several versions: the newest version of each key first; a key
+// whose version is refused tries its next newest, until one is accepted or
+// none is left.
+func refusedVersions[T any](ctx context.Context, tx pgx.Tx, rows []T, ver func(T) version,
+	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
+	byKey := map[string][]T{}
+	for _, r := range rows {
+		k := ver(r).key
+		byKey[k] = append(byKey[k], r)
+	}
+	var layer []T
+	for _, vs := range byKey {
+		slices.SortFunc(vs, func(a, b T) int { // newest first
+			va, vb := ver(a), ver(b)
+			if c := vb.at.Compare(va.at); c != 0 {
+				return c
+			}
+			return cmp.Compare(vb.offset, va.offset)
+		})
+		layer = append(layer, vs[0])
+	}
+	tried := map[string]int{} // per key: versions refused so far
+	for len(layer) > 0 {
+		slices.SortFunc(layer, func(a, b T) int { return strings.Compare(ver(a).key, ver(b).key) })
+		var next []T
+		err := refusedRows(ctx, tx, layer, write, func(r T, e *pgconn.PgError) {
+			refused(r, e)
+			k := ver(r).key
+			tried[k]++
+			if vs := byKey[k]; tried[k] < len(vs) {
+				next = append(next, vs[tried[k]])
+			}
+		})
+		if err != nil {
+			return err
+		}
+		layer = next
+	}
+	return nil
+}
