@@ -267,3 +267,60 @@ func TestSplitCrashRestart(t *testing.T) {
 	checkOracle(t, db, addr, ds)
 	t.Logf("%d SIGKILLs of split instances: %d rows compared with one uninterrupted instance, %d differ", kills, compared, differing)
 }
+
+// An idle partition does not hold the merge: one instance owns predictions
+// partitions 0-4 and every positions partition, the other only predictions
+// partition 5, which stays empty (idle at once, nothing of it open). The
+// first instance's windows merge as its watermark passes them. An event that
+// comes later on partition 5 for a merged window is late, dead-lettered,
+// counted nowhere; one for a window not merged yet is counted. After both
+// drain, delay_aggregates equals the SQL oracle over the records minus the
+// dead letters.
+func TestSplitIdlePartitionDoesNotHoldTheMerge(t *testing.T) {
+	addr := startBroker(t)
+	db := freshDB(t)
+	at := func(min int) string { return fmt.Sprintf("2016-05-18T20:%02d:00Z", min) }
+	var recs []rec
+	for min := 0; min <= 40; min++ {
+		for part := int32(0); part < 5; part++ {
+			trip := fmt.Sprintf("T%d", part)
+			recs = append(recs, rec{predictionsTopic, part, trip, pred(trip, "L1", fmt.Sprintf("S%d", min%4), "AT", 10*min+int(part), at(min))})
+		}
+	}
+	produceRecords(t, addr, recs...)
+	args := func(parts string, extra ...string) []string {
+		return runArgs(db, addr, append([]string{"--partitions", parts, "--flush-interval", "50ms",
+			"--allowed-lateness", "1m"}, extra...)...)
+	}
+	mostly := "arrival_predictions:0,arrival_predictions:1,arrival_predictions:2,arrival_predictions:3,arrival_predictions:4," +
+		"vehicle_positions:0,vehicle_positions:1,vehicle_positions:2"
+	last := "arrival_predictions:5"
+	a := startOvstream(t, nil, args(mostly)...)
+	b := startOvstream(t, nil, args(last)...)
+	waitFor(t, time.Minute, "windows up to 20:35 merged without partition 5", func() bool {
+		return dump(t, db, `SELECT coalesce((SELECT merged_until >= '2016-05-18T20:35:00Z' FROM pipelines), false)`)[0] == "[true]"
+	})
+	produceRecords(t, addr, rec{predictionsTopic, 5, "T5", pred("T5", "L1", "S9", "AT", 999, at(1))})
+	waitFor(t, time.Minute, "the event of a merged window dead-lettered as late", func() bool {
+		return dump(t, db, `SELECT count(*) FROM dead_letters WHERE partition = 5 AND reason = 'late'`)[0] == "[1]"
+	})
+	produceRecords(t, addr, rec{predictionsTopic, 5, "T5", pred("T5", "L1", "S9", "AT", 7, at(44))})
+	time.Sleep(500 * time.Millisecond)
+	for i, p := range []*proc{a, b} {
+		if exited(p) {
+			t.Fatalf("instance %d exited:\n%s", i, tail(p.output(), 40))
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAll(t, []*proc{a, b}, "SIGTERM")
+	waitAll(t, []*proc{startOvstream(t, nil, args(mostly, "--drain")...), startOvstream(t, nil, args(last, "--drain")...)}, "split drain")
+	loadOracleInput(t, db, addr, predictionsTopic)
+	got, want := dump(t, db, dumpAggregates), dump(t, db, oracleAggregates)
+	sameRows(t, "delay_aggregates vs SQL oracle", got, want)
+	if n := dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`); n[0] != fmt.Sprintf("[%d]", len(recs)+1) {
+		t.Errorf("network rows count %s events, want %d (every on-time event, the late one not)", n[0], len(recs)+1)
+	}
+	t.Logf("%d delay_aggregates rows equal the SQL oracle (%d differ)", len(got), diffCount(got, want))
+}
