@@ -60,6 +60,10 @@ func splitMerge(evs []event) (merged, whole Row) {
 	rand.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
 	merged = Merge(parts)
 	whole = Row{Operator: all.Operator(), Count: all.Count(), Mean: all.Mean(), P90: all.P90(), Min: all.Min(), Max: all.Max()}
+	if mean, p90 := all.MeanP90(); math.Float64bits(mean) != math.Float64bits(whole.Mean) ||
+		math.Float64bits(p90) != math.Float64bits(whole.P90) {
+		whole.Operator = "MeanP90 differs from Mean and P90" // fails the comparison
+	}
 	merged.WindowStart, merged.WindowEnd, merged.Dimension, merged.DimensionID = time.Time{}, time.Time{}, "", ""
 	return merged, whole
 }

@@ -109,12 +109,11 @@ func (t *valueTable) resize(slots int) {
 	t.n = 0
 }
 
-// ranks returns the values at ranks lo and hi (0-based, lo <= hi <= lo+1,
-// hi < total count) of the sorted multiset: a weighted quickselect for lo,
-// O(distinct values) where sorting them would be O(d log d), then one scan
-// for hi.
-func (t *valueTable) ranks(lo, hi int64) (loV, hiV float64) {
-	vcs := t.values()
+// selectRanks returns the values at ranks lo and hi (0-based, lo <= hi <=
+// lo+1, hi < total count) of the multiset vcs, in any order, which it
+// reorders: a weighted quickselect for lo, O(distinct values) where sorting
+// them would be O(d log d), then one scan for hi.
+func selectRanks(vcs []valueCount, lo, hi int64) (loV, hiV float64) {
 	rank := lo
 	part := vcs
 	for {
@@ -378,14 +377,37 @@ func (s *Stats) Quantile(p float64) float64 {
 	if s.n == 0 || !(p >= 0 && p <= 1) {
 		return math.NaN()
 	}
+	return s.quantile(p, nil)
+}
+
+// quantile is Quantile over vcs, the table's values when s has a table
+// (nil: read them here).
+func (s *Stats) quantile(p float64, vcs []valueCount) float64 {
 	pos, lo, hi := quantileRanks(s.n, p)
 	var loV, hiV float64
 	if s.counts != nil {
-		loV, hiV = s.counts.ranks(lo, hi)
+		if vcs == nil {
+			vcs = s.counts.values()
+		}
+		loV, hiV = selectRanks(vcs, lo, hi)
 	} else {
 		loV, hiV = sortedRanks(s.small[:s.nSmall], lo, hi)
 	}
 	return lerp(loV, hiV, pos)
+}
+
+// MeanP90 returns Mean() and P90() (NaN, NaN when empty), reading a many-valued
+// distribution once for both.
+func (s *Stats) MeanP90() (mean, p90 float64) {
+	if s.n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	if s.counts == nil {
+		return s.Mean(), s.quantile(0.9, nil)
+	}
+	vcs := s.counts.values()
+	mean = exactSum(vcs, s.n) / float64(s.n)
+	return mean, s.quantile(0.9, vcs)
 }
 
 // quantileRanks returns percentile_cont's position p*(n-1) of the p-quantile

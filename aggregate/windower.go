@@ -198,6 +198,7 @@ func (c ClosedSet) Rows() []Row {
 			slices.Sort(ids)
 			for _, id := range ids {
 				st := m[id]
+				mean, p90 := st.MeanP90()
 				rows = append(rows, Row{
 					WindowStart: win.start,
 					WindowEnd:   end,
@@ -205,8 +206,8 @@ func (c ClosedSet) Rows() []Row {
 					DimensionID: id,
 					Operator:    st.Operator(),
 					Count:       st.Count(),
-					Mean:        st.Mean(),
-					P90:         st.P90(),
+					Mean:        mean,
+					P90:         p90,
 					Min:         st.Min(),
 					Max:         st.Max(),
 				})
