@@ -19,6 +19,7 @@ test: vet
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -tags integration -timeout 15m ./integration/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
+	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
 
 vet:
@@ -27,6 +28,7 @@ vet:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 2m ./aggregate/
+	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 2m ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 2m ./consumer/
 
 # The long crash schedule for release checks, not CI: at least 200 SIGKILLs at seeded random

@@ -12,5 +12,10 @@
 //   - P90 is exact: linear interpolation between closest ranks, the same number
 //     as PostgreSQL's percentile_cont(0.9). Memory per open row grows with the
 //     distinct delay values, not with the number of events.
+//   - Every statistic of a row is a function of its distribution (value ->
+//     count), never of the order of its events: Merge of the partial
+//     aggregates of a row (one per source partition) equals, bit for bit,
+//     the row of one Stats fed every event. The mean is the exactly rounded
+//     sum divided by the count (PostgreSQL's avg for whole-second delays).
 //   - The watermark never decreases.
 package aggregate

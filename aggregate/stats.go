@@ -2,11 +2,18 @@ package aggregate
 
 import (
 	"math"
+	"math/big"
 	"math/bits"
+	"slices"
 )
 
 // Stats accumulates the delays, in seconds, of one delay_aggregates row:
 // count, arithmetic mean, exact quantiles, min, max and the operator.
+//
+// Every statistic is a function of the distribution (value -> count) alone,
+// never of the order the delays came in, so the partial aggregates of one
+// row kept apart (per source partition) merge into the row one Stats fed
+// every delay gives, bit for bit (Merge).
 //
 // It keeps value -> count, so its memory grows with the distinct delay values,
 // not with the number of events (delays are whole seconds in practice). Most
@@ -16,7 +23,6 @@ import (
 // empty Stats ready to use. It is not safe for concurrent use.
 type Stats struct {
 	n          int64
-	sum        float64
 	min, max   float64
 	operator   string
 	multipleOp bool
@@ -50,7 +56,6 @@ func (s *Stats) Add(delay float64, operator string) {
 		}
 	}
 	s.n++
-	s.sum += delay
 }
 
 func (s *Stats) addValue(v float64) {
@@ -104,17 +109,11 @@ func (t *valueTable) resize(slots int) {
 	t.n = 0
 }
 
-// ranks returns the values at ranks lo and hi (0-based, lo <= hi <= lo+1,
-// hi < total count) of the sorted multiset: a weighted quickselect for lo,
-// O(distinct values) where sorting them would be O(d log d), then one scan
-// for hi.
-func (t *valueTable) ranks(lo, hi int64) (loV, hiV float64) {
-	vcs := make([]valueCount, 0, t.n)
-	for i, n := range t.counts {
-		if n != 0 {
-			vcs = append(vcs, valueCount{t.keys[i], n})
-		}
-	}
+// selectRanks returns the values at ranks lo and hi (0-based, lo <= hi <=
+// lo+1, hi < total count) of the multiset vcs, in any order, which it
+// reorders: a weighted quickselect for lo, O(distinct values) where sorting
+// them would be O(d log d), then one scan for hi.
+func selectRanks(vcs []valueCount, lo, hi int64) (loV, hiV float64) {
 	rank := lo
 	part := vcs
 	for {
@@ -215,14 +214,127 @@ func (s *Stats) Distinct() int {
 	return int(s.nSmall)
 }
 
-// Mean returns the arithmetic mean in seconds: the float64 sum, in insertion
-// order, divided by the count, which is how PostgreSQL's avg(float8) computes
-// it. NaN when empty.
+// Mean returns the arithmetic mean in seconds: the sum of the delays, exact
+// and rounded once to float64, divided by the count; NaN when empty.
+//
+// For whole-second delays (the contract's practice) the float64 sum is exact
+// in any order, so this is PostgreSQL's avg(float8) (its running float8 sum
+// divided by the count) bit for bit. For fractional delays a running sum
+// depends on the order of the rows, which neither Kafka across partitions
+// nor a table scan fixes; the exactly rounded sum does not, and lies within
+// rounding of any order's.
 func (s *Stats) Mean() float64 {
 	if s.n == 0 {
 		return math.NaN()
 	}
-	return s.sum / float64(s.n)
+	return s.Sum() / float64(s.n)
+}
+
+// Sum returns the sum of the delays in seconds, exact and rounded once to
+// float64 (ties to even); 0 when empty.
+func (s *Stats) Sum() float64 {
+	if s.counts == nil {
+		return exactSum(s.small[:s.nSmall], s.n)
+	}
+	if sum, ok := s.counts.wholeSum(s.n); ok {
+		return sum
+	}
+	return exactSum(s.counts.values(), s.n)
+}
+
+// values returns the table's values and counts, in no particular order.
+func (t *valueTable) values() []valueCount {
+	vcs := make([]valueCount, 0, t.n)
+	for i, n := range t.counts {
+		if n != 0 {
+			vcs = append(vcs, valueCount{t.keys[i], n})
+		}
+	}
+	return vcs
+}
+
+// wholeSum is exactSum's fast path over the table, without a copy.
+func (t *valueTable) wholeSum(total int64) (float64, bool) {
+	if total > maxWholeTotal {
+		return 0, false
+	}
+	sum := 0.0
+	for i, n := range t.counts {
+		if v := t.keys[i]; n != 0 {
+			if v != math.Trunc(v) || math.Abs(v) > maxWhole {
+				return 0, false
+			}
+			sum += v * float64(n)
+		}
+	}
+	return sum, true
+}
+
+// Whole values of magnitude <= maxWhole, maxWholeTotal of them at most, sum
+// to at most 2^52 in magnitude: every partial float64 sum is an exact
+// integer, in any order.
+const (
+	maxWhole      = 1 << 20
+	maxWholeTotal = 1 << 32
+)
+
+// exactSum returns sum(v * n) over vcs, total being the sum of the counts:
+// exact, rounded once to float64 (ties to even), whatever the order of vcs.
+// Whole values (see maxWhole) are summed in float64, exactly; anything else
+// in 2400-bit binary floating point, which holds any sum of float64 products
+// with int64 counts exactly (2^-1074 to 2^1151, plus carries), rounded once.
+func exactSum(vcs []valueCount, total int64) float64 {
+	if total <= maxWholeTotal {
+		sum, whole := 0.0, true
+		for _, vc := range vcs {
+			if vc.v != math.Trunc(vc.v) || math.Abs(vc.v) > maxWhole {
+				whole = false
+				break
+			}
+			sum += vc.v * float64(vc.n)
+		}
+		if whole {
+			return sum
+		}
+	}
+	const prec = 2400
+	acc := new(big.Float).SetPrec(prec)
+	term := new(big.Float).SetPrec(prec)
+	count := new(big.Float)
+	for _, vc := range vcs {
+		term.SetFloat64(vc.v)
+		acc.Add(acc, term.Mul(term, count.SetInt64(vc.n)))
+	}
+	f, _ := acc.Float64()
+	return f
+}
+
+// Distribution returns the distinct delays in ascending order and how many
+// events had each; nil, nil when empty. -0 is held as 0.
+func (s *Stats) Distribution() (values []float64, counts []int64) {
+	vcs := s.small[:s.nSmall]
+	if s.counts != nil {
+		vcs = s.counts.values()
+		slices.SortFunc(vcs, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
+	}
+	if len(vcs) == 0 {
+		return nil, nil
+	}
+	values, counts = make([]float64, len(vcs)), make([]int64, len(vcs))
+	for i, vc := range vcs {
+		values[i], counts[i] = vc.v, vc.n
+	}
+	return values, counts
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // Min returns the smallest delay in seconds; NaN when empty.
@@ -265,34 +377,73 @@ func (s *Stats) Quantile(p float64) float64 {
 	if s.n == 0 || !(p >= 0 && p <= 1) {
 		return math.NaN()
 	}
-	// The explicit float64 conversions forbid fused multiply-add, so the
-	// rounding is that of PostgreSQL's separate multiply and add.
-	pos := float64(p * float64(s.n-1))
-	first := math.Floor(pos)
-	lo := int64(first)
-	hi := int64(math.Ceil(pos))
+	return s.quantile(p, nil)
+}
 
+// quantile is Quantile over vcs, the table's values when s has a table
+// (nil: read them here).
+func (s *Stats) quantile(p float64, vcs []valueCount) float64 {
+	pos, lo, hi := quantileRanks(s.n, p)
 	var loV, hiV float64
 	if s.counts != nil {
-		loV, hiV = s.counts.ranks(lo, hi)
-	} else {
-		var seen int64 // number of values before the current key
-		found := false
-		for _, vc := range s.small[:s.nSmall] {
-			next := seen + vc.n
-			if !found && lo < next {
-				loV, found = vc.v, true
-			}
-			if hi < next {
-				hiV = vc.v
-				break
-			}
-			seen = next
+		if vcs == nil {
+			vcs = s.counts.values()
 		}
+		loV, hiV = selectRanks(vcs, lo, hi)
+	} else {
+		loV, hiV = sortedRanks(s.small[:s.nSmall], lo, hi)
 	}
-	if hi == lo {
+	return lerp(loV, hiV, pos)
+}
+
+// MeanP90 returns Mean() and P90() (NaN, NaN when empty), reading a many-valued
+// distribution once for both.
+func (s *Stats) MeanP90() (mean, p90 float64) {
+	if s.n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	if s.counts == nil {
+		return s.Mean(), s.quantile(0.9, nil)
+	}
+	vcs := s.counts.values()
+	mean = exactSum(vcs, s.n) / float64(s.n)
+	return mean, s.quantile(0.9, vcs)
+}
+
+// quantileRanks returns percentile_cont's position p*(n-1) of the p-quantile
+// of n > 0 sorted values and the 0-based ranks around it, lo = floor(pos)
+// and hi = ceil(pos).
+func quantileRanks(n int64, p float64) (pos float64, lo, hi int64) {
+	// The explicit float64 conversion forbids fused multiply-add, so the
+	// rounding is that of PostgreSQL's separate multiply and add.
+	pos = float64(p * float64(n-1))
+	return pos, int64(math.Floor(pos)), int64(math.Ceil(pos))
+}
+
+// sortedRanks returns the values at ranks lo and hi (lo <= hi < total count)
+// of vcs, sorted by value.
+func sortedRanks(vcs []valueCount, lo, hi int64) (loV, hiV float64) {
+	var seen int64 // number of values before the current key
+	found := false
+	for _, vc := range vcs {
+		next := seen + vc.n
+		if !found && lo < next {
+			loV, found = vc.v, true
+		}
+		if hi < next {
+			return loV, vc.v
+		}
+		seen = next
+	}
+	return loV, hiV
+}
+
+// lerp interpolates between the values at ranks floor(pos) and ceil(pos)
+// as PostgreSQL's float8_lerp does: loV + (hiV-loV) * (pos-floor(pos)).
+func lerp(loV, hiV, pos float64) float64 {
+	first := math.Floor(pos)
+	if first == math.Ceil(pos) {
 		return loV
 	}
-	proportion := pos - first
-	return loV + float64((hiV-loV)*proportion)
+	return loV + float64((hiV-loV)*(pos-first))
 }

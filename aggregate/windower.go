@@ -3,12 +3,15 @@ package aggregate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
 // Windower holds the open tumbling windows of one size: window start ->
 // dimension -> dimension_id -> Stats. Each prediction counts in four rows
-// (DimLine, DimStation, DimOperator, DimNetwork).
+// (DimLine, DimStation, DimOperator, DimNetwork). A partitioned Windower
+// (NewPartitionedWindower) keeps the rows of each source partition apart, for
+// the partial aggregates of a split pipeline (Partial).
 //
 // Closing is two-step so that a failed commit loses nothing: Closed returns the
 // rows of the windows a watermark finalizes without removing them, and Drop
@@ -16,15 +19,18 @@ import (
 // concurrent use: one goroutine owns it.
 type Windower struct {
 	size    time.Duration
+	byPart  bool // rows per source partition
 	windows map[windowKey]*window
 	last    *window        // the window of the previous Add: consecutive events mostly share it
 	hint    [len(dims)]int // rows per dimension of the last window dropped
 }
 
-// windowKey identifies a window by its UTC start, without a time.Location.
+// windowKey identifies a window by its UTC start, without a time.Location,
+// and, in a partitioned Windower, its source partition (else 0).
 type windowKey struct {
 	sec  int64
 	nsec int32
+	part int32
 }
 
 // dims lists the dimensions in the order of Closed's rows (by name).
@@ -76,6 +82,19 @@ func NewWindower(size time.Duration) *Windower {
 	return &Windower{size: size, windows: make(map[windowKey]*window)}
 }
 
+// NewPartitionedWindower returns an empty Windower that keeps the rows of
+// each source partition apart (AddFrom): its closed windows are taken as
+// partial aggregates (ClosedSet.Partials), one per row and partition. It
+// panics if size <= 0.
+func NewPartitionedWindower(size time.Duration) *Windower {
+	w := NewWindower(size)
+	w.byPart = true
+	return w
+}
+
+// Partitioned tells whether w keeps the rows of each source partition apart.
+func (w *Windower) Partitioned() bool { return w.byPart }
+
 // Size returns the window size.
 func (w *Windower) Size() time.Duration { return w.size }
 
@@ -83,8 +102,17 @@ func (w *Windower) Size() time.Duration { return w.size }
 // (UTC). The caller has already decided that p is not late
 // (WindowStart(p.EventTime)+Size() > watermark).
 func (w *Windower) Add(p Prediction) (windowStart time.Time) {
+	return w.AddFrom(0, p)
+}
+
+// AddFrom is Add for an event of source partition part: a partitioned
+// Windower counts it in that partition's rows; any other ignores part.
+func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 	start := WindowStart(p.EventTime, w.size)
-	k := windowKey{start.Unix(), int32(start.Nanosecond())}
+	if !w.byPart {
+		part = 0
+	}
+	k := windowKey{start.Unix(), int32(start.Nanosecond()), part}
 	win := w.last
 	if win == nil || win.key != k {
 		win = w.windows[k]
@@ -152,7 +180,8 @@ func (c ClosedSet) Len() int { return c.rows }
 
 // Rows returns the rows of c, sorted by (WindowStart, Dimension,
 // DimensionID); nil when it is empty. It may run on any goroutine until the
-// Windower drops c's windows.
+// Windower drops c's windows. For a partitioned Windower it returns one row
+// per partition of a key: take Partials instead.
 func (c ClosedSet) Rows() []Row {
 	if c.rows == 0 {
 		return nil
@@ -169,6 +198,7 @@ func (c ClosedSet) Rows() []Row {
 			slices.Sort(ids)
 			for _, id := range ids {
 				st := m[id]
+				mean, p90 := st.MeanP90()
 				rows = append(rows, Row{
 					WindowStart: win.start,
 					WindowEnd:   end,
@@ -176,8 +206,8 @@ func (c ClosedSet) Rows() []Row {
 					DimensionID: id,
 					Operator:    st.Operator(),
 					Count:       st.Count(),
-					Mean:        st.Mean(),
-					P90:         st.P90(),
+					Mean:        mean,
+					P90:         p90,
 					Min:         st.Min(),
 					Max:         st.Max(),
 				})
@@ -185,6 +215,51 @@ func (c ClosedSet) Rows() []Row {
 		}
 	}
 	return rows
+}
+
+// Partials returns the partial aggregates of c, one per row and source
+// partition (Partial), sorted by (WindowStart, Dimension, DimensionID,
+// Partition); nil when it is empty. Like Rows it may run on any goroutine
+// until the Windower drops c's windows.
+func (c ClosedSet) Partials() []Partial {
+	if c.rows == 0 {
+		return nil
+	}
+	out := make([]Partial, 0, c.rows)
+	for _, win := range c.wins {
+		end := win.start.Add(c.size)
+		for d, m := range win.rows {
+			for id, st := range m {
+				out = append(out, partialOf(st, win.start, end, dims[d], id, win.key.part))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Partial) int {
+		if c := a.WindowStart.Compare(b.WindowStart); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Dimension, b.Dimension); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.DimensionID, b.DimensionID); c != 0 {
+			return c
+		}
+		return int(a.Partition) - int(b.Partition)
+	})
+	return out
+}
+
+// OpenPartitions returns the source partitions that have events in a window
+// whose end is after watermark: the windows Closed(watermark) leaves open.
+// Every partition is 0 in a Windower that is not partitioned.
+func (w *Windower) OpenPartitions(watermark time.Time) map[int32]bool {
+	open := map[int32]bool{}
+	for _, win := range w.windows {
+		if !w.closed(win.start, watermark) {
+			open[win.key.part] = true
+		}
+	}
+	return open
 }
 
 // Drop removes every window whose end is <= watermark, after a successful
@@ -206,7 +281,8 @@ func (w *Windower) Drop(watermark time.Time) int {
 	return n
 }
 
-// OpenWindows returns the number of open windows.
+// OpenWindows returns the number of open windows (in a partitioned Windower,
+// of open (window, partition) pairs).
 func (w *Windower) OpenWindows() int { return len(w.windows) }
 
 // OpenRows returns the number of rows over all open windows.

@@ -23,8 +23,9 @@ type pendingCommit struct {
 
 // commitResult is what the writer goroutine reports.
 type commitResult struct {
-	err  error
-	took time.Duration
+	err    error
+	took   time.Duration
+	merged store.Merged // a split commit's merge
 }
 
 // startCommit begins writing the pending batch, or a new one taken now, in
@@ -41,19 +42,28 @@ func (l *loop) startCommit(ctx context.Context) {
 	done := make(chan commitResult, 1)
 	l.inflight = done
 	go func() {
-		if p.batch.Windows == nil && p.set.Len() > 0 {
+		switch {
+		case p.batch.Split != nil && p.batch.Partials == nil && p.set.Len() > 0:
+			p.batch.Partials = p.set.Partials()
+		case p.batch.Split == nil && p.batch.Windows == nil && p.set.Len() > 0:
 			p.batch.Windows = p.set.Rows()
 		}
 		crashpoint.Hit(crashpoint.BeforeBegin)
 		began := time.Now()
 		// A SIGTERM does not interrupt a commit in flight; a hung server does, after commitTimeout.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-		err := st.Commit(cctx, p.batch)
+		var res commitResult
+		if p.batch.Split != nil {
+			res.merged, res.err = st.CommitSplit(cctx, p.batch)
+		} else {
+			res.err = st.Commit(cctx, p.batch)
+		}
 		cancel()
-		if err == nil {
+		if res.err == nil {
 			crashpoint.Hit(crashpoint.AfterCommit)
 		}
-		done <- commitResult{err: err, took: time.Since(began)}
+		res.took = time.Since(began)
+		done <- res
 	}()
 }
 
@@ -76,6 +86,7 @@ func (l *loop) takeBatch() *pendingCommit {
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
 			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
 	}
+	l.splitBatch(&p.batch)
 	l.dead = nil
 	l.trips = map[string]store.Trip{}
 	l.vehicles = map[string]store.Vehicle{}
@@ -118,6 +129,8 @@ func (l *loop) finishCommit(res commitResult) error {
 			fail(FailAmbiguous).Inc()
 			cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again", "err", err)
 			return errResync
+		case l.mergedPast(err):
+			return errResync
 		case !store.Retryable(err):
 			fail(FailTerminal).Inc()
 			return fmt.Errorf("consumer: commit: %w", err)
@@ -133,6 +146,9 @@ func (l *loop) finishCommit(res commitResult) error {
 	l.win.Drop(p.wm)
 	l.led.Release(p.wm)
 	l.committed = p.records
+	if p.batch.Split != nil {
+		l.splitCommitted(res.merged)
+	}
 	b := &p.batch
 	for _, pos := range b.Positions {
 		l.stored[pos.PartitionID] = pos

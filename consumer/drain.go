@@ -25,7 +25,11 @@ func (l *loop) finishDrain(ctx context.Context) error {
 		return err
 	}
 	l.wm.Raise(l.win.LastEnd())
-	return l.commitUntilDone(ctx, ctx)
+	l.sp.draining = true // a split drain marks its partitions drained
+	if err := l.commitUntilDone(ctx, ctx); err != nil {
+		return err
+	}
+	return l.awaitMerge(ctx)
 }
 
 // shutdown makes the final commit of what is durable after SIGTERM. Open

@@ -47,7 +47,7 @@ func (l *loop) handle(r *record, now time.Time) {
 		l.wm.Observe(r.tp, p.EventTime, now)
 		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
 		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
-		switch classify(r.offset, end, l.wm.Current(), l.replayUntil[r.tp]) {
+		switch classify(r.offset, end, l.wm.Current(), l.replayUntil[r.tp], l.sp.storedAt(r.tp, end)) {
 		case replayed:
 			l.sum.Skipped++
 			l.led.Consumed(r.tp, r.offset)
@@ -62,7 +62,7 @@ func (l *loop) handle(r *record, now time.Time) {
 		if l.rejectPrediction(r, p) {
 			return
 		}
-		l.win.Add(p)
+		l.win.AddFrom(r.tp.Partition, p)
 		l.led.InWindow(r.tp, r.offset, end)
 		l.sum.Predictions++
 		return
@@ -94,15 +94,20 @@ const (
 )
 
 // classify applies DESIGN.md "Watermark and lateness" and "Replay after a
-// restart": an event whose window ends at or before the watermark is late,
-// unless its offset is below consumedOffset, the stored one-past-last offset
-// consumed before the restart: then it was counted (or recorded as late)
-// before, and is skipped without a trace.
-func classify(offset int64, windowEnd, watermark time.Time, consumedOffset int64) verdict {
+// restart" to an event of a partition whose stored consumed_offset (one past
+// the last offset consumed before the restart) is consumedOffset and whose
+// stored watermark is stored (zero: none). An event whose window ends at or
+// before the watermark or the stored watermark is late, unless its offset is
+// below consumedOffset and its window ends at or before the stored
+// watermark: then it was counted in a written window (or recorded as late)
+// before, and is skipped without a trace. Judging by the partition's stored
+// watermark, not the instance's, keeps that true when the partition's owner
+// changed (a split pipeline's instances reach different watermarks).
+func classify(offset int64, windowEnd, watermark time.Time, consumedOffset int64, stored time.Time) verdict {
 	switch {
-	case windowEnd.After(watermark):
+	case windowEnd.After(watermark) && windowEnd.After(stored):
 		return aggregateIt
-	case offset < consumedOffset:
+	case offset < consumedOffset && !windowEnd.After(stored):
 		return replayed
 	}
 	return late

@@ -77,9 +77,10 @@ func TestLedgerMemoryPerWindow(t *testing.T) {
 	}
 }
 
-// On replay after a restart (stored consumed_offset 110), an event below
-// consumed_offset in a written window is skipped, one at or past it is late,
-// and one in an open window is counted whatever its offset.
+// On replay after a restart (stored consumed_offset 110, stored watermark
+// 12:10), an event below consumed_offset in a written window is skipped, one
+// at or past it is late, and one in an open window is counted whatever its
+// offset.
 func TestClassifyReplay(t *testing.T) {
 	wm := at("12:10") // windows ending at or before 12:10 are written
 	for _, c := range []struct {
@@ -94,8 +95,36 @@ func TestClassifyReplay(t *testing.T) {
 		{105, at("12:15"), aggregateIt},
 		{120, at("12:15"), aggregateIt},
 	} {
-		if got := classify(c.offset, c.end, wm, 110); got != c.want {
+		if got := classify(c.offset, c.end, wm, 110, wm); got != c.want {
 			t.Errorf("offset %d, window end %s: verdict %d, want %d", c.offset, c.end.Format("15:04"), got, c.want)
+		}
+	}
+}
+
+// The partition's stored watermark, not the instance's, decides: a new owner
+// whose own watermark is lower (12:00) than the partition's (12:10) skips the
+// replayed events of the partition's written windows and finds later events
+// of those windows late (their partial may be written already); an event
+// below consumed_offset whose window was still open for the partition's last
+// owner (12:15, above 12:10) was never counted: it is counted now, or late
+// when the new owner's watermark passed its window.
+func TestClassifyStoredWatermark(t *testing.T) {
+	stored := at("12:10")
+	for _, c := range []struct {
+		offset int64
+		end    time.Time
+		wm     time.Time
+		want   verdict
+	}{
+		{105, at("12:10"), at("12:00"), replayed},
+		{110, at("12:10"), at("12:00"), late},
+		{105, at("12:15"), at("12:00"), aggregateIt},
+		{105, at("12:15"), at("12:20"), late},
+		{120, at("12:15"), at("12:00"), aggregateIt},
+	} {
+		if got := classify(c.offset, c.end, c.wm, 110, stored); got != c.want {
+			t.Errorf("offset %d, window end %s, watermark %s: verdict %d, want %d", c.offset,
+				c.end.Format("15:04"), c.wm.Format("15:04"), got, c.want)
 		}
 	}
 }

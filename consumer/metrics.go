@@ -32,6 +32,7 @@ type Metrics struct {
 	Standby          prometheus.Gauge       // ovstream_standby
 	LastCommit       prometheus.Gauge       // ovstream_last_commit_timestamp_seconds
 	KafkaCommitFails prometheus.Counter     // ovstream_kafka_offset_commit_failures_total
+	MergePending     prometheus.Gauge       // ovstream_merge_pending_windows
 	all              []prometheus.Collector
 }
 
@@ -42,6 +43,9 @@ const (
 	FailFenced    = "fenced"
 	FailTerminal  = "terminal" // e.g. a missing table: the run stops
 	FailRejected  = "rejected" // PostgreSQL refused rows: their records are dead-lettered on a resync
+	// FailMergedPast: the split pipeline merged a window this instance still
+	// held events of (they came on an idle partition): positions re-read.
+	FailMergedPast = "merged_past"
 )
 
 // NewMetrics creates the series and registers them with reg (nil = do not register).
@@ -79,12 +83,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Wall time of the last successful commit, Unix seconds."}),
 		KafkaCommitFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_kafka_offset_commit_failures_total",
 			Help: "Failed commits of offsets to the Kafka consumer group (monitoring only, never fatal)."}),
+		MergePending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_merge_pending_windows",
+			Help: "Split pipeline: windows with partial aggregates waiting for every partition to pass them (merge lag); 0 otherwise."}),
 	}
-	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailFenced, FailTerminal} {
+	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailMergedPast, FailFenced, FailTerminal} {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
-		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit, m.KafkaCommitFails}
+		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit,
+		m.KafkaCommitFails, m.MergePending}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)

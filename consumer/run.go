@@ -107,6 +107,7 @@ type loop struct {
 	led         *Ledger
 	replayUntil map[aggregate.PartitionID]int64   // stored consumed_offset
 	deadBefore  map[aggregate.PartitionID][]int64 // dead letters in [next_offset, consumed_offset) (replay.go)
+	sp          splitState                        // split pipeline, stored watermarks (split.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record

@@ -58,7 +58,10 @@ func (l *loop) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.win = aggregate.NewWindower(cfg.Window)
+	if err := l.startSplit(ctx, assigned, stored); err != nil {
+		return err
+	}
+	l.win = l.sp.newWindower(cfg.Window)
 	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
 	l.wm.IdleFinalize(cfg.IdleFinalize)
 	l.led = NewLedger()

@@ -27,7 +27,7 @@ import (
 // thrown away. Retry the whole batch, never a part of it, when Retryable
 // says so.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
-	if err := s.commit(ctx, &b); err != nil {
+	if err := s.commit(ctx, &b, nil); err != nil {
 		s.discard()
 		what := fmt.Sprintf("store: commit %d windows, %d vehicles, %d trips, %d dead letters, %d partitions",
 			len(b.Windows), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
@@ -43,7 +43,12 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	return nil
 }
 
-func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
+// commit writes b in one transaction; with b.Split it writes b.Partials and
+// merges (mergeSplit), reporting into m.
+func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
+	if m == nil {
+		m = &Merged{}
+	}
 	if len(b.Positions) == 0 {
 		return errors.New("a batch is fenced by the epoch of its partitions: it needs at least one Position")
 	}
@@ -78,6 +83,11 @@ func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
 	if err := upsertWindows(ctx, tx, b.Pipeline, b.Windows); err != nil {
 		return fmt.Errorf("upsert windows: %w", err)
 	}
+	if b.Split != nil {
+		if err := writePartials(ctx, tx, b.Pipeline, b.Split.Topic, b.Partials); err != nil {
+			return fmt.Errorf("write partials: %w", err)
+		}
+	}
 	if err := upsertVehicles(ctx, tx, b.Pipeline, b.Vehicles); err != nil {
 		return fmt.Errorf("upsert vehicle_latest: %w", err)
 	}
@@ -92,6 +102,11 @@ func (s *Store) commit(ctx context.Context, b *Batch) (err error) {
 	}
 	if err := storePositions(ctx, tx, b.Pipeline, b.Watermark, positions); err != nil {
 		return fmt.Errorf("update stream_positions: %w", err)
+	}
+	if b.Split != nil {
+		if err := mergeSplit(ctx, tx, b.Pipeline, b.Split, m); err != nil {
+			return fmt.Errorf("merge: %w", err)
+		}
 	}
 	if h := s.Hooks.BeforeCommit; h != nil {
 		h()

@@ -102,3 +102,39 @@ func appendTimestamptz(b []byte, t time.Time) []byte {
 	us := t.Unix()*1_000_000 + int64(t.Nanosecond())/1000
 	return appendInt8(b, us-postgresEpoch)
 }
+
+// Element type OIDs of the arrays a commit writes (pg_type).
+const (
+	oidInt8   = 20
+	oidFloat8 = 701
+)
+
+// appendArrayHeader starts a one-dimensional array of n non-NULL elements
+// of 8 bytes each (array_send): its field length, dimensions, flags (no
+// NULLs), element type, length and lower bound 1.
+func appendArrayHeader(b []byte, oid uint32, n int) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(20+12*n))
+	b = binary.BigEndian.AppendUint32(b, 1) // dimensions
+	b = binary.BigEndian.AppendUint32(b, 0) // flags: no NULLs
+	b = binary.BigEndian.AppendUint32(b, oid)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	return binary.BigEndian.AppendUint32(b, 1) // lower bound
+}
+
+// appendFloat8Array writes vs as a float8[].
+func appendFloat8Array(b []byte, vs []float64) []byte {
+	b = appendArrayHeader(b, oidFloat8, len(vs))
+	for _, v := range vs {
+		b = appendFloat8(b, v)
+	}
+	return b
+}
+
+// appendInt8Array writes vs as a bigint[].
+func appendInt8Array(b []byte, vs []int64) []byte {
+	b = appendArrayHeader(b, oidInt8, len(vs))
+	for _, v := range vs {
+		b = appendInt8(b, v)
+	}
+	return b
+}

@@ -22,6 +22,13 @@
 //   - After any error the connection is thrown away; the next call reconnects.
 //     An error of the COMMIT statement itself is a *CommitError: when it is
 //     Ambiguous the transaction may have committed, so re-read the positions.
+//   - Split pipelines (CommitSplit): partials are keyed by source partition
+//     and replaced, never added to; a window is merged into delay_aggregates
+//     only once every partition of the pipeline's topics passed it (none
+//     unclaimed, none without a watermark; idle and drained ones excepted),
+//     in the transaction of the commit that finds it so, under the
+//     pipeline's row lock; its partials are deleted in that transaction, and
+//     no partial of a merged window is written again (ErrMergedPast).
 //   - Retryable tells transient failures (connection lost, serialization
 //     failure, deadlock, server shutting down) from terminal ones (fenced).
 //   - A batch PostgreSQL refuses for a value it holds (Refused: SQLSTATE

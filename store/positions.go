@@ -18,13 +18,18 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 	positions := map[aggregate.PartitionID]Position{}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		clear(positions)
-		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset
+		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, watermark
 			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL`, pipeline)
 		if err != nil {
 			return err
 		}
 		var p Position
-		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset}, func() error {
+		var wm *time.Time
+		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &wm}, func() error {
+			p.Watermark = time.Time{}
+			if wm != nil {
+				p.Watermark = wm.UTC()
+			}
 			positions[p.PartitionID] = p
 			return nil
 		})
@@ -37,9 +42,11 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 }
 
 // SeedWatermark returns the watermark an instance owning parts starts from,
-// in UTC (DESIGN.md "Watermark and lateness"): the later of max(window_end)
-// of pipeline's delay_aggregates rows and the lowest watermark stored for
-// parts; the zero time when neither exists. Other pipelines' rows play no part.
+// in UTC (DESIGN.md "Watermark and lateness"): the latest of max(window_end)
+// of pipeline's delay_aggregates rows, the lowest watermark stored for parts
+// and the end of the last window the pipeline merged from partials
+// (pipelines.merged_until: events of a merged window are late); the zero
+// time when none exists. Other pipelines' rows play no part.
 func (s *Store) SeedWatermark(ctx context.Context, pipeline string, parts []aggregate.PartitionID) (time.Time, error) {
 	topics, nums := partitionArrays(parts)
 	var wm *time.Time
@@ -51,7 +58,8 @@ SELECT GREATEST(
     (SELECT min(s.watermark) FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
         ON s.topic = u.topic AND s.partition = u.partition WHERE s.pipeline = $1),
     (SELECT max(window_end) FROM delay_aggregates WHERE pipeline = $1
-        AND window_start = (SELECT max(window_start) FROM delay_aggregates WHERE pipeline = $1)))`,
+        AND window_start = (SELECT max(window_start) FROM delay_aggregates WHERE pipeline = $1)),
+    (SELECT merged_until FROM pipelines WHERE name = $1))`,
 			pipeline, topics, nums).Scan(&wm)
 	})
 	if err != nil {
@@ -111,13 +119,16 @@ func mergePositions(ps []Position) []Position {
 	return out
 }
 
-// storePositions stores the offsets of ps (never backwards) and the
-// watermark wm (never backwards; zero keeps it) in rows fence checked.
+// storePositions stores the offsets of ps (never backwards), the watermark
+// wm (never backwards; zero keeps it) and the idle and drained flags in rows
+// fence checked.
 func storePositions(ctx context.Context, tx pgx.Tx, pipeline string, wm time.Time, ps []Position) error {
 	topics, parts := make([]string, len(ps)), make([]int32, len(ps))
 	next, consumed := make([]int64, len(ps)), make([]int64, len(ps))
+	idle, drained := make([]bool, len(ps)), make([]bool, len(ps))
 	for i, p := range ps {
 		topics[i], parts[i], next[i], consumed[i] = p.Topic, p.Partition, p.NextOffset, p.ConsumedOffset
+		idle[i], drained[i] = p.Idle, p.Drained
 	}
 	var w any // NULL keeps the stored watermark
 	if !wm.IsZero() {
@@ -128,9 +139,11 @@ UPDATE stream_positions AS t SET
     next_offset = GREATEST(t.next_offset, u.next_offset),
     consumed_offset = GREATEST(t.consumed_offset, u.consumed_offset),
     watermark = GREATEST(t.watermark, $6),
+    idle = u.idle, drained = u.drained,
     updated_at = now()
-FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::bigint[]) AS u(topic, partition, next_offset, consumed_offset)
+FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::bigint[], $7::boolean[], $8::boolean[])
+    AS u(topic, partition, next_offset, consumed_offset, idle, drained)
 WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition`,
-		pipeline, topics, parts, next, consumed, w)
+		pipeline, topics, parts, next, consumed, w, idle, drained)
 	return err
 }

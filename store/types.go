@@ -48,6 +48,16 @@ type Position struct {
 	aggregate.PartitionID
 	NextOffset     int64
 	ConsumedOffset int64
+	// Watermark is the watermark stored with these offsets (LoadPositions;
+	// a commit stores Batch.Watermark), UTC; zero when none. Every record
+	// below ConsumedOffset whose window ends at or before it was counted in
+	// a written window or dead-lettered.
+	Watermark time.Time
+	// Idle and Drained are what a commit of a split pipeline tells the merge
+	// about the partition (stream_positions.idle, .drained): idle = caught
+	// up, quiet, and none of its events in an open window; drained = its
+	// owner's --drain wrote every window of it.
+	Idle, Drained bool
 }
 
 // Batch is everything one commit writes, in ONE transaction.
@@ -63,4 +73,36 @@ type Batch struct {
 	DeadLetters []DeadLetter
 	Positions   []Position
 	Watermark   time.Time // the watermark this commit reached (stream_positions.watermark of each partition)
+
+	// Split is set by an instance that does not own every partition of its
+	// pipeline: it writes Partials instead of Windows, and the commit merges
+	// the windows every partition of the pipeline finalized (CommitSplit).
+	Split    *Split
+	Partials []aggregate.Partial // the windows Watermark finalized, per source partition
+}
+
+// Split is what a commit of a split pipeline needs besides its rows
+// (DESIGN.md "Pipelines, instances and partitions", Split windows).
+type Split struct {
+	Topic  string        // the predictions topic: Partials are of its partitions
+	Topics []string      // the pipeline's topics: every partition of them takes part in the merge
+	Window time.Duration // the window size
+	// FirstOpen is the end (UTC) of the earliest window the instance held
+	// when the batch was taken, written by this commit or still open; zero
+	// when none. If the pipeline merged that window already, the commit
+	// writes nothing and fails with ErrMergedPast.
+	FirstOpen time.Time
+	// IdleLease is how long after its owner's last commit an idle partition
+	// still stops holding the merge; after it, it holds it again (an owner
+	// that stopped must not let windows merge without its partition).
+	IdleLease time.Duration
+}
+
+// Merged is what the merge step of a split commit did.
+type Merged struct {
+	Until   time.Time // pipelines.merged_until after the commit, UTC: every window ending at or before it is final; zero: none yet
+	Windows int       // windows this commit merged
+	Rows    int       // delay_aggregates rows this commit wrote by merging
+	Drained bool      // every partition was drained: everything was merged and the drain flags cleared
+	Pending int       // windows with partials still waiting for the merge
 }

@@ -90,6 +90,7 @@ type StatusReport struct {
 	TotalLag        int64                        `json:"total_lag"`
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
 	KafkaError      string                       `json:"kafka_error,omitempty"`
+	Merge           *MergeStatus                 `json:"merge"` // split pipelines (status_merge.go)
 }
 
 func cmdStatus(ctx context.Context, args []string) int {
@@ -147,6 +148,10 @@ func cmdStatus(ctx context.Context, args []string) int {
 		return exitError
 	}
 	rep := buildStatus(o.pipeline, dbs)
+	if rep.Merge, err = mergeStatus(ctx, st, o.pipeline); err != nil {
+		fmt.Fprintln(stderr, "ovstream status:", err)
+		return exitError
+	}
 	kerr := kafkaOffsets(rep, splitList(o.brokers), splitList(*topics), sc)
 	if kerr != nil {
 		rep.KafkaError = kerr.Error()
@@ -309,7 +314,9 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 	} else {
 		fmt.Fprintf(w, "pipeline %s: never claimed (no run has started)\n", r.Pipeline)
 	}
-	fmt.Fprintf(w, "newest window_end: %s\n\n", ts(r.NewestWindowEnd))
+	fmt.Fprintf(w, "newest window_end: %s\n", ts(r.NewestWindowEnd))
+	printMerge(w, r.Merge, ts)
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "partition\tnext offset\tlog start\thigh water\tlag\tupdated at\towner\tepoch\tlease\t")
 	num := func(v *int64) string {

@@ -1,0 +1,198 @@
+package aggregate
+
+import (
+	"encoding/binary"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// event is one delay of an operator, read by a source partition.
+type event struct {
+	part  int32
+	delay float64
+	op    string
+}
+
+// modelRow is the plain model of a row over evs: sort the delays, count,
+// exact rational sum rounded once divided by the count, percentile_cont(0.9)
+// by sort and interpolate, min, max, the one operator or "".
+func modelRow(evs []event) Row {
+	vs := make([]float64, len(evs))
+	sum := new(big.Rat)
+	op := evs[0].op
+	for i, e := range evs {
+		vs[i] = e.delay
+		if vs[i] == 0 {
+			vs[i] = 0
+		}
+		sum.Add(sum, new(big.Rat).SetFloat64(vs[i]))
+		if e.op != op {
+			op = ""
+		}
+	}
+	slices.Sort(vs)
+	s, _ := sum.Float64()
+	return Row{Operator: op, Count: int64(len(vs)), Mean: s / float64(len(vs)), P90: naiveQuantile(vs, 0.9),
+		Min: vs[0], Max: vs[len(vs)-1]}
+}
+
+// splitMerge returns Merge of the partials of evs, one Stats per partition,
+// and the Row of one Stats fed every event.
+func splitMerge(evs []event) (merged, whole Row) {
+	per := map[int32]*Stats{}
+	var all Stats
+	for _, e := range evs {
+		if per[e.part] == nil {
+			per[e.part] = &Stats{}
+		}
+		per[e.part].Add(e.delay, e.op)
+		all.Add(e.delay, e.op)
+	}
+	var parts []Partial
+	for p, st := range per {
+		parts = append(parts, partialOf(st, t0, t0.Add(5*time.Minute), DimLine, "L", p))
+	}
+	// Merge must not depend on the order of the partials.
+	rand.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+	merged = Merge(parts)
+	whole = Row{Operator: all.Operator(), Count: all.Count(), Mean: all.Mean(), P90: all.P90(), Min: all.Min(), Max: all.Max()}
+	if mean, p90 := all.MeanP90(); math.Float64bits(mean) != math.Float64bits(whole.Mean) ||
+		math.Float64bits(p90) != math.Float64bits(whole.P90) {
+		whole.Operator = "MeanP90 differs from Mean and P90" // fails the comparison
+	}
+	merged.WindowStart, merged.WindowEnd, merged.Dimension, merged.DimensionID = time.Time{}, time.Time{}, "", ""
+	return merged, whole
+}
+
+// sameBits compares the statistics of two rows bit for bit.
+func sameBits(a, b Row) bool {
+	eq := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
+	return a.Operator == b.Operator && a.Count == b.Count && eq(a.Mean, b.Mean) && eq(a.P90, b.P90) &&
+		eq(a.Min, b.Min) && eq(a.Max, b.Max)
+}
+
+func checkMerge(t *testing.T, evs []event) {
+	t.Helper()
+	merged, whole := splitMerge(evs)
+	model := modelRow(evs)
+	if !sameBits(merged, whole) {
+		t.Fatalf("Merge of the partials %+v differs from one Stats %+v; events %v", merged, whole, evs)
+	}
+	if !sameBits(whole, model) {
+		t.Fatalf("Stats %+v differs from the sort-and-interpolate model %+v; events %v", whole, model, evs)
+	}
+}
+
+func TestMergeHandPicked(t *testing.T) {
+	for _, evs := range [][]event{
+		{{0, 5, "A"}},
+		{{0, 5, "A"}, {1, 7, "A"}, {2, 5, "A"}, {0, 5, "A"}, {1, 5, "A"}},                                        // ties across partitions
+		{{0, 0.1, "A"}, {1, 0.1, "A"}, {2, 0.1, "A"}},                                                            // a running sum would give 0.30000000000000004
+		{{0, math.Copysign(0, -1), "A"}, {1, 0, "B"}},                                                            // -0 and 0, two operators
+		{{0, 1e308, "A"}, {1, 1e308, "A"}, {2, -1e308, "A"}},                                                     // a running sum overflows in one order
+		{{0, 1, "A"}, {1, 1e-300, "A"}, {2, -1, "A"}},                                                            // cancellation: exact sum 1e-300
+		{{0, 86400, "A"}, {0, -86400, "B"}, {3, 0.5, "A"}, {7, -0.25, "A"}},                                      // the contract's bounds
+		{{0, 3, "A"}, {0, 1, "A"}, {0, 4, "A"}, {0, 1, "A"}, {0, 5, "A"}, {0, 9, "A"}, {1, 2, "A"}, {1, 6, "A"}}, // value table
+	} {
+		checkMerge(t, evs)
+	}
+	if r := Merge(nil); r.Count != 0 {
+		t.Fatalf("Merge(nil) = %+v", r)
+	}
+}
+
+// The sum behind the mean is exact and rounded once, so the order of the
+// delays does not matter: 1e16, 1, 1 sums to 1e16+2 (a running sum in that
+// order gives 1e16, in the order 1, 1, 1e16 it gives 1e16+2).
+func TestMeanExactSum(t *testing.T) {
+	for _, s := range []*Stats{statsOf("A", 1e16, 1, 1), statsOf("A", 1, 1, 1e16)} {
+		if s.Sum() != 1e16+2 || s.Mean() != (1e16+2)/3 {
+			t.Fatalf("sum %v mean %v, want %v and %v", s.Sum(), s.Mean(), 1e16+2, (1e16+2)/3)
+		}
+	}
+	// 3 * 0.1 lies exactly half-way between two float64s: ties to even.
+	if s := statsOf("A", 0.1, 0.1, 0.1); s.Sum() != 0.30000000000000004 {
+		t.Fatalf("sum of three 0.1: %v", s.Sum())
+	}
+	if s := statsOf("A", 1e308, 1e308, -1e308); s.Sum() != 1e308 {
+		t.Fatalf("sum %v, want 1e308 (no overflow on the way)", s.Sum())
+	}
+}
+
+// A partitioned Windower keeps each partition's rows apart; the partials of
+// its closed windows merge into the rows of a plain Windower fed the same
+// events, bit for bit.
+func TestPartitionedWindowerMergesIntoRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	plain, split := NewWindower(5*time.Minute), NewPartitionedWindower(5*time.Minute)
+	for range 5000 {
+		p := pred([]string{"L1", "L2", "L3"}[r.IntN(3)], []string{"S1", "S2"}[r.IntN(2)], []string{"A", "B"}[r.IntN(2)],
+			float64(r.IntN(600)-100)+[]float64{0, 0.5, 0.1}[r.IntN(3)], t0.Add(time.Duration(r.IntN(3600))*time.Second))
+		part := int32(r.IntN(6))
+		plain.Add(p)
+		split.AddFrom(part, p)
+	}
+	wm := t0.Add(40 * time.Minute)
+	if open := split.OpenPartitions(wm); len(open) != 6 {
+		t.Fatalf("open partitions after %v: %v", wm, open)
+	}
+	want := plain.Closed(wm)
+	partials := split.ClosedSet(wm).Partials()
+	var got []Row
+	for i := 0; i < len(partials); {
+		j := i
+		for j < len(partials) && partials[j].WindowStart.Equal(partials[i].WindowStart) &&
+			partials[j].Dimension == partials[i].Dimension && partials[j].DimensionID == partials[i].DimensionID {
+			j++
+		}
+		got = append(got, Merge(partials[i:j]))
+		i = j
+	}
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%d merged rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !sameBits(got[i], want[i]) || !got[i].WindowStart.Equal(want[i].WindowStart) ||
+			!got[i].WindowEnd.Equal(want[i].WindowEnd) || got[i].Dimension != want[i].Dimension ||
+			got[i].DimensionID != want[i].DimensionID {
+			t.Fatalf("row %d: merged %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if split.Drop(wm) == 0 || len(split.OpenPartitions(wm)) != 6 {
+		t.Fatal("drop")
+	}
+}
+
+// FuzzMerge: any finite delays, any operators, any split into partitions:
+// Merge of the per-partition partials equals one Stats over every event, bit
+// for bit, and both equal the sort-and-interpolate model with an exact sum.
+func FuzzMerge(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, uint8(3), false)
+	f.Add([]byte{0xc0, 0x15, 0, 0, 0, 0, 0, 0, 1, 0x40, 0x15, 0, 0, 0, 0, 0, 0, 2}, uint8(2), true)
+	f.Fuzz(func(t *testing.T, data []byte, parts uint8, raw bool) {
+		parts = 1 + parts%8
+		var evs []event
+		for len(data) >= 9 {
+			var d float64
+			if raw { // any float64 bits: any finite value
+				d = math.Float64frombits(binary.LittleEndian.Uint64(data))
+				if math.IsNaN(d) || math.IsInf(d, 0) {
+					data = data[9:]
+					continue
+				}
+			} else { // few distinct values, heavy ties, halves and tenths
+				d = float64(int8(data[0])%16) + []float64{0, 0.5, 0.1, -0.25}[data[1]%4]
+			}
+			evs = append(evs, event{part: int32(data[8] % parts), delay: d, op: []string{"A", "B"}[data[8]>>7]})
+			data = data[9:]
+		}
+		if len(evs) == 0 {
+			return
+		}
+		checkMerge(t, evs)
+	})
+}

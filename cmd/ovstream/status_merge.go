@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ovstream/ovstream/store"
+)
+
+// MergeStatus is the merge lag of a split pipeline in `status --json`.
+type MergeStatus struct {
+	PendingWindows int        `json:"pending_windows"`   // windows with partials waiting for every partition to pass them
+	OldestPending  *time.Time `json:"oldest_pending"`    // window_start of the oldest of them
+	MergedUntil    *time.Time `json:"merged_until"`      // end of the last window merged from partials
+	Holding        []string   `json:"holding,omitempty"` // partitions holding the merge (lowest stored watermark, or none)
+}
+
+func mergeStatus(ctx context.Context, st *store.Store, pipeline string) (*MergeStatus, error) {
+	ml, err := st.MergeLag(ctx, pipeline)
+	if err != nil {
+		return nil, err
+	}
+	return &MergeStatus{PendingWindows: ml.Pending, OldestPending: timePtr(ml.Oldest),
+		MergedUntil: timePtr(ml.MergedUntil), Holding: ml.Holding}, nil
+}
+
+// printMerge prints the merge line of a pipeline that was ever split.
+func printMerge(w io.Writer, m *MergeStatus, ts func(*time.Time) string) {
+	if m == nil || m.MergedUntil == nil && m.PendingWindows == 0 {
+		return
+	}
+	fmt.Fprintf(w, "merge: %d windows of partials waiting", m.PendingWindows)
+	if m.PendingWindows > 0 {
+		fmt.Fprintf(w, " (oldest %s, held by %s)", ts(m.OldestPending), strings.Join(m.Holding, ", "))
+	}
+	fmt.Fprintf(w, "; merged until %s\n", ts(m.MergedUntil))
+}

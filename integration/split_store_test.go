@@ -1,0 +1,163 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
+)
+
+// The merge step of store.CommitSplit, commit by commit, with two "instances"
+// (two Stores, each owning one partition of topic t): a window merges only
+// once both partitions' stored watermarks passed it, into rows equal bit for
+// bit to one Windower fed every event (fractional delays included); a partial
+// written twice replaces itself; a batch holding a window the pipeline merged
+// already writes nothing (ErrMergedPast); an idle partition stops holding the
+// merge.
+func TestStoreSplitMerge(t *testing.T) {
+	ctx := testCtx(t)
+	url := freshDB(t)
+	open := func(part int32) (*store.Store, int64, aggregate.PartitionID) {
+		s, err := store.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		tp := aggregate.PartitionID{Topic: "t", Partition: part}
+		c, err := s.Claim(ctx, "p", fmt.Sprintf("instance-%d", part), []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, c.Epoch, tp
+	}
+	sa, ea, ta := open(0)
+	sb, eb, tb := open(1)
+	const w = 5 * time.Minute
+	w1, w2 := t0.Add(w), t0.Add(2*w) // window ends
+
+	// Events of two windows on both partitions; the plain Windower sees all.
+	r := rand.New(rand.NewPCG(4, 2))
+	plain := aggregate.NewWindower(w)
+	parts := map[int32]*aggregate.Windower{0: aggregate.NewPartitionedWindower(w), 1: aggregate.NewPartitionedWindower(w)}
+	for range 3000 {
+		p := aggregate.Prediction{TripID: "x", Line: []string{"L1", "L2"}[r.IntN(2)], StopID: []string{"S1", "S2", "S3"}[r.IntN(3)],
+			Operator: []string{"A", "B"}[r.IntN(2)], DelayS: float64(r.IntN(900)-300) + []float64{0, 0.1, 0.25}[r.IntN(3)],
+			EventTime: t0.Add(time.Duration(r.IntN(600)) * time.Second)}
+		part := int32(r.IntN(2))
+		plain.Add(p)
+		parts[part].AddFrom(part, p)
+	}
+	split := func(firstOpen time.Time) *store.Split {
+		return &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: firstOpen, IdleLease: time.Minute}
+	}
+	batch := func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch {
+		win := parts[tp.Partition]
+		return store.Batch{Pipeline: "p", Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).Partials(),
+			Positions: []store.Position{{PartitionID: tp, NextOffset: 10, ConsumedOffset: 10, Idle: idle}},
+			Split:     split(win.FirstEnd())}
+	}
+	commit := func(s *store.Store, b store.Batch) store.Merged {
+		t.Helper()
+		m, err := s.CommitSplit(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	partials := func() int { return query[int](t, url, `SELECT count(*) FROM delay_partials`) }
+
+	// A passes the first window; B has no watermark yet: nothing merges.
+	m := commit(sa, batch(ea, ta, w1, false))
+	n := partials()
+	if m.Windows != 0 || !m.Until.IsZero() || m.Pending != 1 || n == 0 {
+		t.Fatalf("A alone: %+v, %d partials", m, n)
+	}
+	// The same batch again (a replay): replaced, not added.
+	if m = commit(sa, batch(ea, ta, w1, false)); partials() != n || m.Windows != 0 {
+		t.Fatalf("A again: %+v, %d partials, want %d", m, partials(), n)
+	}
+	parts[0].Drop(w1)
+	// B passes it too: the first window merges.
+	m = commit(sb, batch(eb, tb, w1, false))
+	parts[1].Drop(w1)
+	if m.Windows != 1 || !m.Until.Equal(w1) || m.Pending != 0 || partials() != 0 {
+		t.Fatalf("A and B past the first window: %+v, %d partials", m, partials())
+	}
+	want := plain.Closed(w1)
+	if m.Rows != len(want) {
+		t.Fatalf("merged %d rows, want %d", m.Rows, len(want))
+	}
+	sameAggregates(t, url, want)
+
+	// A batch that still holds the merged window writes nothing.
+	stale := batch(ea, ta, w2, false)
+	stale.Split.FirstOpen = w1
+	_, err := sa.CommitSplit(ctx, stale)
+	if !errors.Is(err, store.ErrMergedPast) {
+		t.Fatalf("a batch holding a merged window: %v, want ErrMergedPast", err)
+	}
+	if got := query[int64](t, url, `SELECT next_offset FROM stream_positions WHERE partition = 0`); got != 10 || partials() != 0 {
+		t.Fatalf("the refused batch wrote: next_offset %d, %d partials", got, partials())
+	}
+
+	// A writes the second window and marks its partition idle (nothing of
+	// it open): B alone decides the merge of the second window.
+	if m = commit(sa, batch(ea, ta, w2, true)); m.Windows != 0 || m.Pending != 1 {
+		t.Fatalf("A idle past the second window: %+v", m)
+	}
+	if m = commit(sb, batch(eb, tb, w2, false)); m.Windows != 1 || !m.Until.Equal(w2) {
+		t.Fatalf("B past the second window: %+v", m)
+	}
+	sameAggregates(t, url, append(want, plain.Closed(w2)[len(want):]...))
+}
+
+// sameAggregates compares p's delay_aggregates with want, every statistic
+// bit for bit (after the clamp into [min, max] a commit applies to the mean
+// and P90 of every row, split or not).
+func sameAggregates(t *testing.T, url string, want []aggregate.Row) {
+	t.Helper()
+	ctx := testCtx(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT window_start, window_end, dimension, dimension_id, coalesce(operator, ''),
+		event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s FROM delay_aggregates WHERE pipeline = 'p'
+		ORDER BY window_start, dimension, dimension_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []aggregate.Row
+	var r aggregate.Row
+	if _, err := pgx.ForEachRow(rows, []any{&r.WindowStart, &r.WindowEnd, &r.Dimension, &r.DimensionID, &r.Operator,
+		&r.Count, &r.Mean, &r.P90, &r.Min, &r.Max}, func() error {
+		got = append(got, r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d delay_aggregates rows, want %d", len(got), len(want))
+	}
+	bits := math.Float64bits
+	for i, g := range got {
+		w := want[i]
+		w.Mean, w.P90 = min(max(w.Mean, w.Min), w.Max), min(max(w.P90, w.Min), w.Max)
+		if !g.WindowStart.Equal(w.WindowStart) || !g.WindowEnd.Equal(w.WindowEnd) || g.Dimension != w.Dimension ||
+			g.DimensionID != w.DimensionID || g.Operator != w.Operator || g.Count != w.Count || bits(g.Mean) != bits(w.Mean) ||
+			bits(g.P90) != bits(w.P90) || bits(g.Min) != bits(w.Min) || bits(g.Max) != bits(w.Max) {
+			t.Fatalf("row %d: stored %+v, want %+v", i, g, w)
+		}
+	}
+}

@@ -1,0 +1,395 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// Split pipelines (DESIGN.md "Pipelines, instances and partitions", Split
+// windows and Draining a split pipeline). An instance that does not own every
+// partition of its pipeline writes partial rows (delay_partials, one per row
+// key and source partition) with its positions; then, in the same
+// transaction, it takes the pipeline's row lock (the merge decision is
+// serialized, the rest of the commit is not), computes the merge frontier
+// and merges every window ending at or before it:
+//
+//	frontier = min over the pipeline's partitions that hold the merge of their stored watermark
+//
+// A partition holds the merge unless it is drained, or idle while its owner's
+// last commit is younger than Split.IdleLease. A partition whose watermark is
+// NULL (registered or claimed, never committed) holds it back entirely. When
+// no partition holds it, the frontier is the greatest stored watermark: every
+// owner wrote every window it had. The merged windows' partials are read,
+// merged in Go (aggregate.Merge) into delay_aggregates rows (replace) and
+// deleted; pipelines.merged_until keeps the frontier.
+//
+// The commit that finds every partition drained merges every remaining
+// window, stores the frontier as every partition's watermark (as one drain
+// does) and clears the drained flags: the other drains wait for that
+// (DrainMerged).
+
+// ErrMergedPast means the pipeline already merged a window this instance
+// still held events of, when the batch was taken (they arrived on a partition
+// whose owner had marked it idle): the commit wrote nothing. Re-read the
+// stored positions and watermark and consume again: those events are then
+// late, and dead-lettered as such.
+var ErrMergedPast = errors.New("store: the pipeline merged a window this instance still holds events of")
+
+// CommitSplit is Commit for an instance of a split pipeline (b.Split set):
+// it writes b.Partials instead of b.Windows, and in the same transaction
+// merges the windows every partition of the pipeline finalized. It returns
+// what the merge did.
+//
+// Errors: those of Commit (a *RejectedError names refused latest-state rows
+// only), and ErrMergedPast (errors.Is) when the pipeline merged a window the
+// instance still held (nothing was written).
+func (s *Store) CommitSplit(ctx context.Context, b Batch) (Merged, error) {
+	if b.Split == nil {
+		return Merged{}, errors.New("store: CommitSplit of a batch without Split")
+	}
+	var m Merged
+	if err := s.commit(ctx, &b, &m); err != nil {
+		s.discard()
+		err = fmt.Errorf("store: commit %d partials, %d vehicles, %d trips, %d dead letters, %d partitions: %w",
+			len(b.Partials), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions), err)
+		if Refused(err) {
+			// Latest-state rows are named as Commit names them; a refused
+			// partial or merged row is not traced to records (terminal).
+			return Merged{}, s.rejected(ctx, &b, err)
+		}
+		return Merged{}, err
+	}
+	return m, nil
+}
+
+// partialColumns are the delay_partials columns a commit writes, in the
+// order of appendPartial; updated_at takes its default, now().
+const partialColumns = "pipeline, window_start, dimension, dimension_id, topic, partition, window_end, operator, " +
+	"event_count, sum_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts"
+
+func appendPartial(pipeline, topic string, ps []aggregate.Partial) func(b []byte, i int) []byte {
+	return func(b []byte, i int) []byte {
+		p := &ps[i]
+		b = appendFieldCount(b, 14)
+		b = appendText(b, pipeline)
+		b = appendTimestamptz(b, p.WindowStart)
+		b = appendText(b, p.Dimension)
+		b = appendText(b, p.DimensionID)
+		b = appendText(b, topic)
+		b = appendInt4(b, p.Partition)
+		b = appendTimestamptz(b, p.WindowEnd)
+		b = appendNullText(b, p.Operator)
+		b = appendInt8(b, p.Count)
+		b = appendFloat8(b, p.Sum)
+		b = appendFloat8(b, p.Min)
+		b = appendFloat8(b, p.Max)
+		b = appendFloat8Array(b, p.Values)
+		return appendInt8Array(b, p.Counts)
+	}
+}
+
+// writePartials writes ps, partials of source partitions of topic. A batch
+// holds every row of each (window, partition) it writes, so when one exists
+// already (a replay after an ambiguous COMMIT: the same content) the COPY
+// fails with unique_violation inside a savepoint, and those (window,
+// partition) pairs are deleted and written again: replace, never add.
+func writePartials(ctx context.Context, tx pgx.Tx, pipeline, topic string, ps []aggregate.Partial) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	copyIn := func(conn *pgconn.PgConn) error {
+		_, err := conn.CopyFrom(ctx, newBinaryCopy(len(ps), appendPartial(pipeline, topic, ps)),
+			"COPY delay_partials ("+partialColumns+") FROM STDIN (FORMAT binary)")
+		return err
+	}
+	sp, err := tx.Begin(ctx) // SAVEPOINT
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	err = copyIn(sp.Conn().PgConn())
+	if err == nil {
+		return sp.Commit(ctx) // RELEASE SAVEPOINT
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		return fmt.Errorf("copy: %w", err)
+	}
+	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	type pair struct {
+		start time.Time
+		part  int32
+	}
+	seen := map[pair]bool{}
+	var starts []time.Time
+	var parts []int32
+	for _, p := range ps {
+		if k := (pair{p.WindowStart, p.Partition}); !seen[k] {
+			seen[k] = true
+			starts, parts = append(starts, p.WindowStart), append(parts, p.Partition)
+		}
+	}
+	if _, err := tx.Exec(ctx, `
+DELETE FROM delay_partials d USING unnest($3::timestamptz[], $4::integer[]) AS u(window_start, partition)
+WHERE d.pipeline = $1 AND d.topic = $2 AND d.window_start = u.window_start AND d.partition = u.partition`,
+		pipeline, topic, starts, parts); err != nil {
+		return fmt.Errorf("delete partials written before: %w", err)
+	}
+	if err := copyIn(tx.Conn().PgConn()); err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	return nil
+}
+
+// frontier is what the merge reads from the pipeline's partitions.
+type frontier struct {
+	until      *time.Time // pipelines.merged_until before this commit
+	allDrained bool
+	at         *time.Time // the merge frontier; nil: nothing may be merged
+}
+
+// mergeSplit is the merge step of a split commit, after its partials and
+// positions are written (see the package comment above).
+func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, m *Merged) error {
+	var f frontier
+	if err := tx.QueryRow(ctx, `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).Scan(&f.until); err != nil {
+		return fmt.Errorf("lock pipeline: %w", err)
+	}
+	if f.until != nil && !sp.FirstOpen.IsZero() && !sp.FirstOpen.After(*f.until) {
+		return fmt.Errorf("window ending %s, merged until %s: %w",
+			sp.FirstOpen.UTC().Format(time.RFC3339), f.until.UTC().Format(time.RFC3339), ErrMergedPast)
+	}
+	var allExcluded, heldByNull bool
+	var minHeld, maxAll *time.Time
+	err := tx.QueryRow(ctx, `
+SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
+       coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
+       min(watermark) FILTER (WHERE NOT excluded), max(watermark)
+FROM (SELECT drained OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
+             drained, watermark
+      FROM stream_positions WHERE pipeline = $1 AND topic = ANY($2)) AS s`,
+		pipeline, sp.Topics, sp.IdleLease.Microseconds()).Scan(&allExcluded, &f.allDrained, &heldByNull, &minHeld, &maxAll)
+	if err != nil {
+		return fmt.Errorf("merge frontier: %w", err)
+	}
+	switch {
+	case allExcluded:
+		f.at = maxAll
+	case !heldByNull:
+		f.at = minHeld
+	}
+	if f.at != nil && (f.until == nil || f.at.After(*f.until)) {
+		if err := mergeWindows(ctx, tx, pipeline, f.at.Add(-sp.Window), m); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE pipelines SET merged_until = $2 WHERE name = $1`, pipeline, *f.at); err != nil {
+			return fmt.Errorf("store merged_until: %w", err)
+		}
+		f.until = f.at
+	}
+	if f.allDrained {
+		// Every owner wrote every window: everything was merged above. Each
+		// partition gets the end of the last merged window as its watermark,
+		// as one drain stores it, and the drains waiting for this merge end.
+		if _, err := tx.Exec(ctx, `
+UPDATE stream_positions SET watermark = GREATEST(watermark, $3), drained = false
+WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil {
+			return fmt.Errorf("end the drain: %w", err)
+		}
+		m.Drained = true
+	}
+	if f.until != nil {
+		m.Until = f.until.UTC()
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partials WHERE pipeline = $1`,
+		pipeline).Scan(&m.Pending); err != nil {
+		return fmt.Errorf("count pending windows: %w", err)
+	}
+	return nil
+}
+
+// mergeWindows merges the partials of every window of pipeline starting at
+// or before lastStart into delay_aggregates rows (replace) and deletes them.
+func mergeWindows(ctx context.Context, tx pgx.Tx, pipeline string, lastStart time.Time, m *Merged) error {
+	rows, err := tx.Query(ctx, `
+DELETE FROM delay_partials WHERE pipeline = $1 AND window_start <= $2
+RETURNING window_start, window_end, dimension, dimension_id, partition, coalesce(operator, ''), delay_values, delay_counts`,
+		pipeline, lastStart)
+	if err != nil {
+		return fmt.Errorf("take partials: %w", err)
+	}
+	type key struct {
+		start   time.Time
+		dim, id string
+	}
+	byKey := map[key][]aggregate.Partial{}
+	var p aggregate.Partial
+	_, err = pgx.ForEachRow(rows, []any{&p.WindowStart, &p.WindowEnd, &p.Dimension, &p.DimensionID, &p.Partition,
+		&p.Operator, &p.Values, &p.Counts}, func() error {
+		p.WindowStart, p.WindowEnd = p.WindowStart.UTC(), p.WindowEnd.UTC()
+		k := key{p.WindowStart, p.Dimension, p.DimensionID}
+		byKey[k] = append(byKey[k], p)
+		p.Values, p.Counts = nil, nil // scanned into fresh slices next row
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("take partials: %w", err)
+	}
+	keys := make([]key, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := a.start.Compare(b.start); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.dim, b.dim); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	merged := make([]aggregate.Row, 0, len(keys))
+	for i, k := range keys {
+		merged = append(merged, aggregate.Merge(byKey[k]))
+		if i == 0 || !k.start.Equal(keys[i-1].start) {
+			m.Windows++
+		}
+	}
+	if err := upsertWindows(ctx, tx, pipeline, merged); err != nil {
+		return fmt.Errorf("write merged windows: %w", err)
+	}
+	m.Rows += len(merged)
+	return nil
+}
+
+// RegisterPartitions makes sure every partition of a split pipeline has a
+// stream_positions row, so that a partition no instance claimed yet holds
+// the merge back (its watermark is NULL) instead of being left out of it.
+// Existing rows are left as they are.
+func (s *Store) RegisterPartitions(ctx context.Context, pipeline string, parts []aggregate.PartitionID) error {
+	topics, nums := partitionArrays(parts)
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `
+INSERT INTO stream_positions (pipeline, topic, partition)
+SELECT $1, u.topic, u.partition FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
+ORDER BY 2, 3
+ON CONFLICT DO NOTHING`, pipeline, topics, nums)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("store: register %d partitions of pipeline %q: %w", len(parts), pipeline, err)
+	}
+	return nil
+}
+
+// PendingPartials returns how many windows of pipeline have partials waiting
+// for the merge.
+func (s *Store) PendingPartials(ctx context.Context, pipeline string) (int, error) {
+	var n int
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partials WHERE pipeline = $1`, pipeline).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: pending partials of pipeline %q: %w", pipeline, err)
+	}
+	return n, nil
+}
+
+// DrainMerged tells whether the drain of parts is over: none of them is
+// still marked drained (the commit that found every partition of the
+// pipeline drained merged everything and cleared the flags). waiting lists,
+// when it is not, the pipeline's partitions not drained yet, "topic/N".
+func (s *Store) DrainMerged(ctx context.Context, pipeline string, parts []aggregate.PartitionID) (done bool, waiting []string, err error) {
+	topics, nums := partitionArrays(parts)
+	err = s.do(ctx, func(conn *pgx.Conn) error {
+		var mine bool
+		if err := conn.QueryRow(ctx, `
+SELECT coalesce(bool_or(s.drained), false) FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
+    ON s.topic = u.topic AND s.partition = u.partition WHERE s.pipeline = $1`, pipeline, topics, nums).Scan(&mine); err != nil {
+			return err
+		}
+		done, waiting = !mine, nil
+		if done {
+			return nil
+		}
+		rows, err := conn.Query(ctx, `SELECT topic || '/' || partition FROM stream_positions
+			WHERE pipeline = $1 AND topic = ANY($2) AND NOT drained ORDER BY topic, partition`, pipeline, uniqueTopics(parts))
+		if err != nil {
+			return err
+		}
+		waiting, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return false, nil, fmt.Errorf("store: drain of pipeline %q: %w", pipeline, err)
+	}
+	return done, waiting, nil
+}
+
+func uniqueTopics(parts []aggregate.PartitionID) []string {
+	var topics []string
+	for _, p := range parts {
+		if !slices.Contains(topics, p.Topic) {
+			topics = append(topics, p.Topic)
+		}
+	}
+	return topics
+}
+
+// MergeLag is what `ovstream status` shows of a split pipeline's merge.
+type MergeLag struct {
+	Pending     int       // windows with partials waiting for the merge
+	Oldest      time.Time // window_start of the oldest of them, UTC; zero if none
+	MergedUntil time.Time // pipelines.merged_until, UTC; zero if nothing was merged yet
+	// Holding lists the partitions that hold the merge at the lowest stored
+	// watermark (or with none), "topic/N"; empty when nothing is pending.
+	Holding []string
+}
+
+// MergeLag reads the merge lag of pipeline.
+func (s *Store) MergeLag(ctx context.Context, pipeline string) (*MergeLag, error) {
+	ml := &MergeLag{}
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		*ml = MergeLag{}
+		var oldest, until *time.Time
+		if err := conn.QueryRow(ctx, `
+SELECT (SELECT count(DISTINCT window_start) FROM delay_partials WHERE pipeline = $1),
+       (SELECT min(window_start) FROM delay_partials WHERE pipeline = $1),
+       (SELECT merged_until FROM pipelines WHERE name = $1)`, pipeline).Scan(&ml.Pending, &oldest, &until); err != nil {
+			return err
+		}
+		if oldest != nil {
+			ml.Oldest = oldest.UTC()
+		}
+		if until != nil {
+			ml.MergedUntil = until.UTC()
+		}
+		if ml.Pending == 0 {
+			return nil
+		}
+		rows, err := conn.Query(ctx, `
+SELECT topic || '/' || partition FROM stream_positions
+WHERE pipeline = $1 AND NOT drained AND NOT idle
+  AND (watermark IS NULL OR watermark = (SELECT min(watermark) FROM stream_positions WHERE pipeline = $1 AND NOT drained AND NOT idle))
+ORDER BY topic, partition`, pipeline)
+		if err != nil {
+			return err
+		}
+		ml.Holding, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: merge lag of pipeline %q: %w", pipeline, err)
+	}
+	return ml, nil
+}
