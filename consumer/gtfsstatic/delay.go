@@ -33,6 +33,11 @@ type Event struct {
 	Arrival, Departure int64
 }
 
+// maxOffDay bounds |predicted - scheduled| when Delay picks the service day
+// itself: a trip that does not run on the day of a prediction is not
+// matched to the day before or after.
+const maxOffDay = 12 * time.Hour
+
 // Match is the scheduled side Delay found for an Event.
 type Match struct {
 	DelayS     int64     // predicted - scheduled, seconds; negative = early
@@ -52,9 +57,8 @@ type Match struct {
 // arrival time or the stop no arrival_time, the departure time with
 // departure_time. The service day is e.StartDate when given (the trip must
 // run that day); else, among the days the trip runs, the one whose
-// scheduled time is nearest the predicted time (at most one day either side
-// of the date of predicted time minus the GTFS time). err is one of the Err
-// values above.
+// scheduled time is nearest the predicted time (ties: the earlier day),
+// and less than 12 h from it. err is one of the Err values above.
 func (s *Schedule) Delay(e Event) (Match, error) {
 	ti, ok := s.trips[e.TripID]
 	if !ok {
@@ -103,7 +107,7 @@ func (s *Schedule) Delay(e Event) (Match, error) {
 				d, best, found = c, diff, true
 			}
 		}
-		if !found {
+		if !found || best >= maxOffDay {
 			return Match{}, ErrNotInService
 		}
 	}
