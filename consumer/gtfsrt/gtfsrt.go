@@ -8,7 +8,10 @@
 // (vehicle_id, event_time) position is emitted once across all files, the first time it is seen
 // (consecutive snapshots repeat unchanged updates); everything not emitted is
 // counted in Result.Skipped under its reason. Mapping rules follow
-// /work/shared/data/README.md, "MAPPING NOTES".
+// /work/shared/data/README.md, "MAPPING NOTES". With the agency's static
+// GTFS feed (Options.Schedule, package gtfsstatic) an update that gives a
+// predicted time and no delay gets predicted - scheduled time; without it,
+// or when the schedule does not hold its trip, stop or day, it is skipped.
 package gtfsrt
 
 import (

@@ -451,3 +451,55 @@ func TestStreamWithStaticFeed(t *testing.T) {
 		t.Fatalf("second feed: %v, %d predictions", err, len(res.Predictions))
 	}
 }
+
+// Rules of the schedule path on a made-up feed over the Halifax schedule:
+// only SCHEDULED trips are matched (an ADDED, DUPLICATED or CANCELED trip's
+// times do not follow its trip_id's schedule); an update that names only
+// its stop_sequence gets the stop_id of that stop_times.txt row; an update
+// with a delay keeps it.
+func TestStaticFeedRules(t *testing.T) {
+	sched, err := gtfsstatic.Load(halifaxStatic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Trip 3789865 stops at 7610 (stop_sequence 9) at 17:56:00 AST = 1762466160.
+	const at = 1762466160
+	timed := func(seq uint32, stop string, arrival int64) *gtfs.TripUpdate_StopTimeUpdate {
+		u := &gtfs.TripUpdate_StopTimeUpdate{StopSequence: proto.Uint32(seq), Arrival: &gtfs.TripUpdate_StopTimeEvent{Time: proto.Int64(arrival)}}
+		if stop != "" {
+			u.StopId = proto.String(stop)
+		}
+		return u
+	}
+	entity := func(id string, rel gtfs.TripDescriptor_ScheduleRelationship, stus ...*gtfs.TripUpdate_StopTimeUpdate) *gtfs.FeedEntity {
+		return &gtfs.FeedEntity{Id: proto.String(id), TripUpdate: &gtfs.TripUpdate{
+			Trip: &gtfs.TripDescriptor{TripId: proto.String("3789865"), RouteId: proto.String("320"),
+				StartDate: proto.String("20251106"), ScheduleRelationship: rel.Enum()},
+			Timestamp:      proto.Uint64(1762463000),
+			StopTimeUpdate: stus,
+		}}
+	}
+	withDelay := timed(10, "6108", at+900)
+	withDelay.Arrival.Delay = proto.Int32(-7)
+	path := filepath.Join(t.TempDir(), "tu.pb")
+	writeFeed(t, path, 1762463054,
+		entity("a", gtfs.TripDescriptor_SCHEDULED, timed(9, "", at+60), withDelay),
+		entity("b", gtfs.TripDescriptor_ADDED, timed(9, "7610", at)),
+		entity("c", gtfs.TripDescriptor_DUPLICATED, timed(9, "7610", at)),
+		entity("d", gtfs.TripDescriptor_CANCELED, timed(9, "7610", at)),
+	)
+	res, err := gtfsrt.Load([]string{path}, gtfsrt.Options{Operator: "HFX", Schedule: sched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{gtfsrt.SkipTimeOnly + "trip ADDED": 1, gtfsrt.SkipTimeOnly + "trip DUPLICATED": 1, gtfsrt.SkipTimeOnly + "trip CANCELED": 1}
+	if !equalCounts(res.Skipped, want) || len(res.Predictions) != 2 {
+		t.Fatalf("skipped %v, %d predictions", res.Skipped, len(res.Predictions))
+	}
+	if p := res.Predictions[0]; p.StopID != "7610" || p.DelayS != 60 || p.StopSequence != 9 || p.StopName != "Bridge Terminal Bay 10 (7610)" {
+		t.Fatalf("stop_sequence only: %+v", p)
+	}
+	if p := res.Predictions[1]; p.StopID != "6108" || p.DelayS != -7 {
+		t.Fatalf("with a delay: %+v", p)
+	}
+}
