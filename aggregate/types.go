@@ -25,6 +25,11 @@ type Prediction struct {
 	// StopSequence is the GTFS stop_sequence; HasStopSequence tells whether it was present.
 	StopSequence    int64
 	HasStopSequence bool
+	// LineName, LineShortName and StopName are optional names from static
+	// GTFS (route_long_name, route_short_name, stop_name), "" when absent.
+	// Producers write them (line_name, line_short_name, stop_name);
+	// DecodePrediction does not read them yet (unknown fields are ignored).
+	LineName, LineShortName, StopName string
 }
 
 // Position is one vehicle position (topic vehicle_positions).

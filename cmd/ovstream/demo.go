@@ -11,6 +11,7 @@ import (
 
 	"github.com/ovstream/ovstream/consumer/embedded"
 	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/consumer/gtfsstatic"
 	"github.com/ovstream/ovstream/consumer/produce"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
@@ -23,10 +24,13 @@ func init() {
 // demoFeeds are the bundled real samples (testdata/README.md has their provenance).
 var demoFeeds = []struct {
 	dir, operator string
+	static        string // the agency's static GTFS feed inside dir, "" = none
 }{
-	{"nl-ovapi-20141130", ""},             // OVapi: the operator is in the entity ids
-	{"auckland-20160519-peak10min", "AT"}, // Auckland Transport
-	{"halifax-20251106", "HFX"},           // Halifax Transit: trip updates and vehicle positions
+	{"nl-ovapi-20141130", "", ""},             // OVapi: the operator is in the entity ids
+	{"auckland-20160519-peak10min", "AT", ""}, // Auckland Transport
+	// Halifax Transit: trip updates and vehicle positions; its static feed
+	// turns the updates that give only a time into delays.
+	{"halifax-20251106", "HFX", "google_transit_trimmed.zip"},
 }
 
 func cmdDemo(ctx context.Context, args []string) int {
@@ -82,7 +86,13 @@ func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {
 
 	var predictions int
 	for _, feed := range demoFeeds {
-		res, err := gtfsrt.Load([]string{filepath.Join(data, feed.dir)}, gtfsrt.Options{Operator: feed.operator})
+		opt := gtfsrt.Options{Operator: feed.operator}
+		if feed.static != "" {
+			if opt.Schedule, err = gtfsstatic.Load(filepath.Join(data, feed.dir, feed.static)); err != nil {
+				return err
+			}
+		}
+		res, err := gtfsrt.Load([]string{filepath.Join(data, feed.dir)}, opt)
 		if err != nil {
 			return err
 		}
@@ -90,8 +100,12 @@ func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {
 			return err
 		}
 		predictions += len(res.Predictions)
-		fmt.Fprintf(w, "produced %s: %d predictions, %d positions from %d files (skipped: %s)\n",
-			feed.dir, len(res.Predictions), len(res.Positions), res.Files, res.SkipSummary())
+		with := ""
+		if feed.static != "" {
+			with = " with static GTFS " + feed.static
+		}
+		fmt.Fprintf(w, "produced %s%s: %d predictions, %d positions from %d files (skipped: %s)\n",
+			feed.dir, with, len(res.Predictions), len(res.Positions), res.Files, res.SkipSummary())
 	}
 
 	log, err := f.logger(os.Stderr)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/consumer/gtfsstatic"
 	"github.com/ovstream/ovstream/consumer/produce"
 )
 
@@ -25,8 +26,8 @@ type pathsFlag []string
 func (p *pathsFlag) String() string     { return strings.Join(*p, ",") }
 func (p *pathsFlag) Set(s string) error { *p = append(*p, s); return nil }
 
-const produceUsage = `usage: ovstream produce [flags] --gtfs-rt PATH [PATH...]
-       ovstream produce [flags] --gtfs-rt-url URL [--gtfs-rt-url URL...] [--interval 30s] [--polls N]
+const produceUsage = `usage: ovstream produce [flags] [--gtfs-static ZIP_OR_DIR] --gtfs-rt PATH [PATH...]
+       ovstream produce [flags] [--gtfs-static ZIP_OR_DIR] --gtfs-rt-url URL [--gtfs-rt-url URL...] [--interval 30s] [--polls N]
        ovstream produce [flags] --jsonl FILE --topic TOPIC
 
 GTFS-realtime: each PATH is a FeedMessage file or a folder searched recursively
@@ -37,6 +38,17 @@ trip_id; vehicle positions become positions, keyed by vehicle_id. Each (trip,
 stop, stop_sequence, timestamp) and each (vehicle, timestamp) is produced once.
 The operator comes from OVapi entity ids (Date:Operator:Line:Journey), else from
 --operator; a feed with neither is refused, naming the file.
+
+Static GTFS: --gtfs-static names the agency's static feed (its zip, or a folder of
+its .txt files) for the realtime files or URLs of that one agency. A stop time
+update that gives a predicted time and no delay then gets as delay the predicted
+time minus the scheduled time (stop_times.txt, agency time zone, calendar.txt and
+calendar_dates.txt; service day = the trip's start_date, else the day it runs
+nearest the predicted time); one whose trip, stop or service day the schedule
+does not hold is skipped as "time only: WHY". Predictions also get line_name,
+line_short_name and stop_name from routes.txt and stops.txt. Without it such
+updates are skipped as "no delay". One agency per produce: run one produce per
+agency, each with its own static feed.
 
 Live GTFS-realtime: each --gtfs-rt-url (TripUpdates, VehiclePositions or a
 combined feed) is fetched every --interval, with a --http-timeout per request,
@@ -80,6 +92,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 	var kafka kafkaFlags
 	kafka.register(fs)
 	operator := fs.String("operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
+	staticPath := fs.String("gtfs-static", "", "the agency's static GTFS feed (`zip or folder`): delays for updates that give only a predicted time, and names")
 	predTopic := fs.String("predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
 	posTopic := fs.String("positions-topic", "vehicle_positions", "`topic` for vehicle positions")
 	jsonlFile := fs.String("jsonl", "", "JSONL `file` to produce line by line (\"-\" = stdin)")
@@ -125,6 +138,20 @@ func cmdProduce(ctx context.Context, args []string) int {
 		return usageErr("--jsonl needs --topic")
 	case *jsonlFile == "" && *topic != "":
 		return usageErr("--topic is for --jsonl; GTFS-realtime uses --predictions-topic and --positions-topic")
+	case *jsonlFile != "" && *staticPath != "":
+		return usageErr("--gtfs-static is for --gtfs-rt and --gtfs-rt-url")
+	}
+	opt := gtfsrt.Options{Operator: *operator}
+	if *staticPath != "" {
+		sched, err := gtfsstatic.Load(*staticPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ovstream produce:", err)
+			return exitError
+		}
+		st := sched.Stats()
+		fmt.Printf("static GTFS %s: %d trips, %d stop times, %d services, time zone %s\n",
+			*staticPath, st.Trips, st.StopTimes, st.Services, st.TimeZone)
+		opt.Schedule = sched
 	}
 	sc := produce.NewSaramaConfig("")
 	if err := kafka.apply(sc); err != nil {
@@ -150,7 +177,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 		}
 		err := produce.Poll(ctx, produce.PollConfig{
 			URLs: feedURLs, Interval: *interval, Timeout: *httpTimeout, Attempts: *httpAttempts, Polls: *polls,
-			Header: header, Options: gtfsrt.Options{Operator: *operator}, Retention: *retention,
+			Header: header, Options: opt, Retention: *retention,
 			Topics: produce.Topics{Predictions: *predTopic, Positions: *posTopic}, Producer: cfg,
 			Progress: func(r produce.PollReport) { fmt.Println(pollLine(r)) },
 		})
@@ -186,7 +213,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 		return exitOK
 	}
 
-	res, err := gtfsrt.Load(gtfsPaths, gtfsrt.Options{Operator: *operator})
+	res, err := gtfsrt.Load(gtfsPaths, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
 		return exitError

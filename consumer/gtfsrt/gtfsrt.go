@@ -8,7 +8,10 @@
 // (vehicle_id, event_time) position is emitted once across all files, the first time it is seen
 // (consecutive snapshots repeat unchanged updates); everything not emitted is
 // counted in Result.Skipped under its reason. Mapping rules follow
-// /work/shared/data/README.md, "MAPPING NOTES".
+// /work/shared/data/README.md, "MAPPING NOTES". With the agency's static
+// GTFS feed (Options.Schedule, package gtfsstatic) an update that gives a
+// predicted time and no delay gets predicted - scheduled time; without it,
+// or when the schedule does not hold its trip, stop or day, it is skipped.
 package gtfsrt
 
 import (
@@ -29,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer/gtfsstatic"
 )
 
 // Skip reasons, the keys of Result.Skipped.
@@ -43,6 +47,12 @@ const (
 	SkipNoPosition          = "no position"
 	SkipNoVehicleID         = "no vehicle id"
 	SkipDeleted             = "deleted entity"
+	// SkipTimeOnly prefixes the reasons why a stop time update that gives a
+	// predicted time and no delay got no delay from Options.Schedule: the
+	// text of a gtfsstatic Err value ("time only: trip not in trips.txt"),
+	// or the trip's schedule_relationship when it is not SCHEDULED
+	// ("time only: trip ADDED").
+	SkipTimeOnly = "time only: "
 )
 
 // ErrNoOperator is wrapped by the error Load returns when an entity needs an
@@ -54,6 +64,12 @@ type Options struct {
 	// Operator is the operator (agency) id for feeds that carry none.
 	// OVapi entity ids (OperatingDay:Operator:Line:Journey) win over it.
 	Operator string
+	// Schedule, when set, is the agency's static GTFS feed: a stop time
+	// update with a predicted time and no delay then gets delay = predicted
+	// time - scheduled time (gtfsstatic.Schedule.Delay), and predictions get
+	// the names of their line and stop. Without it such an update is
+	// skipped as "no delay".
+	Schedule *gtfsstatic.Schedule
 }
 
 // Result is what Load read.
@@ -338,17 +354,27 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 	eventTime := unixUTC(ts)
 	vehicleID := tu.GetVehicle().GetId()
 	for _, stu := range stus {
-		var delay int32
+		var delay int64
+		stopID := stu.GetStopId()
 		switch {
 		case stu.GetArrival() != nil && stu.GetArrival().Delay != nil:
-			delay = stu.GetArrival().GetDelay()
+			delay = int64(stu.GetArrival().GetDelay())
 		case stu.GetDeparture() != nil && stu.GetDeparture().Delay != nil:
-			delay = stu.GetDeparture().GetDelay()
+			delay = int64(stu.GetDeparture().GetDelay())
+		case l.opt.Schedule != nil && (stu.GetArrival().GetTime() != 0 || stu.GetDeparture().GetTime() != 0):
+			m, reason := l.scheduledDelay(tu.GetTrip(), stu)
+			if reason != "" {
+				l.res.Skipped[reason]++
+				continue
+			}
+			delay = m.DelayS
+			if stopID == "" {
+				stopID = m.StopID
+			}
 		default:
 			l.res.Skipped[SkipNoDelay]++
 			continue
 		}
-		stopID := stu.GetStopId()
 		if stopID == "" {
 			l.res.Skipped[SkipNoStopID]++
 			continue
@@ -363,7 +389,7 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 		if l.track {
 			l.newPred = append(l.newPred, k)
 		}
-		l.res.Predictions = append(l.res.Predictions, aggregate.Prediction{
+		p := aggregate.Prediction{
 			TripID:          tripID,
 			Line:            line,
 			StopID:          stopID,
@@ -373,9 +399,49 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 			VehicleID:       vehicleID,
 			StopSequence:    int64(stu.GetStopSequence()),
 			HasStopSequence: stu.StopSequence != nil,
-		})
+		}
+		l.name(&p)
+		l.res.Predictions = append(l.res.Predictions, p)
 	}
 	return nil
+}
+
+// scheduledDelay computes the delay of a stop time update that gives
+// predicted times and no delay from Options.Schedule; reason is the skip
+// reason when there is none. Only trips that run as scheduled are matched:
+// an ADDED or DUPLICATED trip's times do not follow its trip_id's schedule
+// (GTFS-realtime reference, TripDescriptor.ScheduleRelationship), and a
+// CANCELED one has none.
+func (l *loader) scheduledDelay(td *gtfs.TripDescriptor, stu *gtfs.TripUpdate_StopTimeUpdate) (gtfsstatic.Match, string) {
+	if rel := td.GetScheduleRelationship(); rel != gtfs.TripDescriptor_SCHEDULED {
+		return gtfsstatic.Match{}, SkipTimeOnly + "trip " + rel.String()
+	}
+	m, err := l.opt.Schedule.Delay(gtfsstatic.Event{
+		TripID:          td.GetTripId(),
+		StartDate:       td.GetStartDate(),
+		StopSequence:    stu.GetStopSequence(),
+		HasStopSequence: stu.StopSequence != nil,
+		StopID:          stu.GetStopId(),
+		Arrival:         stu.GetArrival().GetTime(),
+		Departure:       stu.GetDeparture().GetTime(),
+	})
+	if err != nil {
+		return m, SkipTimeOnly + err.Error()
+	}
+	return m, ""
+}
+
+// name fills the optional names of p from Options.Schedule: line_name is
+// route_long_name (route_short_name when that is empty), line_short_name
+// is route_short_name, stop_name is stop_name.
+func (l *loader) name(p *aggregate.Prediction) {
+	if l.opt.Schedule == nil {
+		return
+	}
+	if r, ok := l.opt.Schedule.Route(p.Line); ok {
+		p.LineName, p.LineShortName = cmp.Or(r.LongName, r.ShortName), r.ShortName
+	}
+	p.StopName, _ = l.opt.Schedule.StopName(p.StopID)
 }
 
 // float32 values (bearing, speed) are carried as their shortest decimal

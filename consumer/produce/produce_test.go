@@ -222,6 +222,17 @@ func TestEncodeRoundTrip(t *testing.T) {
 	if err != nil || got.TripID != p.TripID || got.DelayS != 12.5 || !got.EventTime.Equal(et) || got.StopSequence != 18 || !got.HasStopSequence || got.VehicleID != "V" {
 		t.Fatalf("round trip %+v, %v", got, err)
 	}
+	// The names from static GTFS are optional; the decoder ignores them for now.
+	named := p
+	named.LineName, named.LineShortName, named.StopName = "Airport - Fall River Regional Exp", "320", `Bridge "Terminal" Bay 10`
+	b = produce.EncodePrediction(named)
+	if want := `{"trip_id":"t\"1\\","line":"L","stop_id":"S","operator":"AT","delay_s":12.5,"event_time":"2016-05-18T08:00:13Z","vehicle_id":"V","stop_sequence":18,` +
+		`"line_name":"Airport - Fall River Regional Exp","line_short_name":"320","stop_name":"Bridge \"Terminal\" Bay 10"}`; string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	if got, err := aggregate.DecodePrediction(b); err != nil || got.TripID != p.TripID || got.DelayS != 12.5 {
+		t.Fatalf("decode of a named prediction: %+v, %v", got, err)
+	}
 	for _, bad := range []aggregate.Prediction{
 		{TripID: "t", Line: "L", StopID: "S", Operator: "O", DelayS: math.NaN(), EventTime: et},
 		{TripID: "t\x00", Line: "L", StopID: "S", Operator: "O", EventTime: et},
