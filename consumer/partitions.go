@@ -1,7 +1,10 @@
 package consumer
 
 import (
+	"sort"
 	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
 )
 
 // pollHighWater refreshes every partition's high water mark.
@@ -33,4 +36,19 @@ func (l *loop) updateCaughtUp(now time.Time) {
 		}
 		l.wm.SetCaughtUp(tp, pos >= hw)
 	}
+}
+
+// SortedPartitions returns m's keys in (topic, partition) order.
+func SortedPartitions[V any](m map[aggregate.PartitionID]V) []aggregate.PartitionID {
+	ps := make([]aggregate.PartitionID, 0, len(m))
+	for p := range m {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i].Topic != ps[j].Topic {
+			return ps[i].Topic < ps[j].Topic
+		}
+		return ps[i].Partition < ps[j].Partition
+	})
+	return ps
 }

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"sort"
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
@@ -16,8 +15,9 @@ import (
 var ErrFenced = store.ErrFenced
 
 // errResync asks Run to rebuild its state from the database: a COMMIT failed
-// ambiguously, so what is stored is unknown until it is read again.
-var errResync = errors.New("consumer: resync from stored positions")
+// ambiguously, so what is stored is unknown until it is read again. Its text
+// is what Run logs; restartError (lost.go) is one with another reason.
+var errResync = errors.New("COMMIT outcome unknown: re-reading stored positions and seeking again")
 
 // Summary describes what a run did, for logs and the drain report.
 type Summary struct {
@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 			break
 		}
 		sum.Resyncs++
-		cfg.Logger.Warn("COMMIT outcome unknown: re-reading stored positions and seeking again")
+		cfg.Logger.Warn(err.Error())
 	}
 	sum.Elapsed = cfg.Now().Sub(began)
 	return sum, err
@@ -154,9 +154,11 @@ func (l *loop) run(ctx context.Context) (err error) {
 				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
 		case err := <-l.src.errs:
-			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
+			l.sourceError(err)
 		case <-poll.C:
-			l.pollHighWater()
+			if err := l.poll(ctx); err != nil {
+				return err
+			}
 		case <-tick.C:
 			now := cfg.Now()
 			l.updateCaughtUp(now)
@@ -171,21 +173,6 @@ func (l *loop) run(ctx context.Context) (err error) {
 			}
 		}
 	}
-}
-
-// SortedPartitions returns m's keys in (topic, partition) order.
-func SortedPartitions[V any](m map[aggregate.PartitionID]V) []aggregate.PartitionID {
-	ps := make([]aggregate.PartitionID, 0, len(m))
-	for p := range m {
-		ps = append(ps, p)
-	}
-	sort.Slice(ps, func(i, j int) bool {
-		if ps[i].Topic != ps[j].Topic {
-			return ps[i].Topic < ps[j].Topic
-		}
-		return ps[i].Partition < ps[j].Partition
-	})
-	return ps
 }
 
 // retry runs fn until it succeeds, fails terminally or ctx ends; a retryable

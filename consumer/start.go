@@ -64,6 +64,9 @@ func (l *loop) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := l.checkTopics(ctx, assigned, stored); err != nil { // topicid.go
+		return err
+	}
 	l.win = aggregate.NewWindower(cfg.Window)
 	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
 	l.led = NewLedger()

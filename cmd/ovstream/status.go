@@ -74,6 +74,10 @@ type StatusReport struct {
 	TotalLag        int64                        `json:"total_lag"`
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
 	KafkaError      string                       `json:"kafka_error,omitempty"`
+	// Unowned lists, as topic/partition, the partitions that no instance of
+	// the pipeline owns, of the topics it owns a partition of: e.g. added to
+	// a topic while instances with --partitions run. Nothing consumes them.
+	Unowned []string `json:"unowned_partitions"`
 }
 
 func cmdStatus(ctx context.Context, args []string) int {
@@ -123,6 +127,12 @@ func cmdStatus(ctx context.Context, args []string) int {
 	if kerr != nil {
 		rep.KafkaError = kerr.Error()
 	}
+	owners, err := st.Owners(ctx, o.pipeline)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream status:", err)
+		return exitError
+	}
+	rep.Unowned = unowned(rep.Partitions, owners)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -153,6 +163,22 @@ func buildStatus(pipeline string, s *store.Status) *StatusReport {
 			NextOffset: &next, ConsumedOffset: &consumed, UpdatedAt: &at})
 	}
 	return r
+}
+
+// unowned returns the partitions of ps without an owner, of the topics
+// where owners names at least one owned partition, as topic/partition.
+func unowned(ps []PartitionStatus, owners map[aggregate.PartitionID]string) []string {
+	consumed := map[string]bool{}
+	for tp := range owners {
+		consumed[tp.Topic] = true
+	}
+	out := []string{}
+	for _, p := range ps {
+		if _, ok := owners[aggregate.PartitionID{Topic: p.Topic, Partition: p.Partition}]; !ok && consumed[p.Topic] {
+			out = append(out, fmt.Sprintf("%s/%d", p.Topic, p.Partition))
+		}
+	}
+	return out
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -252,7 +278,11 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 			num(p.HighWater), num(p.Lag), ts(p.UpdatedAt))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "total lag: %d\n\ndead letters:", r.TotalLag)
+	fmt.Fprintf(w, "total lag: %d\n", r.TotalLag)
+	if len(r.Unowned) > 0 {
+		fmt.Fprintf(w, "unowned partitions (no instance of the pipeline consumes them): %s\n", strings.Join(r.Unowned, ", "))
+	}
+	fmt.Fprint(w, "\ndead letters:")
 	if len(r.DeadLetters) == 0 {
 		fmt.Fprint(w, " none")
 	}
