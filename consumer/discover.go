@@ -9,6 +9,9 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
+// metadataRetry is how soon a metadata refresh that failed is tried again.
+const metadataRetry = 2 * time.Second
+
 // topology is what the run loop knows of its topics: their Kafka topic IDs
 // and partitions when it started (or last found more), and the partition
 // readers that ended and are not handled yet. Only the loop touches it.
@@ -17,11 +20,14 @@ type topology struct {
 	known map[aggregate.PartitionID]bool // every partition of the topics seen so far, assigned or not
 	next  time.Time                      // the next metadata refresh
 	ended []*readerEnded                 // readers that ended (lost.go)
+	// failing: the last metadata refresh failed (its next failures are logged at debug level)
+	failing bool
 }
 
 // poll runs every pollInterval on the loop: a partition reader that ended
 // stops or restarts the run (lost); then the high water marks are refreshed
-// and, every cfg.MetadataRefresh, the topics' metadata (discover).
+// and, every cfg.MetadataRefresh and at once after a consumer error, the
+// topics' metadata (discover).
 func (l *loop) poll(ctx context.Context) error {
 	topo := &l.src.topo
 	if len(topo.ended) > 0 {
@@ -37,28 +43,40 @@ func (l *loop) poll(ctx context.Context) error {
 
 // discover reads the topics' metadata (DESIGN.md "Start-up"). A topic whose
 // ID is no longer the one at start-up was deleted and recreated: the run
-// stops with *TopicIDChangedError, or restarts from the stored state under
+// stops with *TopicIDChangedError (*OffsetOutOfRangeError when a position
+// of it lies outside the new log), or restarts from the stored state under
 // --on-offset-out-of-range=earliest|latest, as for a reader that ended.
 // Partitions added to a topic are claimed and consumed from --start-offset
 // when this instance owns every partition (no --partitions); otherwise they
 // are logged once each: no instance of the pipeline consumes them until one
 // is assigned them (`status` shows them). A metadata request that fails is
-// logged and tried again at the next refresh.
+// tried again within metadataRetry.
 func (l *loop) discover(ctx context.Context) error {
 	cfg, topo := l.cfg, &l.src.topo
 	meta, err := l.src.metadata(l.topics())
-	if err != nil {
-		cfg.Logger.Warn("metadata refresh failed; trying again later", "err", err, "retry_in", cfg.MetadataRefresh)
+	if err != nil { // the broker may be restarting: try again soon
+		retryIn := min(cfg.MetadataRefresh, metadataRetry)
+		topo.next = cfg.Now().Add(retryIn)
+		log := cfg.Logger.Warn
+		if topo.failing {
+			log = cfg.Logger.Debug
+		}
+		log("metadata refresh failed", "err", err, "retry_in", retryIn)
+		topo.failing = true
 		return nil
 	}
+	topo.failing = false
 	var added []aggregate.PartitionID
 	for _, topic := range l.topics() {
 		m := meta[topic]
 		if changed := l.idChanged(topic, m.id); changed != nil {
+			if oor := l.outOfRange(topic); oor != nil {
+				changed = oor
+			}
 			if cfg.OnOffsetOutOfRange == "fail" {
 				return changed
 			}
-			cfg.Logger.Warn("topic recreated while running: resuming per --on-offset-out-of-range",
+			cfg.Logger.Warn("the log changed while reading: resuming per --on-offset-out-of-range",
 				"policy", cfg.OnOffsetOutOfRange, "err", changed)
 			return &restartError{why: "topic " + topic + " was recreated"}
 		}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -49,7 +50,10 @@ func (e *restartError) Is(target error) bool { return target == errResync }
 
 // sourceError handles an error of the source in the run loop: a partition
 // reader that ended is kept for poll, which stops or restarts the run (see
-// lost); the rest sarama retries by itself.
+// lost); the rest sarama retries by itself. Since such an error may mean that
+// the broker restarted, maybe without its data, the topics' metadata is read
+// at the next poll: a topic ID that changed is found before much of a new log
+// is read under the old one's offsets.
 func (l *loop) sourceError(err error) {
 	var ended *readerEnded
 	switch {
@@ -59,6 +63,7 @@ func (l *loop) sourceError(err error) {
 		l.cfg.Logger.Debug("kafka consumer error: the partition reader ends", "err", err)
 	default:
 		l.cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
+		l.src.topo.next = time.Time{}
 	}
 }
 
@@ -100,8 +105,25 @@ func (l *loop) lost(e *readerEnded) error {
 	if cfg.OnOffsetOutOfRange == "fail" {
 		return cause
 	}
-	cfg.Logger.Warn("the log changed under a partition reader: resuming per --on-offset-out-of-range",
+	cfg.Logger.Warn("the log changed while reading: resuming per --on-offset-out-of-range",
 		"partition", e.tp.String(), "offset", e.next, "log_start", logStart, "high_water", hw,
 		"policy", cfg.OnOffsetOutOfRange, "err", cause)
 	return &restartError{why: "the log of " + e.tp.String() + " changed under its reader"}
+}
+
+// outOfRange returns an *OffsetOutOfRangeError (Running) for the first
+// partition of topic whose position the broker no longer holds, or nil: a
+// broker that lost its data also gives its topics new IDs, and the range
+// says more about what happened.
+func (l *loop) outOfRange(topic string) *OffsetOutOfRangeError {
+	for _, tp := range SortedPartitions(l.highWater) {
+		if tp.Topic != topic {
+			continue
+		}
+		logStart, hw, err := l.src.offsets(tp)
+		if pos := l.led.ConsumedOffset(tp); err == nil && (pos < logStart || pos > hw) {
+			return &OffsetOutOfRangeError{PartitionID: tp, Offset: pos, LogStart: logStart, HighWater: hw, Running: true}
+		}
+	}
+	return nil
 }

@@ -28,6 +28,9 @@ func (e *TopicIDChangedError) Error() string {
 		e.Topic, e.Stored, e.Current)
 }
 
+// metadataTimeout bounds each step of a metadata request of the loop.
+const metadataTimeout = 5 * time.Second
+
 // topicMeta is what the metadata of one topic says.
 type topicMeta struct {
 	id         string  // Kafka topic ID as Kafka prints it; "" when the broker has none (Metadata < v10)
@@ -38,13 +41,17 @@ type topicMeta struct {
 // metadata of topics: their topic IDs (Metadata v10+, sarama config Version
 // >= V2_8_0_0; sarama's client keeps them to itself) and partitions. A
 // connection of its own keeps the loop's client and its broker connections
-// out of it, and works the same after a broker restart.
+// out of it, and works the same after a broker restart. Its timeouts are
+// short (metadataTimeout): the run loop waits for it.
 func (s *source) metadata(topics []string) (map[string]topicMeta, error) {
-	conf := s.client.Config()
+	conf := *s.client.Config()
+	conf.Net.DialTimeout = min(conf.Net.DialTimeout, metadataTimeout)
+	conf.Net.ReadTimeout = min(conf.Net.ReadTimeout, metadataTimeout)
+	conf.Net.WriteTimeout = min(conf.Net.WriteTimeout, metadataTimeout)
 	var errs []error
 	for _, addr := range s.brokers {
 		b := sarama.NewBroker(addr)
-		if err := b.Open(conf); err != nil {
+		if err := b.Open(&conf); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,7 +243,7 @@ func TestBrokerLostLogResumeEarliest(t *testing.T) {
 	waitFor(t, time.Minute, "run to reset partition 0 to the new log's start", func() bool {
 		return strings.Contains(p.output(), "partition=arrival_predictions/0 from=0")
 	})
-	for _, want := range []string{"the log changed under a partition reader: resuming per --on-offset-out-of-range",
+	for _, want := range []string{"the log changed while reading: resuming per --on-offset-out-of-range",
 		"topic recreated: resuming"} {
 		if !strings.Contains(p.output(), want) {
 			t.Fatalf("run output does not say %q:\n%s", want, p.output())
@@ -288,6 +289,41 @@ func TestTopicRecreatedWhileRunning(t *testing.T) {
 	}
 	t.Logf("run stopped %v after the topic was recreated", time.Since(recreated).Round(time.Millisecond))
 	want := fmt.Sprintf("topic arrival_predictions was recreated: the stored offsets belong to topic ID %s, the broker's topic has ID %s", was, now)
+	if !strings.Contains(p.output(), want) {
+		t.Fatalf("run output does not say %q:\n%s", want, p.output())
+	}
+}
+
+// Retention deletes records run has not read yet (it lags behind): its
+// partition reader gets OffsetOutOfRange, and run stops with exit 1 naming
+// the offset being read and the range left, instead of reading nothing more.
+// The topic is the same (same topic ID): only the reader tells.
+func TestRecordsDeletedBeforeRead(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	produceRecords(t, addr, events(0, 10, time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC))...)
+	p := startOvstream(t, nil, runArgs(db, addr)...)
+	waitFor(t, time.Minute, "run to consume the first 10 records", func() bool {
+		return storedConsumed(t, db, "ovstream")["arrival_predictions/0"] == 10
+	})
+	// Stopped, run sends no fetch; the one it had sent returns empty after
+	// the fetch wait (500 ms), so the records below are not fetched before
+	// retention deletes them.
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, p)
+	time.Sleep(time.Second)
+	produceRecords(t, addr, events(10, 20, time.Date(2016, 5, 18, 20, 10, 0, 0, time.UTC))...)
+	if err := adminClient(t, addr).DeleteRecords(predictionsTopic, map[int32]int64{0: 25}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 1 {
+		t.Fatalf("run exit %d after the records it was to read were deleted, want 1:\n%s", code, p.output())
+	}
+	want := "arrival_predictions/0: offset 10 being read is no longer in the log: available range [25, 30]"
 	if !strings.Contains(p.output(), want) {
 		t.Fatalf("run output does not say %q:\n%s", want, p.output())
 	}
