@@ -37,10 +37,11 @@ func (s *source) ended(tp aggregate.PartitionID, next int64) {
 }
 
 // restartError asks Run, like errResync, to restart the loop from the
-// stored state: open windows and the ledger are rebuilt by re-reading from
-// the stored offsets, so nothing consumed is lost or counted twice, and
-// start-up applies --on-offset-out-of-range to the partitions whose stored
-// offset or topic is no longer valid.
+// stored state: open windows and the ledger are dropped and rebuilt by
+// re-reading from the stored offsets, so nothing the logs still hold is lost
+// or counted twice (what a lost log held past the last commit is gone with
+// it), and start-up applies --on-offset-out-of-range to the partitions whose
+// stored offset or topic is no longer valid.
 type restartError struct{ why string }
 
 func (e *restartError) Error() string {

@@ -133,8 +133,13 @@ func (l *loop) checkTopics(ctx context.Context, assigned []aggregate.PartitionID
 	for topic, m := range meta {
 		topo.ids[topic] = m.id
 		for _, p := range m.partitions {
-			topo.known[aggregate.PartitionID{Topic: topic, Partition: p}] = true
+			// Owning every partition, one added since the assignment was
+			// resolved is found by the next refresh.
+			topo.known[aggregate.PartitionID{Topic: topic, Partition: p}] = cfg.Partitions != nil
 		}
+	}
+	for _, tp := range assigned {
+		topo.known[tp] = true
 	}
 	var have map[aggregate.PartitionID]string
 	if err := retry(ctx, cfg, "load topic IDs", func() (err error) {
