@@ -46,13 +46,18 @@ type Config struct {
 	// so finalized is dead-lettered late. Off by default (DESIGN.md
 	// "Watermark and lateness").
 	IdleFinalize bool
+	// MetadataRefresh is how often the topics' metadata is read while
+	// running: partitions added to a topic are found, and a topic deleted and
+	// recreated is told by its topic ID (DESIGN.md "Start-up"); default 1m.
+	MetadataRefresh time.Duration
 	// StartOffset is where a partition without a stored position starts:
 	// "earliest" (default) or "latest".
 	StartOffset string
 	// OnOffsetOutOfRange says what to do when a stored offset lies outside
-	// [log start, high water]: "fail" (default: Run returns
-	// *OffsetOutOfRangeError), "earliest" or "latest" (resume there, log the
-	// skipped range).
+	// [log start, high water], the offset being read leaves it while running,
+	// or the topic was deleted and recreated: "fail" (default: Run returns
+	// *OffsetOutOfRangeError or *TopicIDChangedError), "earliest" or "latest"
+	// (resume there, log the skipped range).
 	OnOffsetOutOfRange string
 	// Drain ends the run once every partition reached the high water mark it
 	// had at start: every open window is finalized and committed.
@@ -103,8 +108,10 @@ func (c *Config) Validate() error {
 	def(&c.IdleTimeout, 30*time.Second)
 	def(&c.MaxFutureSkew, 5*time.Minute)
 	def(&c.FlushInterval, 5*time.Second)
+	def(&c.MetadataRefresh, time.Minute)
 	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.AllowedLateness,
-		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval} {
+		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval,
+		"metadata refresh": c.MetadataRefresh} {
 		if d < 0 {
 			return fmt.Errorf("consumer: %s %v is negative", name, d)
 		}

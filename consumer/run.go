@@ -16,7 +16,8 @@ var ErrFenced = store.ErrFenced
 
 // errResync asks Run to rebuild its state from the database: a COMMIT failed
 // ambiguously, so what is stored is unknown until it is read again; or
-// PostgreSQL refused rows, whose records are dead-lettered when read again.
+// PostgreSQL refused rows, whose records are dead-lettered when read again;
+// or the log under a reader changed (restartError, lost.go).
 var errResync = errors.New("consumer: resync from stored positions")
 
 // Summary describes what a run did, for logs and the drain report.
@@ -82,6 +83,10 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 			break
 		}
 		sum.Resyncs++
+		var re *restartError
+		if errors.As(err, &re) {
+			cfg.Logger.Warn(re.Error())
+		}
 	}
 	in.stop(err)
 	if errors.Is(err, errStandbyStopped) {
@@ -167,9 +172,11 @@ func (l *loop) run(ctx context.Context) (err error) {
 				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
 		case err := <-l.src.errs:
-			cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
+			l.sourceError(err)
 		case <-poll.C:
-			l.pollHighWater()
+			if err := l.poll(ctx); err != nil {
+				return err
+			}
 		case <-tick.C:
 			now := cfg.Now()
 			l.updateCaughtUp(now)

@@ -51,17 +51,24 @@ func releaseBatch(b []record) {
 // OffsetOutOfRangeError says a stored offset lies outside what the broker
 // still holds: below the log start offset (deleted by retention) or above the
 // high water mark (the topic was recreated). Kafka docs: ListOffsets.
+// Running: the offset is the one a partition reader was reading when the
+// broker answered OFFSET_OUT_OF_RANGE (the broker lost or truncated the log).
 type OffsetOutOfRangeError struct {
 	aggregate.PartitionID
-	Offset    int64 // the stored next offset
+	Offset    int64 // the stored next offset, or the one being read
 	LogStart  int64 // earliest offset available
 	HighWater int64 // one past the last offset written
+	Running   bool  // Offset is the position being read, not a stored one
 }
 
 func (e *OffsetOutOfRangeError) Error() string {
-	return fmt.Sprintf("%s: stored offset %d is outside the available range [%d, %d]; "+
-		"restart with --on-offset-out-of-range=earliest or =latest to resume there and skip the rest",
-		e.PartitionID, e.Offset, e.LogStart, e.HighWater)
+	what := fmt.Sprintf("stored offset %d is outside the available range [%d, %d]", e.Offset, e.LogStart, e.HighWater)
+	if e.Running {
+		what = fmt.Sprintf("offset %d being read is no longer in the log: available range [%d, %d] "+
+			"(the broker lost or truncated it)", e.Offset, e.LogStart, e.HighWater)
+	}
+	return fmt.Sprintf("%s: %s; restart with --on-offset-out-of-range=earliest or =latest to resume there and skip the rest",
+		e.PartitionID, what)
 }
 
 // source adapts sarama: metadata, offsets and one reader per assigned
@@ -75,6 +82,8 @@ func (e *OffsetOutOfRangeError) Error() string {
 // the loop stalled for seconds per poll (seen in the crash suite's drains).
 type source struct {
 	predTopic, posTopic string        // what decode decodes as what
+	brokers             []string      // bootstrap addresses, for topic IDs (topicid.go)
+	topo                topology      // the run loop's view of the topics (discover.go); only the loop touches it
 	client              sarama.Client // metadata and offsets for the run loop
 	fetches             sarama.Client // the partition consumers' own
 	consumer            sarama.Consumer
@@ -120,6 +129,7 @@ func openSource(brokers []string, base *sarama.Config, fetchBytes int32) (*sourc
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	return &source{
+		brokers:  brokers,
 		client:   client,
 		fetches:  fetches,
 		consumer: cons,
@@ -157,7 +167,7 @@ func (s *source) start(tp aggregate.PartitionID, offset int64) error {
 	}
 	s.pcs = append(s.pcs, pc)
 	s.wg.Add(2)
-	go s.read(tp, pc)
+	go s.read(tp, pc, offset)
 	go func() {
 		defer s.wg.Done()
 		for err := range pc.Errors() {
@@ -170,15 +180,20 @@ func (s *source) start(tp aggregate.PartitionID, offset int64) error {
 	return nil
 }
 
-// read forwards pc's messages in batches until pc closes or the source stops.
-func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer) {
+// read forwards pc's messages, from offset next on, in batches until the
+// source stops. A partition reader never ends silently: when sarama closes pc
+// while the source is not stopping (it does on OFFSET_OUT_OF_RANGE), read
+// hands the run loop a *readerEnded on errs.
+func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, next int64) {
 	defer s.wg.Done()
 	msgs := pc.Messages()
 	for {
 		m, ok := <-msgs
 		if !ok {
+			s.ended(tp, next)
 			return
 		}
+		next = m.Offset + 1
 		batch := append(newBatch(), s.decode(tp, m))
 	more:
 		for len(batch) < maxBatch {
@@ -187,6 +202,7 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer) {
 				if !ok {
 					break more
 				}
+				next = m.Offset + 1
 				batch = append(batch, s.decode(tp, m))
 			default:
 				break more

@@ -58,6 +58,9 @@ func (l *loop) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := l.checkTopics(ctx, assigned, stored); err != nil { // topicid.go
+		return err
+	}
 	if err := l.startSplit(ctx, assigned, stored); err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func init() {
 type runFlags struct {
 	brokers, databaseURL, pipeline, topics, partitions  string
 	window, lateness, idle, skew, flush, connectTimeout time.Duration
-	lease                                               time.Duration
+	lease, metadataRefresh                              time.Duration
 	startOffset, onOutOfRange                           string
 	drain, migrate, idleFinalize, takeover              bool
 	logFormat, logLevel                                 string
@@ -60,7 +60,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
 	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
 	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
-	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water]: fail|earliest|latest")
+	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water], a position the broker lost while running, or a recreated topic (another topic ID): fail|earliest|latest")
+	fs.DurationVar(&f.metadataRefresh, "metadata-refresh", time.Minute, "how often the topics' metadata is read while running: added partitions are found, a recreated topic is detected")
 	fs.BoolVar(&f.drain, "drain", false, "stop once every partition reached its high water mark at start; finalize every window; print a summary")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations before starting")
 	fs.DurationVar(&f.lease, "lease", consumer.DefaultLease, "a partition whose owner's heartbeat is younger is held: this instance waits as a standby until it is released or the lease expires (use one lease for all instances of a pipeline)")
@@ -119,6 +120,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		MaxFutureSkew:      f.skew,
 		IdleFinalize:       f.idleFinalize,
 		FlushInterval:      f.flush,
+		MetadataRefresh:    f.metadataRefresh,
 		StartOffset:        f.startOffset,
 		OnOffsetOutOfRange: f.onOutOfRange,
 		Drain:              f.drain,

@@ -91,6 +91,10 @@ type StatusReport struct {
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
 	KafkaError      string                       `json:"kafka_error,omitempty"`
 	Merge           *MergeStatus                 `json:"merge"` // split pipelines (status_merge.go)
+	// Unowned lists, as topic/partition, the partitions that no instance of
+	// the pipeline owns, of the topics it owns a partition of: e.g. added to
+	// a topic while instances with --partitions run. Nothing consumes them.
+	Unowned []string `json:"unowned_partitions"`
 }
 
 func cmdStatus(ctx context.Context, args []string) int {
@@ -157,6 +161,7 @@ func cmdStatus(ctx context.Context, args []string) int {
 		rep.KafkaError = kerr.Error()
 	}
 	addOwnership(rep, *lease, leases, instances)
+	rep.Unowned = unowned(rep.Partitions, leases)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -230,6 +235,24 @@ func sortPartitions(ps []PartitionStatus) {
 		}
 		return int(a.Partition - b.Partition)
 	})
+}
+
+// unowned returns, as topic/partition, the partitions Kafka lists that no
+// instance of the pipeline ever claimed, of the topics it claimed a
+// partition of: e.g. added to a topic while instances with --partitions run.
+// Nothing consumes them.
+func unowned(ps []PartitionStatus, leases []store.PartitionLease) []string {
+	claimed, topics := map[aggregate.PartitionID]bool{}, map[string]bool{}
+	for _, l := range leases {
+		claimed[l.PartitionID], topics[l.Topic] = true, true
+	}
+	out := []string{}
+	for _, p := range ps {
+		if tp := (aggregate.PartitionID{Topic: p.Topic, Partition: p.Partition}); !claimed[tp] && topics[p.Topic] {
+			out = append(out, tp.String())
+		}
+	}
+	return out
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -354,7 +377,11 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 			len(in.Partitions), in.StartedAt.Format(time.RFC3339), in.HeartbeatAgeS, state)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "total lag: %d\n\ndead letters:", r.TotalLag)
+	fmt.Fprintf(w, "total lag: %d\n", r.TotalLag)
+	if len(r.Unowned) > 0 {
+		fmt.Fprintf(w, "unowned partitions (no instance of the pipeline ever claimed them): %s\n", strings.Join(r.Unowned, ", "))
+	}
+	fmt.Fprint(w, "\ndead letters:")
 	if len(r.DeadLetters) == 0 {
 		fmt.Fprint(w, " none")
 	}
