@@ -118,15 +118,16 @@ func TestPipelinesShareADatabase(t *testing.T) {
 		}
 	}
 
-	// One after the other in one database, in both orders.
-	for _, order := range [][]pipe{{low, high, strict}, {strict, high, low}} {
+	// One after the other in one database, in both orders; the two feeds too.
+	for _, order := range [][]pipe{{low, high, strict}, {strict, high, low}, {nl, akl}, {akl, nl}} {
 		db := freshDB(t)
+		var names []string
 		for _, p := range order {
 			run(db, p)
+			names = append(names, p.name)
 		}
 		for _, p := range order {
-			sameTables(t, fmt.Sprintf("%s after %s, %s, %s", p.name, order[0].name, order[1].name, order[2].name),
-				pipelineTables(t, db, p.name), alone[p.name])
+			sameTables(t, fmt.Sprintf("%s in order %v", p.name, names), pipelineTables(t, db, p.name), alone[p.name])
 		}
 	}
 
