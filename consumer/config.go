@@ -167,3 +167,14 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// topics returns the consumed topics: predictions, then positions.
+func (c *Config) topics() []string {
+	var ts []string
+	for _, t := range []string{c.PredictionsTopic, c.PositionsTopic} {
+		if t != "" {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
