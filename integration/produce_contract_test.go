@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,5 +69,29 @@ func TestProduceSkipsWhatBreaksTheContract(t *testing.T) {
 	}
 	if got := dump(t, db, `SELECT event_count, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`); strings.Join(got, " ") != "[2 86400]" {
 		t.Errorf("network row %v, want 2 events, max 86400", got)
+	}
+}
+
+// `produce --gtfs-rt` reports each file it reads (--progress-interval 0):
+// ten Auckland snapshots give ten lines whose new predictions add up to
+// what the summary says it produced.
+func TestProduceReportsEachFile(t *testing.T) {
+	addr := startBroker(t)
+	out := produceCLI(t, addr, "--operator", "AT", "--progress-interval", "0", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	var files, preds int
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "read file ") {
+			continue
+		}
+		files++
+		var n, of, p, pos int
+		var path, at string
+		if _, err := fmt.Sscanf(l, "read file %d/%d %s (feed time %s %d new predictions, %d new positions;", &n, &of, &path, &at, &p, &pos); err != nil || n != files || of != 10 {
+			t.Errorf("progress line %q: %v", l, err)
+		}
+		preds += p
+	}
+	if files != 10 || preds != 4610 || !strings.Contains(out, "produced 4610 predictions to arrival_predictions") {
+		t.Errorf("%d file lines adding up to %d predictions, want 10 and 4610:\n%s", files, preds, out)
 	}
 }
