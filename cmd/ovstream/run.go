@@ -202,6 +202,9 @@ func cmdRun(ctx context.Context, args []string) int {
 	}
 	logStart(log, &f, cfg)
 	sum, err := runService(ctx, &f, cfg)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // SIGTERM while starting (connecting, claiming): a clean stop, exit 0
+	}
 	code := reportRun(os.Stdout, stderr, cfg, sum, err)
 	logStop(ctx, log, cfg, sum, err, code)
 	return code
