@@ -3,7 +3,7 @@
 # Run:   docker run --env-file ovstream.env -p 9464:9464 ovstream
 #        (ovstream.env: DATABASE_URL, KAFKA_BROKERS, OVSTREAM_PIPELINE,
 #        KAFKA_SASL_PASSWORD; see deploy/systemd/ovstream.service)
-# Other commands: docker run --rm ovstream migrate up, ... status, ... version.
+# Other commands: docker run --rm --env-file ovstream.env ovstream migrate up (or status, dlq ...).
 # Exit 3 means fenced (another instance owns the partitions now): a restart
 # policy of on-failure restarts it as a standby; see the README.
 
