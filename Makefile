@@ -3,7 +3,12 @@ GO      ?= go
 BIN     := bin/ovstream
 PKGS    := ./aggregate/... ./consumer/... ./store/... ./migrations/... ./cmd/...
 
-.PHONY: build run test unit integration fuzz vet clean
+.PHONY: build run test unit integration fuzz vet clean check-unit check-docker
+
+# .ci/postgres.sh may start a private PostgreSQL cluster and write its
+# DATABASE_URL into .ci/local.env; every command that needs the database reads
+# it first (a DATABASE_URL already in the environment wins).
+PGENV := [ ! -f .ci/local.env ] || . ./.ci/local.env;
 
 build:
 	$(GO) build -o $(BIN) ./cmd/ovstream
@@ -11,16 +16,29 @@ build:
 # The demo: embedded broker, bundled real sample, run --drain, summary.
 run: build
 	@bash .ci/postgres.sh
-	./$(BIN) demo
+	@$(PGENV) ./$(BIN) demo
 
-# Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), short fuzzing.
-test: vet
+# Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), short fuzzing,
+# the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
+test: vet build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
-	$(GO) test -count=1 -tags integration -timeout 15m ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m ./integration/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
+	bash .ci/check-unit.sh $(BIN)
+	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
+
+# deploy/systemd/ovstream.service: systemd-analyze verify and security.
+check-unit: build
+	bash .ci/check-unit.sh $(BIN)
+
+# The Dockerfile without a container engine: BuildKit's parser and lint rules
+# (the module comes through the Go module proxy), plus the image's promises.
+# With a Docker daemon and registry access: docker build -t ovstream .
+check-docker:
+	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
 
 vet:
 	$(GO) vet ./...
@@ -40,9 +58,9 @@ CRASH_KILLS   ?= 200
 .PHONY: crash
 crash:
 	@bash .ci/postgres.sh
-	@test -f "$(CRASH_ARCHIVE)" || { echo "crash: no archive at $(CRASH_ARCHIVE); set CRASH_ARCHIVE" >&2; exit 1; }
+	@$(PGENV) test -f "$(CRASH_ARCHIVE)" || { echo "crash: no archive at $(CRASH_ARCHIVE); set CRASH_ARCHIVE" >&2; exit 1; }
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
-	  tar -xJf "$(CRASH_ARCHIVE)" -C "$$dir" && \
+	  tar -xJf "$(CRASH_ARCHIVE)" -C "$$dir" && $(PGENV) \
 	  $(GO) test -count=1 -tags integration -timeout 2h -v -run '^TestCrashRandomKills$$' ./integration/ \
 	    -args -crash.long -crash.data "$$dir" -crash.kills $(CRASH_KILLS)
 
@@ -55,4 +73,4 @@ clean:
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh
-	$(GO) run ./integration/bench $(BENCHFLAGS)
+	$(PGENV) $(GO) run ./integration/bench $(BENCHFLAGS)

@@ -75,6 +75,9 @@ type Config struct {
 	// Default 128 KiB: sarama's own 1 MiB measured slower end to end and
 	// larger (BENCHMARKS.md, proposal C).
 	FetchBytes int32
+	// ProgressInterval is the time between two "progress" info lines of the
+	// log (progress.go); default DefaultProgressInterval, negative = none.
+	ProgressInterval time.Duration
 	// OnCommit, when set, is called after each successful commit with the
 	// committed positions (e.g. to mirror them into a Kafka consumer group
 	// for lag monitoring). It must not block for long; its errors are its own.
@@ -109,6 +112,7 @@ func (c *Config) Validate() error {
 	def(&c.MaxFutureSkew, 5*time.Minute)
 	def(&c.FlushInterval, 5*time.Second)
 	def(&c.MetadataRefresh, time.Minute)
+	def(&c.ProgressInterval, DefaultProgressInterval)
 	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.AllowedLateness,
 		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval,
 		"metadata refresh": c.MetadataRefresh} {
@@ -173,4 +177,15 @@ func (c *Config) Validate() error {
 		c.Now = time.Now
 	}
 	return nil
+}
+
+// topics returns the consumed topics: predictions, then positions.
+func (c *Config) topics() []string {
+	var ts []string
+	for _, t := range []string{c.PredictionsTopic, c.PositionsTopic} {
+		if t != "" {
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }

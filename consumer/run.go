@@ -36,6 +36,7 @@ type Summary struct {
 	Stored         map[aggregate.PartitionID]int64 // committed next offset per partition
 	HighWater      map[aggregate.PartitionID]int64 // high water mark per partition, last seen
 	Elapsed        time.Duration
+	progress       progress // the progress line's memory (progress.go)
 }
 
 const (
@@ -183,6 +184,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			cfg.Metrics.watermark(l.wm.Advance(now))
 			cfg.Metrics.Uncommitted.Set(float64(l.consumed - l.committed))
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
+			l.logProgress(now)
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}

@@ -265,7 +265,7 @@ func TestAmbiguousCommit(t *testing.T) {
 	ds := auckland2h(t)
 	r := newRig(t, rng, ds, startBroker(t), 40)
 	direct := r.db
-	proxy := startPgProxy(t, "127.0.0.1:5432")
+	proxy := startPgProxy(t, testServerAddr(t))
 	r.db = proxy.url(direct) // the service's URL; the checks below go direct
 	p := r.start()
 	r.db = direct

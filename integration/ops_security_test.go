@@ -182,7 +182,7 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 	sout, serr, code := runCLI(t, envPlain, append([]string{"status", "--json", "--pipeline", "secure"}, sasl("PLAIN", "opsplain")...)...)
 	assertNoSecret(t, "status", sout+serr)
 	var s statusJSON
-	if code != 0 || json.Unmarshal([]byte(sout), &s) != nil || s.TotalLag != 0 || len(s.Partitions) != 9 || s.DeadLetters["decode"].Total != 1 {
+	if code != 0 || json.Unmarshal([]byte(sout), &s) != nil || s.lag() != 0 || len(s.Partitions) != 9 || s.DeadLetters["decode"].Total != 1 {
 		t.Errorf("status over TLS + PLAIN: exit %d, %+v\n%s", code, s, serr)
 	}
 
@@ -227,7 +227,7 @@ func TestOpsDatabasePasswordNeverShown(t *testing.T) {
 		"postgres://postgres@127.0.0.1:1/ovs?sslmode=disable&password=" + pwDB,
 		"host=127.0.0.1 port=1 user=postgres password=" + pwDB + " dbname=ovs sslmode=disable",
 		// Reachable server, no such database: the server's own error.
-		"postgres://postgres:" + pwDB + "@127.0.0.1:5432/ovs_does_not_exist?sslmode=disable",
+		"postgres://postgres:" + pwDB + "@" + testServerAddr(t) + "/ovs_does_not_exist?sslmode=disable",
 	} {
 		for _, args := range [][]string{
 			{"run", "--brokers", addr, "--connect-timeout", "1s", "--log-format", "json", "--log-level", "debug"},

@@ -56,11 +56,19 @@ type statusJSON struct {
 		HeartbeatAgeS float64  `json:"heartbeat_age_s"`
 		Alive         bool     `json:"alive"`
 	} `json:"instances"`
-	TotalLag    int64 `json:"total_lag"`
+	TotalLag    *int64 `json:"total_lag"` // null: unknown (Kafka could not be read)
 	DeadLetters map[string]struct {
 		Total    int64 `json:"total"`
 		Replayed int64 `json:"replayed"`
 	} `json:"dead_letters"`
+}
+
+// lag is the total lag, -1 when unknown.
+func (s statusJSON) lag() int64 {
+	if s.TotalLag == nil {
+		return -1
+	}
+	return *s.TotalLag
 }
 
 func status(t *testing.T, db, addr, pipeline string) statusJSON {
@@ -97,8 +105,8 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	if s.NewestWindowEnd == nil || fmt.Sprintf("[%s]", s.NewestWindowEnd.Format("2006-01-02 15:04:05 -0700 MST")) != newest {
 		t.Errorf("newest window_end %v, table %s", s.NewestWindowEnd, newest)
 	}
-	if len(s.Partitions) != 9 || s.TotalLag != 0 {
-		t.Fatalf("%d partitions, total lag %d; want 9 and 0 after a drain", len(s.Partitions), s.TotalLag)
+	if len(s.Partitions) != 9 || s.lag() != 0 {
+		t.Fatalf("%d partitions, total lag %d; want 9 and 0 after a drain", len(s.Partitions), s.lag())
 	}
 	for _, p := range s.Partitions {
 		k := fmt.Sprintf("%s/%d", p.Topic, p.Partition)
@@ -118,8 +126,8 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 		more[i] = fmt.Sprintf(`{"trip_id":"more-%d","line":"L","stop_id":"S","operator":"AT","delay_s":%d,"event_time":"2016-05-18T20:30:00Z"}`, i, i)
 	}
 	produceLines(t, addr, predictionsTopic, more...)
-	if s = status(t, db, addr, "ops"); s.TotalLag != 10 {
-		t.Errorf("total lag %d after 10 more records, want 10", s.TotalLag)
+	if s = status(t, db, addr, "ops"); s.lag() != 10 {
+		t.Errorf("total lag %d after 10 more records, want 10", s.lag())
 	}
 	text, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ops")
 	for _, want := range []string{"pipeline ops: epoch 1, owner none (released)", "arrival_predictions/0", "total lag: 10",
@@ -254,4 +262,47 @@ func keyOf(line string) string {
 	var s string
 	_ = json.Unmarshal(obj["trip_id"], &s)
 	return s
+}
+
+// status shows the partitions of the pipeline's own topics only (recorded
+// in pipelines.topics at claim), not every topic of the --topics default;
+// and it says "unknown" for the lag it cannot read from Kafka, never 0.
+func TestOpsStatusOwnTopicsAndUnknownLag(t *testing.T) {
+	addr := startBroker(t)
+	db := freshDB(t)
+	produceLines(t, addr, predictionsTopic,
+		`{"trip_id":"t1","line":"L","stop_id":"S","operator":"OP","delay_s":10,"event_time":"2016-05-18T20:30:00Z"}`,
+		`{"trip_id":"t2","line":"L","stop_id":"S","operator":"OP","delay_s":20,"event_time":"2016-05-18T20:31:00Z"}`)
+	drain(t, db, addr, "--pipeline", "predonly", "--topics", predictionsTopic+",")
+	if got := dump(t, db, `SELECT topics FROM pipelines WHERE name = 'predonly'`); strings.Join(got, "") != "[[arrival_predictions]]" {
+		t.Errorf("pipelines.topics %v, want [arrival_predictions]", got)
+	}
+	s := status(t, db, addr, "predonly")
+	if len(s.Partitions) != 6 || s.lag() != 0 {
+		t.Errorf("%d partitions, total lag %d; want the 6 of arrival_predictions and 0", len(s.Partitions), s.lag())
+	}
+	for _, p := range s.Partitions {
+		if p.Topic != predictionsTopic {
+			t.Errorf("status shows %s/%d, a topic pipeline predonly never reads", p.Topic, p.Partition)
+		}
+	}
+
+	// Kafka unreachable: exit 1, the lag is unknown, never 0.
+	out, errOut, code := runCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", "127.0.0.1:1", "--pipeline", "predonly")
+	var u statusJSON
+	if err := json.Unmarshal([]byte(out), &u); err != nil || code != 1 {
+		t.Fatalf("status --json without Kafka: exit %d, %v\n%s%s", code, err, out, errOut)
+	}
+	if u.TotalLag != nil || len(u.Partitions) != 6 {
+		t.Errorf("without Kafka: total lag %v, %d partitions; want null and 6", u.TotalLag, len(u.Partitions))
+	}
+	for _, p := range u.Partitions {
+		if p.Lag != nil || p.NextOffset == nil {
+			t.Errorf("without Kafka %s/%d: lag %v, next offset %v; want null and the stored one", p.Topic, p.Partition, p.Lag, p.NextOffset)
+		}
+	}
+	text, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", "127.0.0.1:1", "--pipeline", "predonly")
+	if code != 1 || !strings.Contains(text, "total lag: unknown") || strings.Contains(text, "total lag: 0") {
+		t.Errorf("status without Kafka (exit %d) does not say the lag is unknown:\n%s", code, text)
+	}
 }

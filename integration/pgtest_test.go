@@ -23,7 +23,20 @@ func testDatabaseURL() string {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u
 	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"
+}
+
+// testServerAddr returns host:port of the test server (testDatabaseURL).
+func testServerAddr(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(testDatabaseURL())
+	if err != nil || u.Host == "" {
+		t.Fatalf("DATABASE_URL %q: want postgres://USER@HOST:PORT/DB", testDatabaseURL())
+	}
+	if u.Port() == "" {
+		return u.Host + ":5432"
+	}
+	return u.Host
 }
 
 // emptyDB creates a new, empty database ovs_<random> on the test server and

@@ -23,6 +23,11 @@ type ClaimOptions struct {
 	// Takeover claims held partitions too (run --takeover): their owner is
 	// fenced at its next commit.
 	Takeover bool
+	// Topics are the pipeline's topics as the claiming instance is
+	// configured (predictions, then positions; empty ones left out). A claim
+	// records them in pipelines.topics when they differ from what is there,
+	// so `status` shows the pipeline's own topics. nil leaves them alone.
+	Topics []string
 }
 
 // Claimed is what a successful claim did.
@@ -223,6 +228,13 @@ UPDATE stream_positions s SET epoch = $4, owner = $5, heartbeat_at = now()
 FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
 WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums, next, owner); err != nil {
 			return err
+		}
+		// Only a change locks the row (a split commit holds it for its merge decision).
+		if opts.Topics != nil {
+			if _, err := tx.Exec(ctx, `UPDATE pipelines SET topics = $2 WHERE name = $1 AND topics IS DISTINCT FROM $2`,
+				pipeline, opts.Topics); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM pipeline_instances WHERE pipeline = $1 AND owner <> $2
 			AND heartbeat_at < now() - $3 * interval '1 microsecond'`, pipeline, owner, micros(staleInstanceLeases*opts.Lease)); err != nil {

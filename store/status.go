@@ -27,6 +27,7 @@ type ReasonCount struct {
 // Status is what `ovstream status` shows from the database.
 type Status struct {
 	Pipeline        *PipelineRow     // nil when the pipeline was never claimed
+	Topics          []string         // pipelines.topics, recorded at claim; nil when none was recorded
 	Positions       []StoredPosition // the pipeline's stream_positions, by topic and partition
 	NewestWindowEnd time.Time        // max(window_end) of the pipeline's delay_aggregates, UTC; zero if none
 	DeadLetters     map[string]ReasonCount
@@ -39,7 +40,8 @@ func (s *Store) Status(ctx context.Context, pipeline string) (*Status, error) {
 	err := s.do(ctx, func(c *pgx.Conn) error {
 		*st = Status{DeadLetters: map[string]ReasonCount{}}
 		var exists bool
-		if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pipelines WHERE name = $1)`, pipeline).Scan(&exists); err != nil {
+		if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pipelines WHERE name = $1),
+			(SELECT topics FROM pipelines WHERE name = $1)`, pipeline).Scan(&exists, &st.Topics); err != nil {
 			return err
 		}
 		if exists {

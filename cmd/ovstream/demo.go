@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ovstream/ovstream/consumer/embedded"
 	"github.com/ovstream/ovstream/consumer/gtfsrt"
@@ -67,11 +70,35 @@ func cmdDemo(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
 		return exitUsage
 	}
+	if err := demoDatabase(ctx, f.databaseURL); err != nil { // before anything is produced
+		fmt.Fprintln(newRedactingWriter(os.Stderr, f.secrets()), "ovstream demo:", err)
+		return exitError
+	}
 	if err := demo(ctx, os.Stdout, &f, *data); err != nil {
 		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
 		return exitError
 	}
 	return exitOK
+}
+
+// demoDatabase connects to the demo's database once, so that a missing
+// database or a refused login is said before the broker starts.
+func demoDatabase(ctx context.Context, databaseURL string) error {
+	st, err := openStoreQuick(ctx, databaseURL)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+		name := "?"
+		if cfg, perr := pgconn.ParseConfig(databaseURL); perr == nil {
+			name = cfg.Database
+		}
+		return fmt.Errorf("database %q does not exist: create it (createdb %s), or unset DATABASE_URL and run "+
+			"`bash .ci/postgres.sh`, which creates the default database ovstream", name, name)
+	}
+	if err != nil {
+		return fmt.Errorf("PostgreSQL (DATABASE_URL, else %s): %w", describeDatabase(defaultDatabaseURL), err)
+	}
+	st.Close(context.Background())
+	return nil
 }
 
 func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {

@@ -62,9 +62,17 @@ func main() {
 		usage()
 		os.Exit(exitUsage)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT and SIGTERM cancel the context; its cause names the signal.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if s, ok := <-sigs; ok {
+			cancel(stopSignal{s})
+		}
+	}()
 	code := cmd.run(ctx, os.Args[2:])
-	stop()
+	signal.Stop(sigs)
 	os.Exit(code)
 }
 

@@ -15,7 +15,7 @@ func init() {
 	register("migrate", "apply or inspect the schema: migrate up|down|version|force", cmdMigrate)
 }
 
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"
 
 const migrateUsage = `usage: ovstream migrate [flags] up|down|version|force V
 

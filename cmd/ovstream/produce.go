@@ -97,6 +97,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 	posTopic := fs.String("positions-topic", "vehicle_positions", "`topic` for vehicle positions")
 	jsonlFile := fs.String("jsonl", "", "JSONL `file` to produce line by line (\"-\" = stdin)")
 	topic := fs.String("topic", "", "`topic` for --jsonl")
+	progressEvery := fs.Duration("progress-interval", 10*time.Second, "--gtfs-rt: time between two progress lines on stderr, one per file read (0: every file)")
 
 	// Flags may follow paths: parse, take one positional, go on.
 	rest := args
@@ -132,6 +133,8 @@ func cmdProduce(ctx context.Context, args []string) int {
 		return usageErr("give one of --gtfs-rt paths, --gtfs-rt-url or --jsonl")
 	case *jsonlFile == "" && len(gtfsPaths) == 0 && len(feedURLs) == 0:
 		return usageErr("nothing to produce: give --gtfs-rt PATH, --gtfs-rt-url URL or --jsonl FILE --topic TOPIC")
+	case *progressEvery < 0:
+		return usageErr("--progress-interval %v: want 0 (every file) or a positive duration", *progressEvery)
 	case *interval <= 0 || *httpTimeout <= 0 || *httpAttempts < 1 || *polls < 0:
 		return usageErr("--interval and --http-timeout must be positive, --http-attempts at least 1, --polls 0 or more")
 	case *jsonlFile != "" && *topic == "":
@@ -213,6 +216,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 		return exitOK
 	}
 
+	opt.OnFile = fileProgress(os.Stderr, *progressEvery)
 	res, err := gtfsrt.Load(gtfsPaths, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
@@ -279,4 +283,28 @@ func pollLine(r produce.PollReport) string {
 		fmt.Fprintf(&b, "; %d records NOT produced yet (retried next poll): %v", r.Pending, r.ProduceErr)
 	}
 	return b.String()
+}
+
+// fileProgress returns the progress report of `produce --gtfs-rt`: a line on
+// w for a file read when every has passed since the last line (0: for each
+// file), and for the last file, with the new events it gave and the totals.
+func fileProgress(w io.Writer, every time.Duration) func(gtfsrt.FileDone) {
+	var last time.Time
+	var preds, pos int
+	began := time.Now()
+	return func(f gtfsrt.FileDone) {
+		preds += f.Predictions
+		pos += f.Positions
+		now := time.Now()
+		if now.Sub(last) < every && f.N != f.Of {
+			return
+		}
+		last = now
+		at := "none"
+		if !f.FeedTime.IsZero() {
+			at = f.FeedTime.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "read file %d/%d %s (feed time %s): %d new predictions, %d new positions; so far %d predictions, %d positions in %s\n",
+			f.N, f.Of, f.Path, at, f.Predictions, f.Positions, preds, pos, now.Sub(began).Round(time.Millisecond))
+	}
 }

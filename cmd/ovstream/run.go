@@ -44,6 +44,7 @@ type runFlags struct {
 	memoryLimit                                         string
 	memoryLimitBytes                                    int64 // set by config
 	memoryLimitSet                                      bool  // false: leave GOMEMLIMIT's
+	progress                                            time.Duration
 	kafka                                               kafkaFlags
 }
 
@@ -59,6 +60,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.idleFinalize, "idle-finalize", false, "for live feeds whose event times follow the wall clock: when every partition is idle, the watermark advances to wall clock minus the allowed lateness, so a quiet feed's last window is written (later events for it are late)")
 	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
 	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
+	fs.DurationVar(&f.progress, "progress-interval", consumer.DefaultProgressInterval, "time between two progress lines of the log: records/s, lag, watermark, open windows, commits; with --drain the time left (0: none)")
 	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
 	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water], a position the broker lost while running, or a recreated topic (another topic ID): fail|earliest|latest")
 	fs.DurationVar(&f.metadataRefresh, "metadata-refresh", time.Minute, "how often the topics' metadata is read while running: added partitions are found, a recreated topic is detected")
@@ -128,7 +130,14 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		Takeover:           f.takeover,
 		MaxUncommitted:     f.maxUncommitted,
 		FetchBytes:         int32(f.fetchBytes),
+		ProgressInterval:   f.progress,
 		Logger:             log,
+	}
+	if f.progress == 0 {
+		cfg.ProgressInterval = -1 // none
+	}
+	if f.progress < 0 {
+		return cfg, fmt.Errorf("--progress-interval %v: want a positive duration, or 0 for none", f.progress)
 	}
 	if f.maxUncommitted <= 0 {
 		return cfg, fmt.Errorf("--max-uncommitted-messages %d: want a positive number", f.maxUncommitted)
@@ -193,8 +202,14 @@ func cmdRun(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream run:", err)
 		return exitUsage
 	}
+	logStart(log, &f, cfg)
 	sum, err := runService(ctx, &f, cfg)
-	return reportRun(os.Stdout, stderr, cfg, sum, err)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // SIGTERM while starting (connecting, claiming): a clean stop, exit 0
+	}
+	code := reportRun(os.Stdout, stderr, cfg, sum, err)
+	logStop(ctx, log, cfg, sum, err, code)
+	return code
 }
 
 // runService checks the schema, connects and runs the consumer, with the

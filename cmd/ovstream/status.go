@@ -58,7 +58,7 @@ type PartitionStatus struct {
 	UpdatedAt      *time.Time `json:"updated_at"`
 	LogStart       *int64     `json:"log_start"`       // null when Kafka could not be asked
 	HighWater      *int64     `json:"high_water"`      // null when Kafka could not be asked
-	Lag            *int64     `json:"lag"`             // high_water - next_offset (log_start when nothing is stored)
+	Lag            *int64     `json:"lag"`             // high_water - next_offset (log_start when nothing is stored); null = unknown
 	Owner          string     `json:"owner"`           // host:pid of the instance holding it; "" = none
 	Epoch          int64      `json:"epoch"`           // its fencing epoch (0 = never claimed)
 	Lease          string     `json:"lease"`           // alive, expired or released ("" = never claimed)
@@ -87,7 +87,7 @@ type StatusReport struct {
 	LeaseS          float64                      `json:"lease_s"` // the --lease the lease states are judged by, seconds
 	Partitions      []PartitionStatus            `json:"partitions"`
 	Instances       []InstanceStatus             `json:"instances"`
-	TotalLag        int64                        `json:"total_lag"`
+	TotalLag        *int64                       `json:"total_lag"` // null: unknown (a partition's lag could not be read)
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
 	KafkaError      string                       `json:"kafka_error,omitempty"`
 	Merge           *MergeStatus                 `json:"merge"` // split pipelines (status_merge.go)
@@ -101,7 +101,7 @@ func cmdStatus(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var o opsFlags
 	o.register(fs, true)
-	topics := fs.String("topics", "arrival_predictions,vehicle_positions", "topics whose partitions to show besides the stored ones (empty: only stored)")
+	topics := fs.String("topics", "", "topics whose partitions to show besides the stored ones (default: the pipeline's own, recorded when it claimed)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	lease := fs.Duration("lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is alive")
 	fs.Usage = func() {
@@ -156,7 +156,11 @@ func cmdStatus(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	kerr := kafkaOffsets(rep, splitList(o.brokers), splitList(*topics), sc)
+	own := splitList(*topics)
+	if *topics == "" {
+		own = pipelineTopics(dbs)
+	}
+	kerr := kafkaOffsets(rep, splitList(o.brokers), own, sc)
 	if kerr != nil {
 		rep.KafkaError = kerr.Error()
 	}
@@ -173,10 +177,25 @@ func cmdStatus(ctx context.Context, args []string) int {
 		printStatus(stdout, rep, time.Now())
 	}
 	if kerr != nil {
-		fmt.Fprintln(stderr, "ovstream status: kafka:", kerr)
+		fmt.Fprintln(stderr, "ovstream status:", kerr)
 		return exitError
 	}
 	return exitOK
+}
+
+// pipelineTopics returns the pipeline's own topics: those recorded in
+// pipelines.topics at claim, else those of its stored positions.
+func pipelineTopics(s *store.Status) []string {
+	if s.Topics != nil {
+		return s.Topics
+	}
+	var ts []string
+	for _, p := range s.Positions {
+		if !slices.Contains(ts, p.Topic) {
+			ts = append(ts, p.Topic)
+		}
+	}
+	return ts
 }
 
 func buildStatus(pipeline string, s *store.Status) *StatusReport {
@@ -263,7 +282,8 @@ func timePtr(t time.Time) *time.Time {
 }
 
 // kafkaOffsets adds the partitions of topics that have no stored position
-// and fills in log start, high water and lag.
+// and fills in log start, high water and lag; the total lag only when every
+// partition's lag could be read (else it stays nil: unknown).
 func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) error {
 	sc.Net.DialTimeout = 10 * time.Second
 	sc.Metadata.Retry.Max = 2
@@ -273,7 +293,7 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 	}
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
-		return fmt.Errorf("connect to %v: %w", brokers, err)
+		return fmt.Errorf("kafka: connect to %v: %w", brokers, err)
 	}
 	defer client.Close()
 	have := map[aggregate.PartitionID]bool{}
@@ -312,9 +332,20 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 		}
 		lag := hw - from
 		p.LogStart, p.HighWater, p.Lag = &start, &hw, &lag
-		r.TotalLag += lag
 	}
-	return errors.Join(errs...)
+	err = nil
+	if len(errs) > 0 {
+		err = fmt.Errorf("kafka: %w", errors.Join(errs...))
+	}
+	var total int64
+	for _, p := range r.Partitions {
+		if p.Lag == nil {
+			return err
+		}
+		total += *p.Lag
+	}
+	r.TotalLag = &total
+	return err
 }
 
 func printStatus(w io.Writer, r *StatusReport, now time.Time) {
@@ -348,6 +379,12 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 		}
 		return fmt.Sprint(*v)
 	}
+	lag := func(v *int64) string {
+		if v == nil {
+			return "unknown"
+		}
+		return fmt.Sprint(*v)
+	}
 	dash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -360,7 +397,7 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 			lease = fmt.Sprintf("%s (%.1fs)", p.Lease, *p.HeartbeatAgeS)
 		}
 		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", p.Topic, p.Partition, num(p.NextOffset), num(p.LogStart),
-			num(p.HighWater), num(p.Lag), ts(p.UpdatedAt), dash(p.Owner), p.Epoch, lease)
+			num(p.HighWater), lag(p.Lag), ts(p.UpdatedAt), dash(p.Owner), p.Epoch, lease)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ninstances (lease %s):", time.Duration(r.LeaseS*float64(time.Second)))
@@ -377,7 +414,11 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 			len(in.Partitions), in.StartedAt.Format(time.RFC3339), in.HeartbeatAgeS, state)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "total lag: %d\n", r.TotalLag)
+	if r.TotalLag != nil {
+		fmt.Fprintf(w, "total lag: %d\n", *r.TotalLag)
+	} else {
+		fmt.Fprintln(w, "total lag: unknown (Kafka could not be read)")
+	}
 	if len(r.Unowned) > 0 {
 		fmt.Fprintf(w, "unowned partitions (no instance of the pipeline ever claimed them): %s\n", strings.Join(r.Unowned, ", "))
 	}
@@ -391,6 +432,6 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 	}
 	fmt.Fprintln(w)
 	if r.KafkaError != "" {
-		fmt.Fprintf(w, "kafka: %s\n", r.KafkaError)
+		fmt.Fprintf(w, "%s\n", r.KafkaError)
 	}
 }

@@ -11,17 +11,18 @@
 // PostgreSQL, so "high water mark minus committed offset" is the lag the
 // ovstream_partition_lag_messages metric shows.
 //
-// Commits are "simple" commits (generation -1, no member id), as Kafka
-// accepts for a group without members; the first one creates the group
-// (STACK.md: kfake answers OffsetFetch of a never-used group with
-// GROUP_ID_NOT_FOUND, so sarama's OffsetManager cannot be used). If
-// another client joins a group of the same name, the broker refuses the
-// commits (UNKNOWN_MEMBER_ID): they are counted as failures, and the
-// pipeline goes on.
+// Commits go through franz-go's admin client (kadm.Client.CommitOffsets):
+// "simple" commits (generation -1, no member id), as Kafka accepts for a
+// group without members; the first one creates the group (STACK.md: kfake
+// answers OffsetFetch of a never-used group with GROUP_ID_NOT_FOUND, so
+// sarama's OffsetManager cannot be used). If another client joins a group
+// of the same name, the broker refuses the commits (UNKNOWN_MEMBER_ID):
+// they are counted as failures, and the pipeline goes on.
 package groupoffsets
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,10 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/store"
@@ -42,10 +47,13 @@ const Metadata = "ovstream: monitoring only; the truth is stream_positions in Po
 
 // Config configures a Mirror.
 type Config struct {
-	Brokers []string       // Kafka bootstrap addresses; required
-	Group   string         // consumer group id (ovstream uses the pipeline name); required
-	Sarama  *sarama.Config // base client config (TLS, SASL); nil = defaults. Not shared with other clients.
-	Logger  *slog.Logger   // nil = discard
+	Brokers []string // Kafka bootstrap addresses; required
+	Group   string   // consumer group id (ovstream uses the pipeline name); required
+	// Sarama is the base client config of the run (nil = defaults): its
+	// TLS and SASL settings (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) apply to
+	// the mirror's own franz-go client, and its ClientID.
+	Sarama *sarama.Config
+	Logger *slog.Logger // nil = discard
 	// OnFailure is called once per failed commit (a metric counter).
 	OnFailure func(err error)
 	// OnSuccess is called once per successful commit (tests, metrics); optional.
@@ -65,8 +73,9 @@ type Mirror struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	client  sarama.Client // owned by the goroutine
-	failing bool          // the last attempt failed (log once, not at every flush)
+	opts    []kgo.Opt
+	client  *kgo.Client // owned by the goroutine
+	failing bool        // the last attempt failed (log once, not at every flush)
 }
 
 // Start validates cfg and starts the mirror's goroutine. It does not connect:
@@ -88,20 +97,12 @@ func Start(cfg Config) (*Mirror, error) {
 	if cfg.Sarama == nil {
 		cfg.Sarama = sarama.NewConfig()
 	}
-	c := cfg.Sarama
-	if c.ClientID == "" || c.ClientID == "sarama" {
-		c.ClientID = "ovstream"
+	opts, err := clientOptions(cfg.Sarama)
+	if err != nil {
+		return nil, err
 	}
-	if !c.Version.IsAtLeast(sarama.V2_1_0_0) {
-		c.Version = sarama.V2_1_0_0
-	}
-	c.Net.DialTimeout = min(c.Net.DialTimeout, cfg.Timeout)
-	c.Net.ReadTimeout = min(c.Net.ReadTimeout, cfg.Timeout)
-	c.Net.WriteTimeout = min(c.Net.WriteTimeout, cfg.Timeout)
-	c.Metadata.Retry.Max = 1
-	c.Metadata.Full = false
-	m := &Mirror{cfg: cfg, pending: map[aggregate.PartitionID]int64{}, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	m := &Mirror{cfg: cfg, opts: append(opts, kgo.SeedBrokers(cfg.Brokers...), kgo.DialTimeout(cfg.Timeout)),
+		pending: map[aggregate.PartitionID]int64{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go m.loop()
 	return m, nil
 }
@@ -189,50 +190,65 @@ func (m *Mirror) send() {
 
 func (m *Mirror) commit(offsets map[aggregate.PartitionID]int64) error {
 	if m.client == nil {
-		c, err := sarama.NewClient(m.cfg.Brokers, m.cfg.Sarama)
+		c, err := kgo.NewClient(m.opts...)
 		if err != nil {
-			return fmt.Errorf("groupoffsets: connect to Kafka %v: %w", m.cfg.Brokers, err)
+			return fmt.Errorf("groupoffsets: Kafka client for %v: %w", m.cfg.Brokers, err)
 		}
 		m.client = c
 	}
-	coord, err := m.client.Coordinator(m.cfg.Group)
-	if err != nil {
-		return fmt.Errorf("groupoffsets: coordinator of group %q: %w", m.cfg.Group, err)
-	}
-	req := &sarama.OffsetCommitRequest{
-		Version:                 2, // Kafka 0.9+; still served by Kafka 4
-		ConsumerGroup:           m.cfg.Group,
-		ConsumerGroupGeneration: sarama.GroupGenerationUndefined,
-		ConsumerID:              "",
-		RetentionTime:           -1, // the broker's offsets.retention.minutes
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+	defer cancel()
+	var offs kadm.Offsets
 	for tp, off := range offsets {
-		req.AddBlock(tp.Topic, tp.Partition, off, 0, Metadata)
+		offs.Add(kadm.Offset{Topic: tp.Topic, Partition: tp.Partition, At: off, LeaderEpoch: -1, Metadata: Metadata})
 	}
-	resp, err := coord.CommitOffset(req)
+	resp, err := kadm.NewClient(m.client).CommitOffsets(ctx, m.cfg.Group, offs)
 	if err != nil {
-		_ = m.client.RefreshCoordinator(m.cfg.Group)
 		return fmt.Errorf("groupoffsets: commit to group %q: %w", m.cfg.Group, err)
 	}
 	var bad []string
-	refresh := false
-	for topic, parts := range resp.Errors {
-		for p, kerr := range parts {
-			if errors.Is(kerr, sarama.ErrNoError) {
-				continue
-			}
-			bad = append(bad, fmt.Sprintf("%s/%d: %v", topic, p, kerr))
-			refresh = refresh || errors.Is(kerr, sarama.ErrNotCoordinatorForConsumer) ||
-				errors.Is(kerr, sarama.ErrConsumerCoordinatorNotAvailable)
+	resp.Each(func(r kadm.OffsetResponse) {
+		if r.Err != nil {
+			bad = append(bad, fmt.Sprintf("%s/%d: %v", r.Topic, r.Partition, r.Err))
 		}
-	}
-	if refresh {
-		_ = m.client.RefreshCoordinator(m.cfg.Group)
-	}
+	})
 	if len(bad) > 0 {
 		sort.Strings(bad)
 		return fmt.Errorf("groupoffsets: commit to group %q refused for %d partitions: %s", m.cfg.Group, len(bad),
 			strings.Join(bad[:min(len(bad), 3)], ", "))
 	}
 	return nil
+}
+
+// clientOptions turns the client ID, TLS and SASL settings of c into
+// franz-go options, so the mirror connects as every other client of the
+// run does.
+func clientOptions(c *sarama.Config) ([]kgo.Opt, error) {
+	id := c.ClientID
+	if id == "" || id == "sarama" {
+		id = "ovstream"
+	}
+	opts := []kgo.Opt{kgo.ClientID(id), kgo.RequestRetries(1), kgo.MetadataMinAge(time.Second)}
+	if c.Net.TLS.Enable {
+		tc := c.Net.TLS.Config
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc.Clone()))
+	}
+	if !c.Net.SASL.Enable {
+		return opts, nil
+	}
+	user, pass := c.Net.SASL.User, c.Net.SASL.Password
+	switch c.Net.SASL.Mechanism {
+	case sarama.SASLTypePlaintext, "":
+		opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+	case sarama.SASLTypeSCRAMSHA256:
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+	case sarama.SASLTypeSCRAMSHA512:
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("groupoffsets: SASL mechanism %s is not supported", c.Net.SASL.Mechanism)
+	}
+	return opts, nil
 }

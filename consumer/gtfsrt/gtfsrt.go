@@ -70,6 +70,17 @@ type Options struct {
 	// the names of their line and stop. Without it such an update is
 	// skipped as "no delay".
 	Schedule *gtfsstatic.Schedule
+	// OnFile, when set, is called by Load after each file (progress).
+	OnFile func(FileDone)
+}
+
+// FileDone is what Load reports after each file.
+type FileDone struct {
+	Path        string
+	FeedTime    time.Time // the file's header timestamp, UTC; zero when absent
+	N, Of       int       // the file is the Nth (from 1) of Of, in header-timestamp order
+	Predictions int       // new predictions it gave (once-only rule applied)
+	Positions   int       // new positions it gave
 }
 
 // Result is what Load read.
@@ -199,7 +210,8 @@ func Load(paths []string, opt Options) (*Result, error) {
 		predSeen: make(map[predKey]uint64),
 		posSeen:  make(map[posKey]uint64),
 	}
-	for _, f := range ordered {
+	for i, f := range ordered {
+		preds, pos := len(l.res.Predictions), len(l.res.Positions)
 		b, err := os.ReadFile(f.path)
 		if err != nil {
 			return nil, fmt.Errorf("gtfsrt: %w", err)
@@ -212,6 +224,14 @@ func Load(paths []string, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("gtfsrt: %s: %w", f.path, err)
 		}
 		l.res.Files++
+		if opt.OnFile != nil {
+			var at time.Time
+			if f.ts != 0 {
+				at = unixUTC(f.ts)
+			}
+			opt.OnFile(FileDone{Path: f.path, FeedTime: at, N: i + 1, Of: len(ordered),
+				Predictions: len(l.res.Predictions) - preds, Positions: len(l.res.Positions) - pos})
+		}
 	}
 	return l.res, nil
 }

@@ -205,6 +205,7 @@ func fetch(ctx context.Context, cfg PollConfig, f *feedState) (FetchReport, *gtf
 					fr.Err = err
 					return fr, nil
 				}
+				Conform(res)
 				fr.Predictions, fr.Positions, fr.Skipped = len(res.Predictions), len(res.Positions), res.Skipped
 				return fr, res
 			}

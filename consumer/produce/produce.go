@@ -214,8 +214,11 @@ type Topics struct {
 
 // GTFSRT produces res: its predictions to topics.Predictions keyed by
 // trip_id, then its positions to topics.Positions keyed by vehicle_id, each
-// in the order of res (header-timestamp order of the files).
+// in the order of res (header-timestamp order of the files). First it
+// removes from res what breaks the data contract (Conform), counting it in
+// res.Skipped.
 func GTFSRT(ctx context.Context, cfg Config, res *gtfsrt.Result, topics Topics) (Counts, error) {
+	Conform(res)
 	if len(res.Predictions) > 0 && topics.Predictions == "" {
 		return nil, errors.New("produce: no predictions topic")
 	}

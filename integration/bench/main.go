@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&o.base, "base", 312_500, "predictions at scale 1 (with --scale)")
 	flag.StringVar(&o.archive, "archive", "../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz", "the Auckland 48 h archive (.tar.xz)")
 	flag.StringVar(&o.cache, "cache", filepath.Join(os.TempDir(), "ovstream-bench"), "folder for the unpacked archive and the binary")
-	flag.StringVar(&o.adminURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+	flag.StringVar(&o.adminURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"),
 		"PostgreSQL where the bench creates (and drops) its databases (env DATABASE_URL)")
 	flag.StringVar(&o.bin, "bin", "", "ovstream binary (default: go build ./cmd/ovstream into --cache)")
 	flag.DurationVar(&o.positionEvery, "position-every", 5*time.Minute, "one synthesized position per vehicle per this much time it reported (0 = none)")

@@ -1,0 +1,39 @@
+//go:build integration
+
+package integration
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `ovstream healthcheck`, the Dockerfile's HEALTHCHECK (the image has no
+// curl): exit 0 while `run` serves /healthz, 1 once it stopped, 2 on a bad
+// flag.
+func TestHealthcheckCommand(t *testing.T) {
+	addr := startBroker(t)
+	db := freshDB(t)
+	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "health", "--metrics-addr", "127.0.0.1:0")...)
+	ops := opsAddr(t, p)
+	url := "http://" + ops + "/healthz"
+	if out, errOut, code := runCLI(t, nil, "healthcheck", "--url", url); code != 0 {
+		t.Errorf("healthcheck of a running instance: exit %d: %s%s", code, out, errOut)
+	}
+	if _, errOut, code := runCLI(t, nil, "healthcheck", "--url", "http://"+ops+"/nope"); code != 1 || !strings.Contains(errOut, "404") {
+		t.Errorf("healthcheck of a wrong path: exit %d: %s", code, errOut)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, p.output())
+	}
+	if _, errOut, code := runCLI(t, nil, "healthcheck", "--url", url, "--timeout", "1s"); code != 1 || errOut == "" {
+		t.Errorf("healthcheck after the instance stopped: exit %d: %s", code, errOut)
+	}
+	if _, _, code := runCLI(t, nil, "healthcheck", "--timeout", "0s"); code != 2 {
+		t.Errorf("healthcheck --timeout 0s: exit %d, want 2", code)
+	}
+}
