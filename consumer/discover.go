@@ -91,6 +91,18 @@ func (l *loop) discover(ctx context.Context) error {
 		return nil
 	}
 	if cfg.Partitions != nil {
+		// Registered, an added partition holds a split pipeline's merge (its
+		// watermark is NULL) until an instance consumes it.
+		if err := l.waitCommit(ctx); err != nil { // the store serves one call at a time
+			return err
+		}
+		if err := l.st.RegisterPartitions(ctx, cfg.Pipeline, added); err != nil {
+			cfg.Logger.Warn("registering added partitions failed; trying again at the next metadata refresh", "err", err)
+			for _, tp := range added {
+				delete(topo.known, tp)
+			}
+			return nil
+		}
 		for _, tp := range added {
 			cfg.Logger.Warn("partition added to the topic, not assigned to this instance: not consumed until an instance is assigned it",
 				"partition", tp.String(), "assignment", "--partitions")

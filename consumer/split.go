@@ -39,9 +39,11 @@ type splitState struct {
 }
 
 // idleLease is how long after an owner's last commit its idle partitions
-// still stop holding the merge: commits come every flush interval, so a
-// partition whose owner stopped holds the merge again within this.
-func idleLease(cfg Config) time.Duration { return max(30*time.Second, 3*cfg.FlushInterval) }
+// still stop holding the merge, and after a drain's last instance heartbeat
+// its drained partitions: commits come every flush interval and heartbeats
+// every lease/3, so a partition whose owner stopped holds the merge again
+// within this.
+func idleLease(cfg Config) time.Duration { return max(30*time.Second, 3*cfg.FlushInterval, cfg.Lease) }
 
 // startSplit decides, once the stored positions are loaded, whether this
 // instance writes partials: it does unless it owns every partition of the

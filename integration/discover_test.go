@@ -132,6 +132,11 @@ func TestPartitionsAddedWhileRunning(t *testing.T) {
 	if got := unowned("manual"); fmt.Sprint(got) != "[arrival_predictions/6 arrival_predictions/7]" {
 		t.Errorf("status of pipeline manual: unowned partitions %v, want [arrival_predictions/6 arrival_predictions/7]", got)
 	}
+	// Registered, the added partitions hold pipeline manual's merge (a
+	// split pipeline: no instance owns every partition) until one reads them.
+	if got := dump(t, db, `SELECT partition, watermark FROM stream_positions WHERE pipeline = 'manual' AND partition >= 6`); fmt.Sprint(got) != "[[6 <nil>] [7 <nil>]]" {
+		t.Errorf("pipeline manual's added partitions in stream_positions: %v, want [[6 <nil>] [7 <nil>]]", got)
+	}
 	if got := unowned("all"); len(got) != 0 {
 		t.Errorf("status of pipeline all: unowned partitions %v, want none", got)
 	}

@@ -224,7 +224,8 @@ WHERE s.pipeline = $1 ORDER BY s.topic, s.partition FOR UPDATE OF s`, pipeline, 
 			}
 		}
 		if _, err := tx.Exec(ctx, `
-UPDATE stream_positions s SET epoch = $4, owner = $5, heartbeat_at = now()
+UPDATE stream_positions s SET epoch = $4, owner = $5, heartbeat_at = now(),
+    drained = false -- a new owner has drained nothing yet (a drain that stopped left it)
 FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
 WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums, next, owner); err != nil {
 			return err

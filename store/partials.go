@@ -175,9 +175,16 @@ func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, m *M
 SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
        coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
        min(watermark) FILTER (WHERE NOT excluded), max(watermark)
-FROM (SELECT drained OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
-             drained, watermark
-      FROM stream_positions WHERE pipeline = $1 AND topic = ANY($2)) AS s`,
+FROM (SELECT d.drained OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
+             d.drained, watermark
+      FROM stream_positions p
+      -- A drained partition stops holding the merge only while the drain
+      -- that marked it is alive (its instance heartbeat is fresh): one that
+      -- stopped or died before the merge holds it again.
+      CROSS JOIN LATERAL (SELECT p.drained AND EXISTS (SELECT 1 FROM pipeline_instances i
+          WHERE i.pipeline = p.pipeline AND i.owner = p.owner
+            AND i.heartbeat_at >= now() - $3::bigint * interval '1 microsecond')) AS d(drained)
+      WHERE p.pipeline = $1 AND p.topic = ANY($2)) AS s`,
 		pipeline, sp.Topics, sp.IdleLease.Microseconds()).Scan(&allExcluded, &f.allDrained, &heldByNull, &minHeld, &maxAll)
 	if err != nil {
 		return fmt.Errorf("merge frontier: %w", err)

@@ -44,7 +44,8 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 // SeedWatermark returns the watermark an instance owning parts starts from,
 // in UTC (DESIGN.md "Watermark and lateness"): the latest of max(window_end)
 // of pipeline's delay_aggregates rows, the lowest watermark stored for parts
-// and the end of the last window the pipeline merged from partials
+// (a partition of parts without one, never committed, makes that part none:
+// its events may be older than any other partition's watermark) and the end of the last window the pipeline merged from partials
 // (pipelines.merged_until: events of a merged window are late); the zero
 // time when none exists. Other pipelines' rows play no part.
 func (s *Store) SeedWatermark(ctx context.Context, pipeline string, parts []aggregate.PartitionID) (time.Time, error) {
@@ -55,8 +56,9 @@ func (s *Store) SeedWatermark(ctx context.Context, pipeline string, parts []aggr
 		// hold the greatest window_end (one window size per pipeline).
 		return conn.QueryRow(ctx, `
 SELECT GREATEST(
-    (SELECT min(s.watermark) FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
-        ON s.topic = u.topic AND s.partition = u.partition WHERE s.pipeline = $1),
+    (SELECT CASE WHEN count(s.watermark) = cardinality($2::text[]) THEN min(s.watermark) END
+        FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
+        LEFT JOIN stream_positions s ON s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition),
     (SELECT max(window_end) FROM delay_aggregates WHERE pipeline = $1
         AND window_start = (SELECT max(window_start) FROM delay_aggregates WHERE pipeline = $1)),
     (SELECT merged_until FROM pipelines WHERE name = $1))`,

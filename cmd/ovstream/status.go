@@ -263,7 +263,9 @@ func sortPartitions(ps []PartitionStatus) {
 func unowned(ps []PartitionStatus, leases []store.PartitionLease) []string {
 	claimed, topics := map[aggregate.PartitionID]bool{}, map[string]bool{}
 	for _, l := range leases {
-		claimed[l.PartitionID], topics[l.Topic] = true, true
+		if l.Epoch > 0 { // epoch 0: registered for a split pipeline's merge, never claimed
+			claimed[l.PartitionID], topics[l.Topic] = true, true
+		}
 	}
 	out := []string{}
 	for _, p := range ps {
