@@ -6,8 +6,13 @@
 //	(c) T_write:    the rows (b) left in delay_aggregates, vehicle_latest, trip_delay_latest and
 //	                stream_positions, written again into empty tables of the same schema by one
 //	                plain CopyFrom per table in one transaction;
+//	(d) T_split:    two `ovstream run --drain` instances of one pipeline on disjoint halves of
+//	                the partitions of both topics, side by side on a fresh database, from
+//	                starting both to both exited; their delay_aggregates must equal (b)'s
+//	                (row count and md5 over the rows in key order) (--split=false skips it);
 //
-// and prints a table and, last, `ratio=R` with R = (T_read + T_write) / T_ovstream.
+// and prints a table, then `ratio=R` with R = (T_read + T_write) / T_ovstream
+// and, last, `split_ratio=S` with S = T_ovstream / T_split.
 //
 // The data is the Auckland 48 h GTFS-realtime archive (../shared/data), mapped
 // like `ovstream produce --operator AT`, repeated with event times shifted by
@@ -65,6 +70,7 @@ type options struct {
 	repeat        int
 	pgLog         bool
 	schemaSQL     string
+	split         bool
 }
 
 func main() {
@@ -91,6 +97,7 @@ func main() {
 		readFetchBytes = int32(n)
 		return err
 	})
+	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
 	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a), (b), (c) on the data produced once; the median trial is reported")
 	flag.Parse()
 	if scale != "" {
@@ -171,7 +178,11 @@ func run(o options) error {
 	if len(results) > 1 {
 		printScaling(os.Stdout, results)
 	}
-	fmt.Printf("ratio=%.2f\n", results[len(results)-1].median().ratio())
+	last := results[len(results)-1].median()
+	fmt.Printf("ratio=%.2f\n", last.ratio())
+	if last.split != nil {
+		fmt.Printf("split_ratio=%.2f\n", last.splitRatio())
+	}
 	return nil
 }
 
@@ -203,9 +214,12 @@ type trial struct {
 	writeBusy float64
 	writeCPU  time.Duration // the bench's own CPU time (the CopyFrom client)
 	tableRows map[string]int
+	split     *splitResult // (d), nil with --split=false
 }
 
 func (t *trial) ratio() float64 { return (t.read + t.write).Seconds() / t.run.elapsed.Seconds() }
+
+func (t *trial) splitRatio() float64 { return t.run.elapsed.Seconds() / t.split.elapsed.Seconds() }
 
 // median returns the trial whose ratio is the median (the lower middle one
 // for an even count).
@@ -256,10 +270,14 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 			}
 			if err == nil && before.Equal(after) && !before.IsZero() {
 				m.trials = append(m.trials, t)
-				logf("trial %d: ratio %.2f", i+1, t.ratio())
+				if t.split != nil {
+					logf("trial %d: ratio %.2f, split_ratio %.2f", i+1, t.ratio(), t.splitRatio())
+				} else {
+					logf("trial %d: ratio %.2f", i+1, t.ratio())
+				}
 				break
 			}
-			if attempt == 3 {
+			if attempt == 3 || errors.Is(err, errInexact) {
 				if err == nil {
 					err = errors.New("PostgreSQL restarted during each attempt")
 				}
@@ -333,6 +351,32 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	t.writeCPU = selfCPU() - self0
 	t.writeBusy = busy(c0, sampleCPU())
 	logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
+	if !o.split {
+		return t, nil
+	}
+
+	// (d) T_split, after a checkpoint: (c) left about as much WAL as (b)
+	// wrote, and (b) started without any.
+	splitDB, err := dbs.fresh(ctx, "ovsbench_split_"+tag)
+	if err != nil {
+		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	if err := dbs.checkpoint(ctx); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	load := loadavg()
+	c0 = sampleCPU()
+	bc0 = b.cpu()
+	s, err := runSplit(o, splitDB, b.addr, logTo)
+	if err != nil {
+		return nil, err
+	}
+	s.busy, s.load, s.brokerCPU = busy(c0, sampleCPU()), load, b.cpu()-bc0
+	logf("T_split %v, peak RSS %d MB and %d MB", s.elapsed.Round(time.Millisecond), s.instances[0].maxRSS>>20, s.instances[1].maxRSS>>20)
+	if err := checkSplit(ctx, s, runDB, splitDB); err != nil {
+		return nil, err
+	}
+	t.split = s
 	return t, nil
 }
 
@@ -363,6 +407,9 @@ func (m *measurement) print(w io.Writer) {
 		percentile(r.commits, 0.99).Round(time.Millisecond), r.userCPU.Seconds(), r.sysCPU.Seconds(), t.brokerCPU.Seconds())
 	fmt.Fprintf(w, "%-14s %8.2f %11s %11.0f %7.0f%% %-14s %d rows (%s); client CPU %.1fs\n", "(c) T_write", t.write.Seconds(), "-",
 		rate(t.writeRows, t.write), 100*t.writeBusy, "", t.writeRows, t.tableSummary(), t.writeCPU.Seconds())
+	if t.split != nil {
+		t.split.print(w, m.messages, r)
+	}
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
 		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
 	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)
