@@ -90,7 +90,7 @@ func main() {
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
-	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench database only)")
+	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) and (d) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
 	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on both fresh databases after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
 	flag.Func("read-fetch", "T_read's sarama Consumer.Fetch.Default in bytes, to mirror an ovstream built with another (default: sarama's, 1 MiB)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
@@ -360,6 +360,11 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	splitDB, err := dbs.fresh(ctx, "ovsbench_split_"+tag)
 	if err != nil {
 		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	if o.pgLog {
+		if err := dbs.logStatements(ctx, "ovsbench_split_"+tag); err != nil {
+			return nil, err
+		}
 	}
 	if err := dbs.checkpoint(ctx); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
