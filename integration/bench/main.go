@@ -98,7 +98,7 @@ func main() {
 		return err
 	})
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
-	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a), (b), (c) on the data produced once; the median trial is reported")
+	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a)-(d) on the data produced once; the median trial is reported")
 	flag.Parse()
 	if scale != "" {
 		for _, s := range strings.Split(scale, ",") {
@@ -291,7 +291,7 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 	return m, nil
 }
 
-// runTrial measures (a), (b) and (c) once.
+// runTrial measures (a), (b), (c) and, unless --split=false, (d) once.
 func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *measurement, tag string, logTo io.Writer) (*trial, error) {
 	var err error
 	t := &trial{tableRows: map[string]int{}}
@@ -351,37 +351,11 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	t.writeCPU = selfCPU() - self0
 	t.writeBusy = busy(c0, sampleCPU())
 	logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
-	if !o.split {
-		return t, nil
-	}
-
-	// (d) T_split, after a checkpoint: (c) left about as much WAL as (b)
-	// wrote, and (b) started without any.
-	splitDB, err := dbs.fresh(ctx, "ovsbench_split_"+tag)
-	if err != nil {
-		return nil, fmt.Errorf("fresh database: %w", err)
-	}
-	if o.pgLog {
-		if err := dbs.logStatements(ctx, "ovsbench_split_"+tag); err != nil {
+	if o.split {
+		if t.split, err = splitPhase(ctx, o, b, dbs, runDB, tag, logTo); err != nil {
 			return nil, err
 		}
 	}
-	if err := dbs.checkpoint(ctx); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	load := loadavg()
-	c0 = sampleCPU()
-	bc0 = b.cpu()
-	s, err := runSplit(o, splitDB, b.addr, logTo)
-	if err != nil {
-		return nil, err
-	}
-	s.busy, s.load, s.brokerCPU = busy(c0, sampleCPU()), load, b.cpu()-bc0
-	logf("T_split %v, peak RSS %d MB and %d MB", s.elapsed.Round(time.Millisecond), s.instances[0].maxRSS>>20, s.instances[1].maxRSS>>20)
-	if err := checkSplit(ctx, s, runDB, splitDB); err != nil {
-		return nil, err
-	}
-	t.split = s
 	return t, nil
 }
 

@@ -58,6 +58,36 @@ func (s *splitResult) cpu() time.Duration {
 	return d
 }
 
+// splitPhase is phase (d) on a fresh database, after a checkpoint ((c)
+// left about as much WAL as (b) wrote, and (b) started without any); it
+// requires the result to equal (b)'s, on runDB.
+func splitPhase(ctx context.Context, o options, b *broker, dbs *databases, runDB, tag string, logTo io.Writer) (*splitResult, error) {
+	name := "ovsbench_split_" + tag
+	splitDB, err := dbs.fresh(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("fresh database: %w", err)
+	}
+	if o.pgLog {
+		if err := dbs.logStatements(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	if err := dbs.checkpoint(ctx); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	load, c0, bc0 := loadavg(), sampleCPU(), b.cpu()
+	s, err := runSplit(o, splitDB, b.addr, logTo)
+	if err != nil {
+		return nil, err
+	}
+	s.busy, s.load, s.brokerCPU = busy(c0, sampleCPU()), load, b.cpu()-bc0
+	logf("T_split %v, peak RSS %d MB and %d MB", s.elapsed.Round(time.Millisecond), s.instances[0].maxRSS>>20, s.instances[1].maxRSS>>20)
+	if err := checkSplit(ctx, s, runDB, splitDB); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // runSplit is phase (d): the two instances side by side, each draining its
 // half; the last to drain merges every window (README "split pipelines").
 // T_split runs from starting the first to the exit of the last.
