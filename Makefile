@@ -68,8 +68,9 @@ clean:
 	rm -rf bin
 
 # Performance (issue 6, BENCHMARKS.md): ovstream broker as its own process, 5M predictions of the
-# Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain) and T_write in one run;
-# ends with ratio=R. BENCHFLAGS e.g. "--predictions 500000" or "--scale 1,4,16".
+# Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain), T_write and T_split
+# (two split drains) in one run; ends with ratio=R and split_ratio=S. BENCHFLAGS e.g.
+# "--predictions 500000", "--scale 1,4,16" or "--split=false".
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh

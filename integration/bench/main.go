@@ -6,8 +6,13 @@
 //	(c) T_write:    the rows (b) left in delay_aggregates, vehicle_latest, trip_delay_latest and
 //	                stream_positions, written again into empty tables of the same schema by one
 //	                plain CopyFrom per table in one transaction;
+//	(d) T_split:    two `ovstream run --drain` instances of one pipeline on disjoint halves of
+//	                the partitions of both topics, side by side on a fresh database, from
+//	                starting both to both exited; their delay_aggregates must equal (b)'s
+//	                (row count and md5 over the rows in key order) (--split=false skips it);
 //
-// and prints a table and, last, `ratio=R` with R = (T_read + T_write) / T_ovstream.
+// and prints a table, then `ratio=R` with R = (T_read + T_write) / T_ovstream
+// and, last, `split_ratio=S` with S = T_ovstream / T_split.
 //
 // The data is the Auckland 48 h GTFS-realtime archive (../shared/data), mapped
 // like `ovstream produce --operator AT`, repeated with event times shifted by
@@ -65,6 +70,7 @@ type options struct {
 	repeat        int
 	pgLog         bool
 	schemaSQL     string
+	split         bool
 }
 
 func main() {
@@ -84,14 +90,15 @@ func main() {
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
-	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench database only)")
+	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) and (d) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
 	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on both fresh databases after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
 	flag.Func("read-fetch", "T_read's sarama Consumer.Fetch.Default in bytes, to mirror an ovstream built with another (default: sarama's, 1 MiB)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
 		readFetchBytes = int32(n)
 		return err
 	})
-	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a), (b), (c) on the data produced once; the median trial is reported")
+	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
+	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a)-(d) on the data produced once; the median trial is reported")
 	flag.Parse()
 	if scale != "" {
 		for _, s := range strings.Split(scale, ",") {
@@ -171,7 +178,11 @@ func run(o options) error {
 	if len(results) > 1 {
 		printScaling(os.Stdout, results)
 	}
-	fmt.Printf("ratio=%.2f\n", results[len(results)-1].median().ratio())
+	last := results[len(results)-1].median()
+	fmt.Printf("ratio=%.2f\n", last.ratio())
+	if last.split != nil {
+		fmt.Printf("split_ratio=%.2f\n", last.splitRatio())
+	}
 	return nil
 }
 
@@ -203,9 +214,12 @@ type trial struct {
 	writeBusy float64
 	writeCPU  time.Duration // the bench's own CPU time (the CopyFrom client)
 	tableRows map[string]int
+	split     *splitResult // (d), nil with --split=false
 }
 
 func (t *trial) ratio() float64 { return (t.read + t.write).Seconds() / t.run.elapsed.Seconds() }
+
+func (t *trial) splitRatio() float64 { return t.run.elapsed.Seconds() / t.split.elapsed.Seconds() }
 
 // median returns the trial whose ratio is the median (the lower middle one
 // for an even count).
@@ -256,10 +270,14 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 			}
 			if err == nil && before.Equal(after) && !before.IsZero() {
 				m.trials = append(m.trials, t)
-				logf("trial %d: ratio %.2f", i+1, t.ratio())
+				if t.split != nil {
+					logf("trial %d: ratio %.2f, split_ratio %.2f", i+1, t.ratio(), t.splitRatio())
+				} else {
+					logf("trial %d: ratio %.2f", i+1, t.ratio())
+				}
 				break
 			}
-			if attempt == 3 {
+			if attempt == 3 || errors.Is(err, errInexact) {
 				if err == nil {
 					err = errors.New("PostgreSQL restarted during each attempt")
 				}
@@ -273,7 +291,7 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 	return m, nil
 }
 
-// runTrial measures (a), (b) and (c) once.
+// runTrial measures (a), (b), (c) and, unless --split=false, (d) once.
 func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *measurement, tag string, logTo io.Writer) (*trial, error) {
 	var err error
 	t := &trial{tableRows: map[string]int{}}
@@ -333,6 +351,11 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	t.writeCPU = selfCPU() - self0
 	t.writeBusy = busy(c0, sampleCPU())
 	logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
+	if o.split {
+		if t.split, err = splitPhase(ctx, o, b, dbs, runDB, tag, logTo); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
 }
 
@@ -363,6 +386,9 @@ func (m *measurement) print(w io.Writer) {
 		percentile(r.commits, 0.99).Round(time.Millisecond), r.userCPU.Seconds(), r.sysCPU.Seconds(), t.brokerCPU.Seconds())
 	fmt.Fprintf(w, "%-14s %8.2f %11s %11.0f %7.0f%% %-14s %d rows (%s); client CPU %.1fs\n", "(c) T_write", t.write.Seconds(), "-",
 		rate(t.writeRows, t.write), 100*t.writeBusy, "", t.writeRows, t.tableSummary(), t.writeCPU.Seconds())
+	if t.split != nil {
+		t.split.print(w, m.messages, r)
+	}
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
 		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
 	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)

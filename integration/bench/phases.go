@@ -360,6 +360,18 @@ func (d *databases) serverStart(ctx context.Context) (time.Time, error) {
 	return t, err
 }
 
+// checkpoint forces a checkpoint, so that a timed phase does not pay for
+// the dirty pages and WAL of the phase before it.
+func (d *databases) checkpoint(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, d.admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CHECKPOINT")
+	return err
+}
+
 // waitReady waits until the server accepts connections, at most for d.
 func (d *databases) waitReady(ctx context.Context, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
