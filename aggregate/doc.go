@@ -17,5 +17,10 @@
 //     aggregates of a row (one per source partition) equals, bit for bit,
 //     the row of one Stats fed every event. The mean is the exactly rounded
 //     sum divided by the count (PostgreSQL's avg for whole-second delays).
+//   - Every finalized Row carries its exact distribution (Values, Counts:
+//     distinct delays ascending, events per delay), and Summarize merges any
+//     set of distributions into count, mean, min, max and any quantiles,
+//     each equal to what PostgreSQL's count, avg, min, max and
+//     percentile_cont give over the union of their events.
 //   - The watermark never decreases.
 package aggregate

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -81,7 +82,7 @@ func TestClosedSetConcurrentWithAdd(t *testing.T) {
 		t.Fatalf("%d rows, want %d", len(got), len(want))
 	}
 	for i := range got {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Fatalf("row %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}

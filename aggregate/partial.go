@@ -1,9 +1,6 @@
 package aggregate
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Partial is the partial aggregate of one delay_aggregates row over the
 // events of ONE source partition of the predictions topic (DESIGN.md
@@ -43,10 +40,11 @@ func partialOf(st *Stats, start, end time.Time, dim, id string, part int32) Part
 
 // Merge returns the row of the events of parts: the partials of ONE row
 // (same window, dimension and dimension id) over disjoint sets of events,
-// e.g. one per source partition, in any order. Count, Mean, P90, Min, Max
-// and Operator equal, bit for bit, those of the Row one Stats fed every one
-// of those events gives (Windower.Closed): every statistic is computed from
-// the merged distribution as Stats computes it. Parts' Sum, Min, Max and
+// e.g. one per source partition, in any order. Count, Mean, P90, Min, Max,
+// Operator and the distribution (Values, Counts) equal, bit for bit, those
+// of the Row one Stats fed every one of those events gives
+// (Windower.Closed): every statistic is computed from the merged
+// distribution as Stats computes it. Parts' Sum, Min, Max and
 // Count are not read; Values and Counts are. Merge of no parts, or of parts
 // without events, returns a Row with Count 0.
 func Merge(parts []Partial) Row {
@@ -65,9 +63,6 @@ func Merge(parts []Partial) Row {
 			if p.Counts[j] <= 0 {
 				continue
 			}
-			if v == 0 {
-				v = 0 // one key for -0 and +0, as Stats.Add
-			}
 			vcs = append(vcs, valueCount{v, p.Counts[j]})
 			row.Count += p.Counts[j]
 		}
@@ -85,19 +80,13 @@ func Merge(parts []Partial) Row {
 	if row.Count == 0 {
 		return Row{}
 	}
-	slices.SortFunc(vcs, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
-	merged := vcs[:0]
-	for _, vc := range vcs {
-		if k := len(merged) - 1; k >= 0 && merged[k].v == vc.v {
-			merged[k].n += vc.n
-			continue
-		}
-		merged = append(merged, vc)
-	}
+	merged := mergeValues(vcs)
 	row.Min, row.Max = merged[0].v, merged[len(merged)-1].v
 	row.Mean = exactSum(merged, row.Count) / float64(row.Count)
-	pos, lo, hi := quantileRanks(row.Count, 0.9)
-	loV, hiV := sortedRanks(merged, lo, hi)
-	row.P90 = lerp(loV, hiV, pos)
+	row.P90 = sortedQuantile(merged, row.Count, 0.9)
+	row.Values, row.Counts = make([]float64, len(merged)), make([]int64, len(merged))
+	for i, vc := range merged {
+		row.Values[i], row.Counts[i] = vc.v, vc.n
+	}
 	return row
 }

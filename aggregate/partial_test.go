@@ -36,8 +36,9 @@ func modelRow(evs []event) Row {
 	}
 	slices.Sort(vs)
 	s, _ := sum.Float64()
+	values, counts := naiveDistribution(vs)
 	return Row{Operator: op, Count: int64(len(vs)), Mean: s / float64(len(vs)), P90: naiveQuantile(vs, 0.9),
-		Min: vs[0], Max: vs[len(vs)-1]}
+		Min: vs[0], Max: vs[len(vs)-1], Values: values, Counts: counts}
 }
 
 // splitMerge returns Merge of the partials of evs, one Stats per partition,
@@ -60,6 +61,7 @@ func splitMerge(evs []event) (merged, whole Row) {
 	rand.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
 	merged = Merge(parts)
 	whole = Row{Operator: all.Operator(), Count: all.Count(), Mean: all.Mean(), P90: all.P90(), Min: all.Min(), Max: all.Max()}
+	whole.Values, whole.Counts = all.Distribution()
 	if mean, p90 := all.MeanP90(); math.Float64bits(mean) != math.Float64bits(whole.Mean) ||
 		math.Float64bits(p90) != math.Float64bits(whole.P90) {
 		whole.Operator = "MeanP90 differs from Mean and P90" // fails the comparison
@@ -68,22 +70,80 @@ func splitMerge(evs []event) (merged, whole Row) {
 	return merged, whole
 }
 
-// sameBits compares the statistics of two rows bit for bit.
+// sameBits compares the statistics and distributions of two rows bit for bit.
 func sameBits(a, b Row) bool {
 	eq := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
 	return a.Operator == b.Operator && a.Count == b.Count && eq(a.Mean, b.Mean) && eq(a.P90, b.P90) &&
-		eq(a.Min, b.Min) && eq(a.Max, b.Max)
+		eq(a.Min, b.Min) && eq(a.Max, b.Max) && slices.EqualFunc(a.Values, b.Values, eq) &&
+		slices.Equal(a.Counts, b.Counts)
 }
 
 func checkMerge(t *testing.T, evs []event) {
 	t.Helper()
 	merged, whole := splitMerge(evs)
 	model := modelRow(evs)
+	checkSummarize(t, evs, model)
 	if !sameBits(merged, whole) {
 		t.Fatalf("Merge of the partials %+v differs from one Stats %+v; events %v", merged, whole, evs)
 	}
 	if !sameBits(whole, model) {
 		t.Fatalf("Stats %+v differs from the sort-and-interpolate model %+v; events %v", whole, model, evs)
+	}
+}
+
+// summaryQuantiles are the quantiles checkSummarize asks for.
+var summaryQuantiles = []float64{0, 0.25, 0.5, 0.9, 0.99, 1, 0.123456789, 2, -0.5}
+
+// checkSummarize: Summarize of the per-partition distributions of evs, in
+// any order and with values repeated across partitions, equals the model
+// (sort and interpolate, exact sum) bit for bit.
+func checkSummarize(t *testing.T, evs []event, model Row) {
+	t.Helper()
+	per := map[int32]*Stats{}
+	for _, e := range evs {
+		if per[e.part] == nil {
+			per[e.part] = &Stats{}
+		}
+		per[e.part].Add(e.delay, e.op)
+	}
+	var values []float64
+	var counts []int64
+	for _, st := range per {
+		vs, cs := st.Distribution()
+		values, counts = append(values, vs...), append(counts, cs...)
+	}
+	values, counts = append(values, 12345), append(counts, 0) // a count of 0 counts nothing
+	rand.Shuffle(len(values), func(i, j int) {
+		values[i], values[j] = values[j], values[i]
+		counts[i], counts[j] = counts[j], counts[i]
+	})
+	got := Summarize(values, counts, summaryQuantiles)
+	eq := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
+	if got.Count != model.Count || !eq(got.Mean, model.Mean) || !eq(got.Min, model.Min) || !eq(got.Max, model.Max) {
+		t.Fatalf("Summarize %+v, model %+v; events %v", got, model, evs)
+	}
+	ds := make([]float64, len(evs))
+	for i, e := range evs {
+		ds[i] = e.delay
+	}
+	for i, p := range summaryQuantiles {
+		want := math.NaN()
+		if p >= 0 && p <= 1 {
+			want = naiveQuantile(ds, p)
+			if want == 0 {
+				want = 0 // -0 is held as 0
+			}
+		}
+		if !eq(got.Quantiles[i], want) {
+			t.Fatalf("Summarize quantile %v = %v, model %v; events %v", p, got.Quantiles[i], want, evs)
+		}
+	}
+}
+
+func TestSummarizeEmpty(t *testing.T) {
+	s := Summarize([]float64{1}, []int64{0}, []float64{0.5})
+	if s.Count != 0 || !math.IsNaN(s.Mean) || !math.IsNaN(s.Min) || !math.IsNaN(s.Max) || !math.IsNaN(s.Quantiles[0]) {
+		t.Fatalf("Summarize of no events: %+v", s)
 	}
 }
 

@@ -312,11 +312,7 @@ func exactSum(vcs []valueCount, total int64) float64 {
 // Distribution returns the distinct delays in ascending order and how many
 // events had each; nil, nil when empty. -0 is held as 0.
 func (s *Stats) Distribution() (values []float64, counts []int64) {
-	vcs := s.small[:s.nSmall]
-	if s.counts != nil {
-		vcs = s.counts.values()
-		slices.SortFunc(vcs, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
-	}
+	vcs := s.sortedValues()
 	if len(vcs) == 0 {
 		return nil, nil
 	}
@@ -325,6 +321,17 @@ func (s *Stats) Distribution() (values []float64, counts []int64) {
 		values[i], counts[i] = vc.v, vc.n
 	}
 	return values, counts
+}
+
+// sortedValues returns the distribution sorted by value: the inline values
+// themselves (read only) or a sorted copy of the table's.
+func (s *Stats) sortedValues() []valueCount {
+	if s.counts == nil {
+		return s.small[:s.nSmall]
+	}
+	vcs := s.counts.values()
+	slices.SortFunc(vcs, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
+	return vcs
 }
 
 func cmpFloat(a, b float64) int {

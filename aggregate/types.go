@@ -70,7 +70,8 @@ const (
 )
 
 // Row is one finalized delay_aggregates row: the statistics of one
-// (window, dimension, dimension_id) in seconds.
+// (window, dimension, dimension_id) in seconds, and the exact distribution
+// they come from.
 type Row struct {
 	WindowStart time.Time // UTC
 	WindowEnd   time.Time // UTC, WindowStart + window size
@@ -82,4 +83,11 @@ type Row struct {
 	P90         float64 // = percentile_cont(0.9)
 	Min         float64
 	Max         float64
+	// Values are the distinct delays of the row's events, ascending (-0
+	// held as 0), and Counts[i] events had Values[i] (> 0, summing to
+	// Count): delay_values and delay_counts. Any statistic over any set of
+	// rows follows from them exactly (Summarize). Rows built by the
+	// Windower and by Merge always have them.
+	Values []float64
+	Counts []int64
 }

@@ -187,6 +187,7 @@ func (c ClosedSet) Rows() []Row {
 		return nil
 	}
 	rows := make([]Row, 0, c.rows)
+	slab := distSlab{chunk: min(max(2*c.rows, 256), 1<<16)}
 	var ids []string
 	for _, win := range c.wins {
 		end := win.start.Add(c.size)
@@ -198,23 +199,52 @@ func (c ClosedSet) Rows() []Row {
 			slices.Sort(ids)
 			for _, id := range ids {
 				st := m[id]
-				mean, p90 := st.MeanP90()
+				vcs := st.sortedValues()
+				n := st.Count()
+				values, counts := slab.take(vcs)
 				rows = append(rows, Row{
 					WindowStart: win.start,
 					WindowEnd:   end,
 					Dimension:   dims[d],
 					DimensionID: id,
 					Operator:    st.Operator(),
-					Count:       st.Count(),
-					Mean:        mean,
-					P90:         p90,
+					Count:       n,
+					Mean:        exactSum(vcs, n) / float64(n),
+					P90:         sortedQuantile(vcs, n, 0.9),
 					Min:         st.Min(),
 					Max:         st.Max(),
+					Values:      values,
+					Counts:      counts,
 				})
 			}
 		}
 	}
 	return rows
+}
+
+// distSlab hands out the Values and Counts of many rows from a few large
+// allocations.
+type distSlab struct {
+	chunk  int // values per allocation, at least
+	values []float64
+	counts []int64
+}
+
+// take returns a copy of vcs as values and counts, capped at their length
+// (an append to one never writes into the next).
+func (d *distSlab) take(vcs []valueCount) ([]float64, []int64) {
+	n := len(vcs)
+	if cap(d.values)-len(d.values) < n {
+		size := max(d.chunk, n)
+		d.values, d.counts = make([]float64, 0, size), make([]int64, 0, size)
+	}
+	start := len(d.values)
+	for _, vc := range vcs {
+		d.values = append(d.values, vc.v)
+		d.counts = append(d.counts, vc.n)
+	}
+	end := len(d.values)
+	return d.values[start:end:end], d.counts[start:end:end]
 }
 
 // Partials returns the partial aggregates of c, one per row and source

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -44,29 +45,29 @@ func TestWindowerRows(t *testing.T) {
 	w1 := t0.Add(5 * time.Minute)
 	w2 := t0.Add(10 * time.Minute)
 	want := []Row{
-		{t0, w1, DimLine, "L1", "GVB", 1, 10, 10, 10, 10},
-		{t0, w1, DimNetwork, NetworkID, "GVB", 1, 10, 10, 10, 10},
-		{t0, w1, DimOperator, "GVB", "GVB", 1, 10, 10, 10, 10},
-		{t0, w1, DimStation, "S1", "GVB", 1, 10, 10, 10, 10},
-		{w1, w2, DimLine, "L1", "GVB", 2, 90, 114, 60, 120},
-		{w1, w2, DimLine, "L2", "RET", 1, -30, -30, -30, -30},
+		{t0, w1, DimLine, "L1", "GVB", 1, 10, 10, 10, 10, []float64{10}, []int64{1}},
+		{t0, w1, DimNetwork, NetworkID, "GVB", 1, 10, 10, 10, 10, []float64{10}, []int64{1}},
+		{t0, w1, DimOperator, "GVB", "GVB", 1, 10, 10, 10, 10, []float64{10}, []int64{1}},
+		{t0, w1, DimStation, "S1", "GVB", 1, 10, 10, 10, 10, []float64{10}, []int64{1}},
+		{w1, w2, DimLine, "L1", "GVB", 2, 90, 114, 60, 120, []float64{60, 120}, []int64{1, 1}},
+		{w1, w2, DimLine, "L2", "RET", 1, -30, -30, -30, -30, []float64{-30}, []int64{1}},
 		// sorted -30,60,120: pos 1.8 -> 60 + 0.8*60 = 108.
-		{w1, w2, DimNetwork, NetworkID, "", 3, 50, 108, -30, 120},
-		{w1, w2, DimOperator, "GVB", "GVB", 2, 90, 114, 60, 120},
-		{w1, w2, DimOperator, "RET", "RET", 1, -30, -30, -30, -30},
-		{w1, w2, DimStation, "S1", "", 2, 15, 51, -30, 60},
-		{w1, w2, DimStation, "S2", "GVB", 1, 120, 120, 120, 120},
+		{w1, w2, DimNetwork, NetworkID, "", 3, 50, 108, -30, 120, []float64{-30, 60, 120}, []int64{1, 1, 1}},
+		{w1, w2, DimOperator, "GVB", "GVB", 2, 90, 114, 60, 120, []float64{60, 120}, []int64{1, 1}},
+		{w1, w2, DimOperator, "RET", "RET", 1, -30, -30, -30, -30, []float64{-30}, []int64{1}},
+		{w1, w2, DimStation, "S1", "", 2, 15, 51, -30, 60, []float64{-30, 60}, []int64{1, 1}},
+		{w1, w2, DimStation, "S2", "GVB", 1, 120, 120, 120, 120, []float64{120}, []int64{1}},
 	}
 	rows := w.Closed(w1)
-	if !slices.Equal(rows, want[:4]) {
+	if !sameRows(rows, want[:4]) {
 		t.Fatalf("Closed(12:05) =\n%v\nwant\n%v", rows, want[:4])
 	}
 	// Closed does not remove: a failed commit retries with the same rows.
-	if again := w.Closed(w1); !slices.Equal(again, rows) || w.OpenWindows() != 2 {
+	if again := w.Closed(w1); !sameRows(again, rows) || w.OpenWindows() != 2 {
 		t.Fatal("Closed removed rows")
 	}
 	rows = w.Closed(w2)
-	if !slices.Equal(rows, want) {
+	if !sameRows(rows, want) {
 		t.Fatalf("Closed(12:10) =\n%v\nwant\n%v", rows, want)
 	}
 	if n := w.Drop(w1); n != 1 || w.OpenWindows() != 1 || w.OpenRows() != 7 {
@@ -75,12 +76,29 @@ func TestWindowerRows(t *testing.T) {
 	if n := w.Drop(w1); n != 0 {
 		t.Fatalf("second Drop = %d", n)
 	}
-	if rows := w.Closed(w.LastEnd()); !slices.Equal(rows, want[4:]) {
+	if rows := w.Closed(w.LastEnd()); !sameRows(rows, want[4:]) {
 		t.Fatalf("drain rows %v", rows)
 	}
 	if n := w.Drop(w2); n != 1 || w.OpenWindows() != 0 || w.OpenRows() != 0 || !w.LastEnd().IsZero() {
 		t.Fatalf("Drop(12:10) = %d", n)
 	}
+}
+
+// sameRows compares rows field by field, distributions included.
+func sameRows(a, b []Row) bool { return reflect.DeepEqual(a, b) }
+
+// naiveDistribution sorts ds and counts each distinct value.
+func naiveDistribution(ds []float64) (values []float64, counts []int64) {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	for i, d := range ds {
+		if i > 0 && d == ds[i-1] {
+			counts[len(counts)-1]++
+			continue
+		}
+		values, counts = append(values, d), append(counts, 1)
+	}
+	return values, counts
 }
 
 func TestNewWindowerPanicsOnBadSize(t *testing.T) {
@@ -164,6 +182,9 @@ func TestWindowerProperty(t *testing.T) {
 				row.Min != slices.Min(ds) || row.Max != slices.Max(ds) || row.Operator != wantOp ||
 				!row.WindowEnd.Equal(row.WindowStart.Add(size)) {
 				t.Fatalf("row %+v, naive %d events %v", row, len(ps), ds)
+			}
+			if vs, cs := naiveDistribution(ds); !slices.Equal(row.Values, vs) || !slices.Equal(row.Counts, cs) {
+				t.Fatalf("row %+v: distribution %v %v, naive %v %v", row, row.Values, row.Counts, vs, cs)
 			}
 		}
 	}

@@ -362,6 +362,7 @@ var (
 // resultTables are the tables G1, G4 and G5 compare, by canonical dump.
 var resultTables = []struct{ what, sql string }{
 	{"delay_aggregates", dumpAggregates},
+	{"delay_aggregates distributions", dumpDistributions},
 	{"dead_letters", dumpDeadLetters},
 	{"trip_delay_latest", dumpTrips},
 	{"vehicle_latest", dumpVehicles},
@@ -400,7 +401,8 @@ func referenceFor(t *testing.T, ds *dataset) *reference {
 }
 
 // checkOracle loads the predictions topic into oracle_msgs of db and checks
-// the drained tables of db: delay_aggregates equals the SQL oracle; the dead
+// the drained tables of db: delay_aggregates and the distributions stored
+// with its rows equal the SQL oracle; the dead
 // letters are exactly the bad records (decode errors; nothing late, nothing
 // in the future); every record is counted once or dead-lettered once; every
 // stored position is at the high water mark.
@@ -415,6 +417,12 @@ func checkOracle(t *testing.T, db, addr string, ds *dataset) {
 		t.Fatal("no delay_aggregates rows")
 	}
 	sameRows(t, "delay_aggregates vs SQL oracle", got, want)
+	dists := dump(t, db, dumpDistributions)
+	sameRows(t, "stored distributions vs SQL oracle (GROUP BY window, dimension, id, delay)", dists, dump(t, db, oracleDistributions))
+	// Every row has its distribution: as many rows carry one as there are rows.
+	if n := dump(t, db, `SELECT count(*) FROM delay_aggregates WHERE delay_values IS NULL`); n[0] != "[0]" {
+		t.Errorf("%s delay_aggregates rows without a distribution", n[0])
+	}
 	// Dead letters: each bad record exactly once; real records only for
 	// decode errors (the 48 h archive has delays beyond 24 h); nothing late,
 	// nothing in the future.

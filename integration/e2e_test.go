@@ -23,10 +23,10 @@ var badLines = []string{
 	`{"trip_id":"bad-4","line":"L","stop_id":"S","operator":"AT","delay_s":5,"event_time":"2016-05-18T20:01:00"}`,
 }
 
-// oracleAggregates computes delay_aggregates from the raw records in table
-// oracle_msgs with SQL alone (JSON operators, percentile_cont), leaving out
-// the records that dead_letters holds. Window size: 300 s.
-const oracleAggregates = `
+// oracleDims is the events of the raw records in table oracle_msgs, minus
+// the records that dead_letters holds, once per dimension: dims(ws, dim, id,
+// d, op), ws the window start (window size 300 s).
+const oracleDims = `
 WITH ok AS (
 	SELECT convert_from(m.value, 'UTF8')::jsonb AS j FROM oracle_msgs m
 	WHERE NOT EXISTS (SELECT 1 FROM dead_letters d
@@ -40,11 +40,23 @@ WITH ok AS (
 	UNION ALL SELECT ws, 'station', stop, d, op FROM ev
 	UNION ALL SELECT ws, 'operator', op, d, op FROM ev
 	UNION ALL SELECT ws, 'network', 'all', d, op FROM ev
-)
+)`
+
+// oracleAggregates computes delay_aggregates from the raw records in table
+// oracle_msgs with SQL alone (JSON operators, percentile_cont), leaving out
+// the records that dead_letters holds. Window size: 300 s.
+const oracleAggregates = oracleDims + `
 SELECT ws, ws + interval '300 seconds', dim, id,
 	CASE WHEN count(DISTINCT op) = 1 THEN min(op) END,
 	count(*), avg(d), percentile_cont(0.9) WITHIN GROUP (ORDER BY d), min(d), max(d)
 FROM dims GROUP BY ws, dim, id`
+
+// oracleDistributions computes the stored distributions (dumpDistributions)
+// from the same events: per window, dimension and id, each distinct delay
+// (-0 as 0) with its rank in ascending order and its number of events.
+const oracleDistributions = oracleDims + `
+SELECT ws, dim, id, row_number() OVER (PARTITION BY ws, dim, id ORDER BY v), v, n
+FROM (SELECT ws, dim, id, d + 0 AS v, count(*) AS n FROM dims GROUP BY ws, dim, id, d + 0) AS g`
 
 // loadOracleInput copies every record of topic into oracle_msgs of db.
 func loadOracleInput(t *testing.T, db, addr, topic string) int {
@@ -73,7 +85,8 @@ func loadOracleInput(t *testing.T, db, addr, topic string) int {
 
 // The Dutch and Auckland files, produced with `ovstream produce` into a
 // standalone `ovstream broker`, then run --drain with the default allowed
-// lateness: delay_aggregates equals the SQL oracle over the records in the
+// lateness: delay_aggregates, and the distributions stored with its rows,
+// equal the SQL oracle over the records in the
 // topic minus those recorded as dead letters, and every bad record has
 // exactly one dead letter.
 func TestDrainEqualsSQLOracle(t *testing.T) {
@@ -105,6 +118,7 @@ func TestDrainEqualsSQLOracle(t *testing.T) {
 		t.Fatalf("no delay_aggregates rows; run output:\n%s", out)
 	}
 	sameRows(t, "delay_aggregates vs SQL oracle", got, want)
+	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
 
 	decode := dump(t, db, `SELECT convert_from(value, 'UTF8'), error FROM dead_letters WHERE reason = 'decode'`)
 	if len(decode) != len(badLines) {

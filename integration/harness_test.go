@@ -221,6 +221,10 @@ func dump(t testing.TB, db, query string) []string {
 const (
 	dumpAggregates = `SELECT window_start, window_end, dimension, dimension_id, operator, event_count,
 		mean_delay_s, p90_delay_s, min_delay_s, max_delay_s FROM delay_aggregates`
+	// dumpDistributions: the stored distribution of each delay_aggregates
+	// row, one line per distinct delay with its position in the arrays.
+	dumpDistributions = `SELECT window_start, dimension, dimension_id, u.i, u.v, u.c
+		FROM delay_aggregates CROSS JOIN LATERAL unnest(delay_values, delay_counts) WITH ORDINALITY AS u(v, c, i)`
 	dumpDeadLetters = `SELECT topic, partition, "offset", encode(key, 'escape'), encode(value, 'escape'), reason, error FROM dead_letters`
 	dumpVehicles    = `SELECT vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps, observed_at,
 		kafka_partition, kafka_offset FROM vehicle_latest`

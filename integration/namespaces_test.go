@@ -23,6 +23,7 @@ func pipelineTables(t *testing.T, db, pipeline string) map[string][]string {
 	where := fmt.Sprintf(" WHERE pipeline = '%s'", pipeline)
 	return map[string][]string{
 		"delay_aggregates":  dump(t, db, dumpAggregates+where),
+		"distributions":     dump(t, db, dumpDistributions+where),
 		"dead_letters":      dump(t, db, dumpDeadLetters+where),
 		"vehicle_latest":    dump(t, db, dumpVehicles+where),
 		"trip_delay_latest": dump(t, db, dumpTrips+where),

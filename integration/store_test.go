@@ -66,9 +66,16 @@ func query[T any](t *testing.T, url, sql string, args ...any) T {
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// row is a delay_aggregates row with a distribution whose ends are lo and
+// hi: count-1 events at lo and one at hi (count at lo when lo = hi).
 func row(dim, id string, count int64, mean, p90, lo, hi float64) aggregate.Row {
-	return aggregate.Row{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Dimension: dim, DimensionID: id,
-		Operator: "op1", Count: count, Mean: mean, P90: p90, Min: lo, Max: hi}
+	r := aggregate.Row{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Dimension: dim, DimensionID: id,
+		Operator: "op1", Count: count, Mean: mean, P90: p90, Min: lo, Max: hi,
+		Values: []float64{lo}, Counts: []int64{count}}
+	if hi != lo {
+		r.Values, r.Counts = []float64{lo, hi}, []int64{max(count-1, 1), 1}
+	}
+	return r
 }
 
 func TestMigrateUpTwice(t *testing.T) {
@@ -202,12 +209,19 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 	if op := query[string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'line'"); op != "op1" {
 		t.Fatalf("operator = %q", op)
 	}
+	const dist = "SELECT delay_values::text || ' ' || delay_counts::text FROM delay_aggregates WHERE dimension_id = 'L1'"
+	if d := query[string](t, url, dist); d != "{1,9} {2,1}" {
+		t.Fatalf("distribution %s after the upsert path, want {1,9} {2,1} (replaced)", d)
+	}
 	// Replaying the first batch restores its values exactly.
 	if err := s.Commit(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if n := query[int64](t, url, "SELECT sum(event_count) FROM delay_aggregates"); n != 10 {
 		t.Fatalf("sum(event_count) = %d after replay, want 10", n)
+	}
+	if d := query[string](t, url, dist); d != "{0,30} {4,1}" {
+		t.Fatalf("distribution %s after the replay, want {0,30} {4,1}", d)
 	}
 	// Rounding a few ulps outside [min, max] is clamped, not rejected by the CHECK.
 	third := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{

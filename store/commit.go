@@ -132,7 +132,8 @@ const createTempTables = `
 CREATE TEMP TABLE IF NOT EXISTS ovs_windows (
     pipeline text, window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
     event_count bigint, mean_delay_s double precision, p90_delay_s double precision,
-    min_delay_s double precision, max_delay_s double precision
+    min_delay_s double precision, max_delay_s double precision,
+    delay_values double precision[], delay_counts bigint[]
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ovs_vehicles (
     pipeline text, vehicle_id text, trip_id text, line text, operator text, lat double precision, lon double precision,
@@ -147,13 +148,15 @@ CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
 // windowColumns are the delay_aggregates columns a commit writes, in the
 // order of appendWindow; updated_at takes its default, now().
 const windowColumns = "pipeline, window_start, window_end, dimension, dimension_id, operator, " +
-	"event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s"
+	"event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts"
 
-// appendWindow appends rows[i] as one binary COPY tuple of windowColumns.
+// appendWindow appends rows[i] as one binary COPY tuple of windowColumns. A
+// row's distribution goes into delay_values and delay_counts; a Row without
+// one (built by hand) is stored with NULL there.
 func appendWindow(pipeline string, rows []aggregate.Row) func(b []byte, i int) []byte {
 	return func(b []byte, i int) []byte {
 		r := &rows[i]
-		b = appendFieldCount(b, 11)
+		b = appendFieldCount(b, 13)
 		b = appendText(b, pipeline)
 		b = appendTimestamptz(b, r.WindowStart)
 		b = appendTimestamptz(b, r.WindowEnd)
@@ -165,7 +168,11 @@ func appendWindow(pipeline string, rows []aggregate.Row) func(b []byte, i int) [
 		b = appendFloat8(b, within(r.P90, r.Min, r.Max))
 		b = appendFloat8(b, r.Min)
 		b = appendFloat8(b, r.Max)
-		return b
+		if len(r.Values) == 0 {
+			return appendNull(appendNull(b))
+		}
+		b = appendFloat8Array(b, r.Values)
+		return appendInt8Array(b, r.Counts)
 	}
 }
 
@@ -210,16 +217,17 @@ func upsertWindows(ctx context.Context, tx pgx.Tx, pipeline string, rows []aggre
 	// the caller sends one per key, this keeps the last one if not.
 	_, err = tx.Exec(ctx, `
 INSERT INTO delay_aggregates AS t (pipeline, window_start, window_end, dimension, dimension_id, operator,
-    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, updated_at)
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts, updated_at)
 SELECT DISTINCT ON (window_start, dimension, dimension_id)
     pipeline, window_start, window_end, dimension, dimension_id, operator,
-    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, now()
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts, now()
 FROM ovs_windows
 ORDER BY window_start, dimension, dimension_id, ctid DESC
 ON CONFLICT (pipeline, window_start, dimension, dimension_id) DO UPDATE SET
     window_end = EXCLUDED.window_end, operator = EXCLUDED.operator, event_count = EXCLUDED.event_count,
     mean_delay_s = EXCLUDED.mean_delay_s, p90_delay_s = EXCLUDED.p90_delay_s,
-    min_delay_s = EXCLUDED.min_delay_s, max_delay_s = EXCLUDED.max_delay_s, updated_at = now()`)
+    min_delay_s = EXCLUDED.min_delay_s, max_delay_s = EXCLUDED.max_delay_s,
+    delay_values = EXCLUDED.delay_values, delay_counts = EXCLUDED.delay_counts, updated_at = now()`)
 	return err
 }
 

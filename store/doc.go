@@ -9,6 +9,10 @@
 //
 // Guarantees:
 //   - Windows are replaced, never added to: replaying a batch leaves the same rows.
+//     Each window row is written with its exact distribution (delay_values,
+//     delay_counts), on the binary COPY fast path and on the upsert path
+//     alike, and a merged split window with the merged distribution; the
+//     rollups (store/rollup, the SQL function ovs_rollup) read them.
 //   - Latest-state rows keep, per key, the greatest (observed_at, offset) ever
 //     committed; an older one replayed later does not overwrite it.
 //   - Dead letters are stored byte for byte (bytea), once per (topic, partition, offset).

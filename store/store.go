@@ -150,6 +150,13 @@ func (s *Store) do(ctx context.Context, f func(*pgx.Conn) error) error {
 	return nil
 }
 
+// Read runs f, read-only queries of a package under store (e.g.
+// store/rollup), on the Store's connection, connecting if needed; after an
+// error the connection is thrown away. It returns f's error.
+func (s *Store) Read(ctx context.Context, f func(*pgx.Conn) error) error {
+	return s.do(ctx, f)
+}
+
 // discard closes and forgets the connection.
 func (s *Store) discard() {
 	if s.conn == nil {

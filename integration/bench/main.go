@@ -215,6 +215,9 @@ type trial struct {
 	writeCPU  time.Duration // the bench's own CPU time (the CopyFrom client)
 	tableRows map[string]int
 	split     *splitResult // (d), nil with --split=false
+	// aggBytes is pg_total_relation_size of delay_aggregates after (b):
+	// heap, TOAST and indexes.
+	aggBytes int64
 }
 
 func (t *trial) ratio() float64 { return (t.read + t.write).Seconds() / t.run.elapsed.Seconds() }
@@ -329,6 +332,10 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	t.brokerCPU = b.cpu() - bc0
 	logf("T_ovstream %v, peak RSS %d MB, %d commits", t.run.elapsed.Round(time.Millisecond), t.run.maxRSS>>20, len(t.run.commits))
 
+	if t.aggBytes, err = relationSize(ctx, runDB, "delay_aggregates"); err != nil {
+		return nil, fmt.Errorf("size of delay_aggregates: %w", err)
+	}
+
 	// (c) T_write
 	tables, err := readTables(ctx, runDB)
 	if err != nil {
@@ -391,6 +398,10 @@ func (m *measurement) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
 		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
+	if n := t.tableRows["delay_aggregates"]; n > 0 {
+		fmt.Fprintf(w, "delay_aggregates after (b): %.1f MB with indexes and TOAST, %.0f bytes per row\n",
+			float64(t.aggBytes)/1e6, float64(t.aggBytes)/float64(n))
+	}
 	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)
 	fmt.Fprintf(w, "T_read + T_write = %.2fs; T_ovstream = %.2fs; ratio %.2f\n",
 		(t.read + t.write).Seconds(), r.elapsed.Seconds(), t.ratio())

@@ -438,6 +438,19 @@ func readTables(ctx context.Context, dbURL string) ([]table, error) {
 	return out, nil
 }
 
+// relationSize returns pg_total_relation_size of table in dbURL (heap, TOAST
+// and indexes), as the run left it.
+func relationSize(ctx context.Context, dbURL, table string) (int64, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", table).Scan(&n)
+	return n, err
+}
+
 // writeAll is T_write: the rows of tables into the empty tables of dbURL,
 // one plain CopyFrom per table, in one transaction, committed.
 func writeAll(ctx context.Context, dbURL string, tables []table) (int64, time.Duration, error) {

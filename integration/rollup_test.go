@@ -1,0 +1,378 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var rollupArchive = flag.String("rollup.archive", "../testdata/auckland-20160518-2h.tar.gz",
+	"TestRollupEqualsSQLOracle: GTFS-realtime TripUpdates archive (.tar.gz or .tar.xz); the 48 h one is "+
+		"../../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz")
+
+// rollupTZ is the time zone of the rollups compared: the data's own.
+const rollupTZ = "Pacific/Auckland"
+
+// rollupQuantiles are the quantiles compared.
+var rollupQuantiles = []float64{0.5, 0.9, 0.99}
+
+// stats is one group of a rollup: count, mean, min, max, then the quantiles.
+type stats struct {
+	count int64
+	vals  []float64 // mean, min, max, quantiles...
+}
+
+// groupKey is a bucket start (Unix seconds) and a dimension id.
+type groupKey struct {
+	bucket int64
+	id     string
+}
+
+// oracleRollupSQL is the rollup over the raw events of oracle_events with
+// PostgreSQL's own aggregates: the buckets are calendar hours or days of each
+// event's own time in rollupTZ (the 5-minute windows nest in them).
+const oracleRollupSQL = `
+SELECT date_trunc($1, at, $2), %s, count(*), avg(d), min(d), max(d),
+	percentile_cont($3::float8[]) WITHIN GROUP (ORDER BY d)
+FROM oracle_events GROUP BY 1, 2`
+
+// The done-when of the rollups (README "Analysing the numbers"): an Auckland
+// archive produced, drained, and every rollup per hour and per day (in
+// Pacific/Auckland) of every dimension, from the SQL function ovs_rollup and
+// from `ovstream report --json`, equals count(*), avg, min, max and
+// percentile_cont(0.5, 0.9, 0.99) over the raw events from the topic (minus
+// their dead letters): 0 differences beyond 1e-9 (and the test counts how
+// many are not bit-identical). Then --top/--by/--min-events against the same
+// oracle, and the README's example queries run and return rows.
+func TestRollupEqualsSQLOracle(t *testing.T) {
+	started := time.Now()
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xf", *rollupArchive, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("tar -xf %s: %v\n%s", *rollupArchive, err, out)
+	}
+	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
+	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
+	db := freshDB(t)
+	drain(t, db, addr, "--allowed-lateness", "10m")
+	n := loadOracleInput(t, db, addr, predictionsTopic)
+	exec1(t, db, `CREATE TABLE oracle_events AS
+		SELECT (j->>'event_time')::timestamptz AS at, (j->>'delay_s')::float8 AS d,
+		       j->>'line' AS line, j->>'stop_id' AS stop, j->>'operator' AS op
+		FROM (SELECT convert_from(m.value, 'UTF8')::jsonb AS j FROM oracle_msgs m
+		      WHERE NOT EXISTS (SELECT 1 FROM dead_letters d
+		          WHERE d.topic = m.topic AND d.partition = m.partition AND d."offset" = m."offset")) AS ok`)
+	events := dump(t, db, `SELECT count(*) FROM oracle_events`)
+	t.Logf("%s: %d records, %s events (records minus dead letters), drained in %v", *rollupArchive, n, events[0],
+		time.Since(started).Round(time.Second))
+
+	from, to := "2016-05-01T00:00:00+12:00", "2016-06-01T00:00:00+12:00"
+	dims := map[string]string{"line": "line", "station": "stop", "operator": "op", "network": "'all'"}
+	var groups, compared, beyond, notBitIdentical int
+	for _, bucket := range []string{"hour", "day"} {
+		for _, dim := range []string{"line", "station", "operator", "network"} {
+			what := dim + " per " + bucket
+			t0 := time.Now()
+			want := queryRollup(t, db, fmt.Sprintf(oracleRollupSQL, dims[dim]), bucket, rollupTZ, rollupQuantiles)
+			tOracle := time.Since(t0)
+			t0 = time.Now()
+			sql := queryRollup(t, db, `SELECT bucket_start, dimension_id, event_count, mean_delay_s, min_delay_s,
+				max_delay_s, delay_quantiles FROM ovs_rollup('ovstream', $1, $4::timestamptz, $5::timestamptz,
+				('1 ' || $6)::interval, $3::float8[], $2)`, dim, rollupTZ, rollupQuantiles, from, to, bucket)
+			tSQL := time.Since(t0)
+			t0 = time.Now()
+			rep := reportRollup(t, db, "--dimension", dim, "--from", from, "--to", to, "--bucket", bucket,
+				"--tz", rollupTZ, "--quantiles", "0.5,0.9,0.99")
+			tReport := time.Since(t0)
+			if len(want) == 0 {
+				t.Fatalf("%s: the oracle has no groups", what)
+			}
+			for _, got := range []struct {
+				name string
+				rows map[groupKey]stats
+			}{{"ovs_rollup", sql}, {"report", rep}} {
+				c, b, nb := compareRollups(t, what+" "+got.name, got.rows, want)
+				compared, beyond, notBitIdentical = compared+c, beyond+b, notBitIdentical+nb
+			}
+			groups += len(want)
+			t.Logf("%s: %d groups; oracle %v, ovs_rollup %v, report %v", what, len(want),
+				tOracle.Round(time.Millisecond), tSQL.Round(time.Millisecond), tReport.Round(time.Millisecond))
+		}
+	}
+	t.Logf("rollups: %d groups, %d values compared (ovs_rollup and report, each against the oracle): %d differ by more than 1e-9, %d are not bit-identical",
+		groups, compared, beyond, notBitIdentical)
+	if beyond > 0 {
+		t.Errorf("%d values differ from the oracle by more than 1e-9", beyond)
+	}
+
+	// --top/--by/--min-events: the five lines with the highest P90 per day
+	// among those with at least 50 events, against the oracle ranked here.
+	oracle := queryRollup(t, db, fmt.Sprintf(oracleRollupSQL, "line"), "day", rollupTZ, rollupQuantiles)
+	wantTop := topOf(oracle, 50, 4, 5) // vals[4]: p90
+	gotTop := reportRows(t, db, "--dimension", "line", "--from", from, "--to", to, "--bucket", "day",
+		"--tz", rollupTZ, "--min-events", "50", "--by", "p90", "--top", "5", "--csv")
+	sameRows(t, "report --top 5 --by p90 --min-events 50 vs the oracle ranked", gotTop, wantTop)
+	if len(gotTop) == 0 {
+		t.Fatal("no top lines")
+	}
+
+	checkREADMEQueries(t, db)
+	t.Logf("done in %v", time.Since(started).Round(time.Second))
+}
+
+func exec1(t *testing.T, db, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// queryRollup runs a query whose rows are (bucket, id, count, mean, min,
+// max, quantiles[]) and returns them by group.
+func queryRollup(t *testing.T, db, sql string, args ...any) map[groupKey]stats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out := map[groupKey]stats{}
+	var (
+		b          time.Time
+		id         string
+		s          stats
+		mean, l, h float64
+		qs         []float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&b, &id, &s.count, &mean, &l, &h, &qs}, func() error {
+		k := groupKey{b.Unix(), id}
+		if _, dup := out[k]; dup {
+			return fmt.Errorf("group %v twice", k)
+		}
+		out[k] = stats{s.count, append([]float64{mean, l, h}, qs...)}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
+// report runs `ovstream report` on db and returns its standard output.
+func report(t *testing.T, db string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(ovstreamBin(t), append([]string{"report", "--database-url", db}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("report %v: %v\n%s", args, err, stderr.String())
+	}
+	return out
+}
+
+// reportRollup runs `ovstream report --json` and returns its rows by group.
+func reportRollup(t *testing.T, db string, args ...string) map[groupKey]stats {
+	t.Helper()
+	var doc struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	out := report(t, db, append(args, "--json")...)
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("report --json: %v\n%s", err, out)
+	}
+	res := map[groupKey]stats{}
+	num := func(r map[string]any, k string) float64 {
+		f, err := r[k].(json.Number).Float64()
+		if err != nil {
+			t.Fatalf("report --json: %s of %v: %v", k, r, err)
+		}
+		return f
+	}
+	for _, r := range doc.Rows {
+		b, err := time.Parse(time.RFC3339, r["bucket_start"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := r["events"].(json.Number).Int64()
+		res[groupKey{b.Unix(), r["id"].(string)}] = stats{n, []float64{num(r, "mean"), num(r, "min"), num(r, "max"),
+			num(r, "p50"), num(r, "p90"), num(r, "p99")}}
+	}
+	return res
+}
+
+// reportRows runs `ovstream report --csv` and returns its rows without the
+// header, each as "[bucket id events p90]" with the bucket in Unix seconds.
+func reportRows(t *testing.T, db string, args ...string) []string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(string(report(t, db, args...))), "\n")
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "bucket_start,") {
+		t.Fatalf("report --csv: no header: %q", lines)
+	}
+	var out []string
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		b, err := time.Parse(time.RFC3339, f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("[%d %s %s %s]", b.Unix(), f[1], f[2], f[7]))
+	}
+	return out
+}
+
+// topOf ranks the groups of each bucket with at least minEvents events by
+// vals[by], greatest first (ties by id), and keeps top, formatted as
+// reportRows formats them.
+func topOf(rows map[groupKey]stats, minEvents int64, by, top int) []string {
+	perBucket := map[int64][]groupKey{}
+	for k, s := range rows {
+		if s.count >= minEvents {
+			perBucket[k.bucket] = append(perBucket[k.bucket], k)
+		}
+	}
+	var out []string
+	for b, ks := range perBucket {
+		sort.Slice(ks, func(i, j int) bool {
+			vi, vj := rows[ks[i]].vals[by], rows[ks[j]].vals[by]
+			if vi != vj {
+				return vi > vj
+			}
+			return ks[i].id < ks[j].id
+		})
+		for _, k := range ks[:min(top, len(ks))] {
+			s := rows[k]
+			out = append(out, fmt.Sprintf("[%d %s %d %s]", b, k.id, s.count, strconv.FormatFloat(s.vals[by], 'g', -1, 64)))
+		}
+	}
+	return out
+}
+
+// compareRollups compares got with the oracle want, group by group: the same
+// groups, the same counts, and each statistic within 1e-9. It returns the
+// values compared, those beyond 1e-9, and those not bit-identical.
+func compareRollups(t *testing.T, what string, got, want map[groupKey]stats) (compared, beyond, notBitIdentical int) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d groups, the oracle has %d", what, len(got), len(want))
+	}
+	shown := 0
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || g.count != w.count || len(g.vals) != len(w.vals) {
+			t.Errorf("%s: group %v: %+v, oracle %+v", what, k, g, w)
+			beyond++
+			continue
+		}
+		for i := range w.vals {
+			compared++
+			if math.Float64bits(g.vals[i]) != math.Float64bits(w.vals[i]) {
+				notBitIdentical++
+			}
+			if math.Abs(g.vals[i]-w.vals[i]) > 1e-9 || math.IsNaN(g.vals[i]) {
+				beyond++
+				if shown++; shown <= 5 {
+					t.Errorf("%s: group %v value %d: %v, oracle %v", what, k, i, g.vals[i], w.vals[i])
+				}
+			}
+		}
+	}
+	return compared, beyond, notBitIdentical
+}
+
+// readmeNow stands for now() in the README's example queries: a moment just
+// after the Auckland samples (2016-05-19 08:00-10:00 in Auckland for the 2 h
+// slice), so that "today", "this week" and "this month" hold their data.
+const readmeNow = `'2016-05-19 10:30:00+12'::timestamptz`
+
+// checkREADMEQueries runs every SQL example of README.md's "Analysing the
+// numbers" section on db, with now() replaced by readmeNow, and requires
+// each to return rows.
+func checkREADMEQueries(t *testing.T, db string) {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Analysing the numbers\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Analysing the numbers" section`)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	var queries []string
+	for _, block := range strings.Split(section, "```sql\n")[1:] {
+		sql, _, _ := strings.Cut(block, "```")
+		queries = append(queries, sql)
+	}
+	if len(queries) < 5 {
+		t.Fatalf("README.md \"Analysing the numbers\" has %d SQL examples, want 5", len(queries))
+	}
+	for i, q := range queries {
+		rows := dump(t, db, strings.ReplaceAll(q, "now()", readmeNow))
+		if len(rows) == 0 {
+			t.Errorf("README example %d returns no rows:\n%s", i+1, q)
+			continue
+		}
+		t.Logf("README example %d: %d rows, first %s", i+1, len(rows), rows[0])
+	}
+}
+
+// `report` exits 2 on bad flags (before it connects), 0 on --help.
+func TestReportFlags(t *testing.T) {
+	base := []string{"report", "--database-url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1",
+		"--from", "2016-05-19", "--to", "2016-05-20"}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"report", "--help"}, 0, "usage: ovstream report"},
+		{[]string{"report"}, 2, "--from and --to are required"},
+		{append(base, "--dimension", "route"), 2, `dimension "route"`},
+		{append(base, "--bucket", "fortnight"), 2, "--bucket"},
+		{append(base, "--quantiles", "0.5,1.5"), 2, "--quantiles"},
+		{append(base, "--tz", "Mars/Olympus"), 2, "--tz"},
+		{append(base, "--by", "p95"), 2, `by "p95"`},
+		{append(base, "--top", "3"), 2, "top needs by"},
+		{append(base, "--json", "--csv"), 2, "choose one"},
+		{append(base, "--from", "yesterday"), 2, "--from"},
+		{append(base, "--to", "2016-05-18"), 2, "want from < to"},
+		{append(base, "--no-such-flag"), 2, "flag provided but not defined"},
+		{base, 1, "ovstream report:"}, // good flags, no database there
+	} {
+		p := startOvstream(t, nil, tc.args...)
+		if code := p.wait(t, time.Minute); code != tc.code || !strings.Contains(p.output(), tc.says) {
+			t.Errorf("%v: exit %d, want %d with %q:\n%s", tc.args[1:], code, tc.code, tc.says, p.output())
+		}
+	}
+}

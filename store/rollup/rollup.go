@@ -1,0 +1,231 @@
+package rollup
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// Querier is what Run needs of a connection: *pgx.Conn and pgx.Tx have it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Query says what to roll up.
+type Query struct {
+	Pipeline  string
+	Dimension string   // aggregate.DimLine, DimStation, DimOperator or DimNetwork
+	IDs       []string // dimension ids to keep; nil: every id
+	// From and To bound the windows: From <= window_start < To.
+	From, To time.Time
+	Bucket   Bucket
+	// Location is the time zone of calendar buckets and of the bucket
+	// starts returned; nil: UTC. Its name (IANA) is what PostgreSQL uses.
+	Location  *time.Location
+	Quantiles []float64 // each in [0, 1]
+	MinEvents int64     // groups with fewer events are left out; <= 1: none
+	// By orders the rows of each bucket, greatest first (ties by id):
+	// "" (by id), "events", "mean", "min", "max", or the Name of one of
+	// Quantiles (e.g. "p90").
+	By  string
+	Top int // keep the first Top rows of each bucket (in By's order); 0: all
+}
+
+// Validate checks q, and says what is wrong in terms of the flags of
+// `ovstream report`.
+func (q *Query) Validate() error {
+	switch q.Dimension {
+	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
+	default:
+		return fmt.Errorf("dimension %q: want line, station, operator or network", q.Dimension)
+	}
+	if q.Pipeline == "" {
+		return errors.New("no pipeline")
+	}
+	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
+		return fmt.Errorf("time range [%s, %s): want from < to", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
+	}
+	for _, p := range q.Quantiles {
+		if !(p >= 0 && p <= 1) {
+			return fmt.Errorf("quantile %v: want 0 <= q <= 1", p)
+		}
+	}
+	if q.Top < 0 {
+		return fmt.Errorf("top %d: want >= 0", q.Top)
+	}
+	if q.Top > 0 && q.By == "" {
+		return errors.New("top needs by (events, mean, min, max or a quantile such as p90)")
+	}
+	if _, err := q.metric(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// metric returns how to read q.By of a Row; nil for "".
+func (q *Query) metric() (func(*Row) float64, error) {
+	switch q.By {
+	case "":
+		return nil, nil
+	case "events":
+		return func(r *Row) float64 { return float64(r.Count) }, nil
+	case "mean":
+		return func(r *Row) float64 { return r.Mean }, nil
+	case "min":
+		return func(r *Row) float64 { return r.Min }, nil
+	case "max":
+		return func(r *Row) float64 { return r.Max }, nil
+	}
+	for i, p := range q.Quantiles {
+		if Name(p) == q.By {
+			return func(r *Row) float64 { return r.Quantiles[i] }, nil
+		}
+	}
+	names := []string{"events", "mean", "min", "max"}
+	for _, p := range q.Quantiles {
+		names = append(names, Name(p))
+	}
+	return nil, fmt.Errorf("by %q: want one of %s", q.By, strings.Join(names, ", "))
+}
+
+// Row is one id in one bucket.
+type Row struct {
+	Bucket time.Time // the bucket's start, in Query.Location
+	ID     string
+	aggregate.Summary
+}
+
+// Result is what Run read.
+type Result struct {
+	Rows []Row
+	// WithoutDistribution counts the rows in the range (of the ids asked
+	// for) that have no stored distribution (written before schema
+	// version 5): they are not in Rows.
+	WithoutDistribution int64
+}
+
+// distributionsSQL merges, per bucket and id, the stored distributions of the
+// rows in the range: one row per (bucket, id, distinct delay) with its count.
+const distributionsSQL = `
+SELECT ovs_bucket(a.window_start, $5::text::interval, $6::text, $3) AS b, a.dimension_id, u.v, sum(u.c)::bigint
+FROM delay_aggregates AS a CROSS JOIN LATERAL unnest(a.delay_values, a.delay_counts) AS u(v, c)
+WHERE a.pipeline = $1 AND a.dimension = $2 AND a.window_start >= $3 AND a.window_start < $4
+  AND ($7::text[] IS NULL OR a.dimension_id = ANY ($7::text[]))
+GROUP BY 1, 2, 3
+ORDER BY 1, 2`
+
+const withoutSQL = `
+SELECT count(*) FROM delay_aggregates AS a
+WHERE a.pipeline = $1 AND a.dimension = $2 AND a.window_start >= $3 AND a.window_start < $4
+  AND ($5::text[] IS NULL OR a.dimension_id = ANY ($5::text[])) AND a.delay_values IS NULL`
+
+// Run reads the rollup q asks for from db. Errors: q's Validate, or the
+// failing query, wrapped (an unknown time zone is PostgreSQL's error).
+func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("rollup: %w", err)
+	}
+	loc := q.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	metric, _ := q.metric()
+	var ids any
+	if q.IDs != nil {
+		ids = q.IDs
+	}
+	res := &Result{}
+	if err := db.QueryRow(ctx, withoutSQL, q.Pipeline, q.Dimension, q.From, q.To, ids).Scan(&res.WithoutDistribution); err != nil {
+		return nil, fmt.Errorf("rollup: rows without distribution: %w", err)
+	}
+	rows, err := db.Query(ctx, distributionsSQL, q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.interval(), loc.String(), ids)
+	if err != nil {
+		return nil, fmt.Errorf("rollup: %w", err)
+	}
+	var (
+		bucket, b time.Time
+		id, cur   string
+		v         float64
+		c         int64
+		values    []float64
+		counts    []int64
+		bucketAt  int // index in res.Rows of the current bucket's first row
+	)
+	flush := func() {
+		if len(values) == 0 {
+			return
+		}
+		s := aggregate.Summarize(values, counts, q.Quantiles)
+		values, counts = values[:0], counts[:0]
+		if s.Count < q.MinEvents {
+			return
+		}
+		res.Rows = append(res.Rows, Row{Bucket: bucket.In(loc), ID: cur, Summary: s})
+	}
+	endBucket := func() {
+		res.Rows = rank(res.Rows, bucketAt, metric, q.Top)
+		bucketAt = len(res.Rows)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&b, &id, &v, &c}, func() error {
+		if len(values) > 0 && (!b.Equal(bucket) || id != cur) {
+			flush()
+			if !b.Equal(bucket) {
+				endBucket()
+			}
+		}
+		bucket, cur = b, id
+		values, counts = append(values, v), append(counts, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rollup: %w", err)
+	}
+	flush()
+	endBucket()
+	return res, nil
+}
+
+// rank orders rows[from:] (one bucket) by metric, greatest first, ties by
+// id, and keeps the first top of them (0: all). A nil metric keeps the id
+// order.
+func rank(rows []Row, from int, metric func(*Row) float64, top int) []Row {
+	if metric != nil {
+		b := rows[from:]
+		slices.SortStableFunc(b, func(x, y Row) int {
+			if c := cmp.Compare(metric(&y), metric(&x)); c != 0 {
+				return c
+			}
+			return strings.Compare(x.ID, y.ID)
+		})
+	}
+	if top > 0 && len(rows)-from > top {
+		rows = rows[:from+top]
+	}
+	return rows
+}
+
+// Name is the column name of the p-quantile: "p" and 100*p in decimal, from
+// p's shortest decimal form (0.9 -> p90, 0.999 -> p99.9, 0.05 -> p5, 1 -> p100).
+func Name(p float64) string {
+	r, ok := new(big.Rat).SetString(strconv.FormatFloat(p, 'f', -1, 64))
+	if !ok {
+		return "p" + strconv.FormatFloat(100*p, 'g', -1, 64)
+	}
+	r.Mul(r, big.NewRat(100, 1))
+	if r.IsInt() {
+		return "p" + r.Num().String()
+	}
+	f, _ := r.Float64()
+	return "p" + strconv.FormatFloat(f, 'f', -1, 64)
+}
