@@ -25,8 +25,9 @@ import (
 //   - dropBefore: the connection is closed when the client sends COMMIT,
 //     which never reaches the server: the transaction rolls back, the client
 //     cannot know either.
-//   - dropAfterWindows: dropAfter, at the first COMMIT of a transaction that
-//     wrote delay_aggregates rows.
+//   - dropAfterWindows, dropBeforeWindows: dropAfter or dropBefore, at the
+//     first COMMIT of a transaction that wrote delay_aggregates rows (in an
+//     instance of a split pipeline, only a merge writes them).
 //
 // It speaks just enough of the protocol (version 3: an untyped startup
 // message, then type byte + int32 length frames both ways; sslmode=disable).
@@ -36,14 +37,21 @@ type pgProxy struct {
 	target string
 
 	mu    sync.Mutex
-	arm   string   // "", dropAfter or dropBefore
+	arm   string   // "" or one of the drop modes
 	drops []string // what happened at each armed COMMIT
+	// inspect, when set, is called at each armed COMMIT with the local port
+	// of the proxy's connection to the server (pg_stat_activity.client_port):
+	// with "open" before the COMMIT is forwarded or dropped (the
+	// transaction is still open), and for dropAfter with "answered" once the
+	// server answered, before the client's connection is closed.
+	inspect func(stage string, serverPort int)
 }
 
 const (
-	dropAfter        = "after"
-	dropBefore       = "before"
-	dropAfterWindows = "after-windows"
+	dropAfter         = "after"
+	dropBefore        = "before"
+	dropAfterWindows  = "after-windows"
+	dropBeforeWindows = "before-windows"
 )
 
 // writesWindows tells whether a statement writes delay_aggregates rows
@@ -105,10 +113,12 @@ func (p *pgProxy) take(windows bool) string {
 	defer p.mu.Unlock()
 	m := p.arm
 	switch {
-	case m == dropAfterWindows && !windows:
+	case (m == dropAfterWindows || m == dropBeforeWindows) && !windows:
 		return ""
 	case m == dropAfterWindows:
 		m = dropAfter
+	case m == dropBeforeWindows:
+		m = dropBefore
 	}
 	p.arm = ""
 	return m
@@ -118,6 +128,16 @@ func (p *pgProxy) record(s string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.drops = append(p.drops, s)
+}
+
+// call runs the inspect hook, if any, for the armed COMMIT on server.
+func (p *pgProxy) call(stage string, server net.Conn) {
+	p.mu.Lock()
+	f := p.inspect
+	p.mu.Unlock()
+	if f != nil {
+		f(stage, server.LocalAddr().(*net.TCPAddr).Port)
+	}
 }
 
 // readMsg reads one frame: typed (type byte + length) or, for the startup
@@ -216,6 +236,9 @@ func (p *pgProxy) serve(client net.Conn) {
 		if typ == 'Q' && strings.EqualFold(strings.TrimSpace(strings.TrimRight(string(frame[5:]), "\x00")), "commit") {
 			mode := p.take(windows)
 			windows = false
+			if mode != "" {
+				p.call("open", server)
+			}
 			switch mode {
 			case dropBefore:
 				p.record("before: COMMIT not forwarded, connection closed")
@@ -229,6 +252,7 @@ func (p *pgProxy) serve(client net.Conn) {
 				}
 				select {
 				case tag := <-answered:
+					p.call("answered", server)
 					p.record("after: the server answered " + tag + "; answer dropped, connection closed")
 				case <-time.After(10 * time.Second):
 					p.record("after: no answer from the server")
