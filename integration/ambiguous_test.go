@@ -28,6 +28,10 @@ import (
 //   - dropAfterWindows, dropBeforeWindows: dropAfter or dropBefore, at the
 //     first COMMIT of a transaction that wrote delay_aggregates rows (in an
 //     instance of a split pipeline, only a merge writes them).
+//   - dropAfterDrainEnd, dropBeforeDrainEnd: dropAfter or dropBefore, at
+//     the first COMMIT of a transaction that ended the drain of a split
+//     pipeline (the merge of every window, once every partition was
+//     drained, clears the drained flags).
 //
 // It speaks just enough of the protocol (version 3: an untyped startup
 // message, then type byte + int32 length frames both ways; sslmode=disable).
@@ -48,10 +52,12 @@ type pgProxy struct {
 }
 
 const (
-	dropAfter         = "after"
-	dropBefore        = "before"
-	dropAfterWindows  = "after-windows"
-	dropBeforeWindows = "before-windows"
+	dropAfter          = "after"
+	dropBefore         = "before"
+	dropAfterWindows   = "after-windows"
+	dropBeforeWindows  = "before-windows"
+	dropAfterDrainEnd  = "after-drain-end"
+	dropBeforeDrainEnd = "before-drain-end"
 )
 
 // writesWindows tells whether a statement writes delay_aggregates rows
@@ -106,22 +112,25 @@ func (p *pgProxy) dropped() []string {
 	return append([]string(nil), p.drops...)
 }
 
+// endsDrain tells whether a statement ends the drain of a split pipeline
+// (store/partials.go: the drained flags cleared after the last merge).
+func endsDrain(sql string) bool {
+	sql = strings.ToLower(sql)
+	return strings.Contains(sql, "update stream_positions") && strings.Contains(sql, "drained = false")
+}
+
 // take disarms the proxy and returns its mode, for the COMMIT of a
-// transaction that wrote windows or not; dropAfterWindows waits for one that did.
-func (p *pgProxy) take(windows bool) string {
+// transaction that wrote windows (or ended a drain) or not; the modes for
+// such transactions wait for one.
+func (p *pgProxy) take(windows, drainEnd bool) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := p.arm
-	switch {
-	case (m == dropAfterWindows || m == dropBeforeWindows) && !windows:
+	drop, waitFor, _ := strings.Cut(p.arm, "-") // e.g. after-windows: dropAfter, once windows are written
+	if waitFor == "windows" && !windows || waitFor == "drain-end" && !drainEnd {
 		return ""
-	case m == dropAfterWindows:
-		m = dropAfter
-	case m == dropBeforeWindows:
-		m = dropBefore
 	}
 	p.arm = ""
-	return m
+	return drop
 }
 
 func (p *pgProxy) record(s string) {
@@ -223,19 +232,22 @@ func (p *pgProxy) serve(client net.Conn) {
 			}
 		}
 	}()
-	windows := false // the transaction in progress wrote windows
-	for {            // client -> server
+	// The transaction in progress wrote windows, ended a drain. A statement
+	// is seen when it is parsed (pgx prepares it once per connection).
+	windows, drainEnd := false, false
+	for { // client -> server
 		typ, frame, err := readMsg(client, true)
 		if err != nil {
 			shut()
 			return
 		}
-		if (typ == 'Q' || typ == 'P') && writesWindows(string(frame[5:])) {
-			windows = true
+		if typ == 'Q' || typ == 'P' {
+			windows = windows || writesWindows(string(frame[5:]))
+			drainEnd = drainEnd || endsDrain(string(frame[5:]))
 		}
 		if typ == 'Q' && strings.EqualFold(strings.TrimSpace(strings.TrimRight(string(frame[5:]), "\x00")), "commit") {
-			mode := p.take(windows)
-			windows = false
+			mode := p.take(windows, drainEnd)
+			windows, drainEnd = false, false
 			if mode != "" {
 				p.call("open", server)
 			}

@@ -518,3 +518,52 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 	}
 	t.Logf("%d rows of merges whose COMMIT answer was lost: each once, equal to the uninterrupted run, never rewritten", checked)
 }
+
+// The drains of a split pipeline, the second breaking its last COMMIT: the
+// one that found every partition drained, merged every remaining window and
+// ended the drain (DESIGN.md "Draining a split pipeline"). Once the server
+// committed and the answer is lost, once COMMIT never reaches it. The second
+// drain cannot tell from the stored rows whether its commit ended the
+// drain; it must still end with exit 0, as the first does, and the tables
+// equal one uninterrupted drain and the SQL oracle.
+func TestSplitAmbiguousDrainEnd(t *testing.T) {
+	t.Parallel()
+	ds := auckland2h(t)
+	ref := referenceFor(t, ds)
+	addr := startBroker(t)
+	f := newFeed(ds, addr, 1)
+	f.steps[len(f.steps)-1].settle = false
+	f.all(t)
+	for _, mode := range []string{dropAfterDrainEnd, dropBeforeDrainEnd} {
+		t.Run(mode, func(t *testing.T) {
+			db := freshDB(t)
+			proxy := startPgProxy(t, "127.0.0.1:5432")
+			drainOn := func(db, parts string) *proc {
+				return startOvstream(t, nil, runArgs(db, addr, "--drain", "--partitions", parts, "--flush-interval", "50ms",
+					"--allowed-lateness", ds.lateness, "--log-level", "info")...)
+			}
+			first := drainOn(db, split2[1])
+			waitFor(t, 2*time.Minute, "the first drain waiting for the merge", func() bool {
+				if exited(first) {
+					t.Fatalf("the first drain ended before the second started:\n%s", tail(first.output(), 40))
+				}
+				return dump(t, db, `SELECT count(*) FROM stream_positions WHERE drained AND `+partsFilter(t, split2[1]))[0] == "[5]"
+			})
+			proxy.armNext(mode)
+			second := drainOn(proxy.url(db), split2[0])
+			for i, p := range []*proc{first, second} {
+				if code := p.wait(t, time.Minute); code != 0 {
+					t.Fatalf("drain %d exited %d; drops %q; output:\n%s", i+1, code, proxy.dropped(), tail(p.output(), 30))
+				}
+			}
+			d := proxy.dropped()
+			if len(d) != 1 || mode == dropAfterDrainEnd && !strings.Contains(d[0], "answered COMMIT") ||
+				mode == dropBeforeDrainEnd && !strings.HasPrefix(d[0], "before") {
+				t.Fatalf("the COMMIT that ends the drain was not broken: drops %q; output:\n%s", d, tail(second.output(), 30))
+			}
+			compared, differing := compareWithReference(t, db, ref, "split drains, the drain-ending COMMIT broken")
+			checkOracle(t, db, addr, ds)
+			t.Logf("%s: %d rows compared with one uninterrupted drain, %d differ", d[0], compared, differing)
+		})
+	}
+}
