@@ -32,6 +32,9 @@ import (
 //     the first COMMIT of a transaction that ended the drain of a split
 //     pipeline (the merge of every window, once every partition was
 //     drained, clears the drained flags).
+//   - cutDrainEnd: the connection is closed when the client sends the
+//     statement that ends the drain, inside the transaction: an error
+//     before COMMIT, certain to have committed nothing.
 //
 // It speaks just enough of the protocol (version 3: an untyped startup
 // message, then type byte + int32 length frames both ways; sslmode=disable).
@@ -58,6 +61,7 @@ const (
 	dropBeforeWindows  = "before-windows"
 	dropAfterDrainEnd  = "after-drain-end"
 	dropBeforeDrainEnd = "before-drain-end"
+	cutDrainEnd        = "cut-drain-end"
 )
 
 // writesWindows tells whether a statement writes delay_aggregates rows
@@ -131,6 +135,17 @@ func (p *pgProxy) take(windows, drainEnd bool) string {
 	}
 	p.arm = ""
 	return drop
+}
+
+// cut disarms the proxy when it is armed with cutDrainEnd and tells so.
+func (p *pgProxy) cut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.arm != cutDrainEnd {
+		return false
+	}
+	p.arm = ""
+	return true
 }
 
 func (p *pgProxy) record(s string) {
@@ -243,7 +258,14 @@ func (p *pgProxy) serve(client net.Conn) {
 		}
 		if typ == 'Q' || typ == 'P' {
 			windows = windows || writesWindows(string(frame[5:]))
-			drainEnd = drainEnd || endsDrain(string(frame[5:]))
+			if endsDrain(string(frame[5:])) {
+				drainEnd = true
+				if p.cut() {
+					p.record("cut: the statement that ends the drain not forwarded, connection closed")
+					shut()
+					return
+				}
+			}
 		}
 		if typ == 'Q' && strings.EqualFold(strings.TrimSpace(strings.TrimRight(string(frame[5:]), "\x00")), "commit") {
 			mode := p.take(windows, drainEnd)
