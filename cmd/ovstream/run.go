@@ -194,6 +194,13 @@ func cmdRun(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	sum, err := runService(ctx, &f, cfg)
+	if err != nil && sum == nil && ctx.Err() != nil {
+		// SIGTERM before the consumer started (connecting, checking the
+		// schema): nothing was claimed or written, and stopping is what was
+		// asked (DESIGN.md "Shutdown and drain").
+		cfg.Logger.Info("stopped during start-up", "err", err)
+		err = nil
+	}
 	return reportRun(os.Stdout, stderr, cfg, sum, err)
 }
 
@@ -269,7 +276,11 @@ func openStore(ctx context.Context, url string, timeout time.Duration, log *slog
 			return nil, err
 		}
 		log.Warn("cannot reach PostgreSQL yet; retrying", "err", err, "retry_in", backoff)
-		time.Sleep(backoff)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
