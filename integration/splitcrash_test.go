@@ -130,6 +130,17 @@ func (r *rig) mergedUntil() string {
 	return scalar[string](r.t, r.db, `SELECT coalesce((SELECT merged_until::text FROM pipelines WHERE name = 'ovstream'), '')`)
 }
 
+// mergeState returns the end of the last merged window's merge frontier
+// (pipelines.merged_until, "HH:MM:SS" UTC, "-" before the first merge) and
+// how many windows have partials waiting for the merge.
+func (r *rig) mergeState() (until string, pending int) {
+	r.t.Helper()
+	s := scalar[string](r.t, r.db, `SELECT coalesce((SELECT to_char(merged_until AT TIME ZONE 'UTC', 'HH24:MI:SS') FROM pipelines
+		WHERE name = 'ovstream'), '-') || ' ' || (SELECT count(DISTINCT window_start) FROM delay_partials)`)
+	fmt.Sscanf(s, "%s %d", &until, &pending)
+	return until, pending
+}
+
 // waitMergedPast waits until the pipeline merged windows past until ("":
 // any merge), with every instance of ps alive.
 func (r *rig) waitMergedPast(ps []*proc, until string, timeout time.Duration, when string) {
@@ -148,6 +159,23 @@ func (r *rig) waitMergedPast(ps []*proc, until string, timeout time.Duration, wh
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// terminate stops p with SIGTERM, which may come at any moment of its
+// start-up, and requires exit 0. It waits until p logged its metrics
+// address, before it connects to anything: a SIGTERM before main installs
+// its handler would kill the process (exit -1) before it ran any of ovstream.
+func (r *rig) terminate(p *proc) {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(p.output(), "serving /metrics") {
+		r.alive(p, "before SIGTERM")
+		if time.Now().After(deadline) {
+			r.t.Fatalf("no metrics address logged within a minute; output:\n%s", tail(p.output(), 20))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.stopGracefully(p)
 }
 
 // waitClaimed waits until p logged its claim: a --takeover after it fences it.
@@ -183,22 +211,26 @@ func TestSplitCrashRandomKills(t *testing.T) {
 	ds := auckland2h(t)
 	const kills = 16
 	r := newRig(t, rng, ds, startBroker(t), 3*kills)
+	r.flags = append(r.flags, "--metrics-addr", "127.0.0.1:0") // logged at once: see terminate
 	r.feed.paced(200 * time.Millisecond)
 	layout := splitLayouts[0]
 	ps := r.startLayout(layout.parts)
 	var schedule []string
-	killsInMerge := 0 // kills while the pipeline had merged windows and partials waited
+	merging, waiting := 0, 0 // disruptions after the first merge; of them, with partials waiting
 	for r.kills < kills || !r.feed.finished() {
 		r.sleepAll(ps, time.Duration(200+rng.IntN(1000))*time.Millisecond, "between disruptions")
-		if merged, pending := r.mergedUntil(), dump(t, r.db, `SELECT count(*) > 0 FROM delay_partials`)[0]; merged != "" && pending == "[true]" {
-			killsInMerge++
+		merged, pending := r.mergeState()
+		if merged != "-" {
+			merging++
+			waiting += min(pending, 1)
 		}
+		schedule = append(schedule, fmt.Sprintf("[merged until %s, %d windows pending]", merged, pending))
 		roll := rng.IntN(10)
 		if roll < 7 || len(ps) == 1 && roll < 8 {
 			i := rng.IntN(len(ps))
 			r.kill(ps[i])
 			ps[i] = r.startWith(nil, "--partitions", layout.parts[i])
-			schedule = append(schedule, fmt.Sprintf("kill %d", i))
+			schedule = append(schedule, fmt.Sprintf("kill %d;", i))
 			continue
 		}
 		next := splitLayouts[rng.IntN(len(splitLayouts))]
@@ -208,7 +240,7 @@ func TestSplitCrashRandomKills(t *testing.T) {
 			how := []string{}
 			for _, p := range ps {
 				if rng.IntN(3) == 0 {
-					r.stopGracefully(p)
+					r.terminate(p)
 					how = append(how, "SIGTERM")
 				} else {
 					r.kill(p)
@@ -216,7 +248,7 @@ func TestSplitCrashRandomKills(t *testing.T) {
 				}
 			}
 			ps = r.startLayout(next.parts)
-			schedule = append(schedule, fmt.Sprintf("%s, then %s", strings.Join(how, "+"), next.name))
+			schedule = append(schedule, fmt.Sprintf("%s, then %s;", strings.Join(how, "+"), next.name))
 		} else {
 			// The new instances take the partitions over from live owners:
 			// each old instance is fenced at its next commit and exits 3.
@@ -231,15 +263,14 @@ func TestSplitCrashRandomKills(t *testing.T) {
 				}
 			}
 			r.mon.check(t, "after the takeover by "+next.name)
-			schedule = append(schedule, "takeover by "+next.name)
+			schedule = append(schedule, "takeover by "+next.name+";")
 		}
 		layout = next
 	}
-	t.Logf("schedule: %s", strings.Join(schedule, "; "))
-	t.Logf("%d of the %d disruptions came while windows were merged and partials waited; merged until %s",
-		killsInMerge, len(schedule), r.mergedUntil())
+	t.Logf("schedule: %s", strings.Join(schedule, " "))
+	t.Logf("%d of the %d disruptions came after the first merge (%d with partials waiting for the merge)", merging, len(schedule)/2, waiting)
 	for _, p := range ps {
-		r.stopGracefully(p)
+		r.terminate(p)
 	}
 	r.splitDrains(layout.parts)
 	r.finish(kills / 3)
