@@ -650,6 +650,9 @@ type rig struct {
 	// finalDrain, when set, replaces finish's one `run --drain` over every
 	// partition (e.g. by the drains of a split pipeline) and returns their output.
 	finalDrain func() string
+	// instanceFlags, when set, gives instance i of a split pipeline's
+	// layout its own run flags (startInstance).
+	instanceFlags func(i int) []string
 
 	incarnations int
 	kills        int       // SIGKILLs, by the test or at a crash point

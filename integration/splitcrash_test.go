@@ -56,10 +56,21 @@ var splitLayouts = []struct {
 func (r *rig) startLayout(parts []string, extra ...string) []*proc {
 	r.t.Helper()
 	var ps []*proc
-	for _, p := range parts {
-		ps = append(ps, r.startWith(nil, append([]string{"--partitions", p}, extra...)...))
+	for i, p := range parts {
+		ps = append(ps, r.startInstance(i, p, extra...))
 	}
 	return ps
+}
+
+// startInstance starts instance i of a layout on parts, with extra run
+// flags after r.instanceFlags(i).
+func (r *rig) startInstance(i int, parts string, extra ...string) *proc {
+	r.t.Helper()
+	flags := []string{"--partitions", parts}
+	if r.instanceFlags != nil {
+		flags = append(flags, r.instanceFlags(i)...)
+	}
+	return r.startWith(nil, append(flags, extra...)...)
 }
 
 // splitDrains makes finish end with one `run --drain` per entry of parts,
@@ -204,7 +215,8 @@ func waitClaimed(t *testing.T, p *proc) {
 // ones run, which fences them (exit 3). Then the instances of the last
 // assignment drain: the tables equal the uninterrupted single run and the
 // SQL oracle, and no stored position ever moved backwards or passed the high
-// water mark.
+// water mark. The second instance allows more lateness than the first, so
+// windows the first finalized wait as partials for it.
 func TestSplitCrashRandomKills(t *testing.T) {
 	t.Parallel()
 	rng := crashSeed(t)
@@ -212,6 +224,16 @@ func TestSplitCrashRandomKills(t *testing.T) {
 	const kills = 16
 	r := newRig(t, rng, ds, startBroker(t), 3*kills)
 	r.flags = append(r.flags, "--metrics-addr", "127.0.0.1:0") // logged at once: see terminate
+	// The second instance of a layout allows 10 minutes more lateness (no
+	// event of the data is late under either): its watermark trails, so
+	// the first one's partials wait for it, and most disruptions come
+	// while partials wait for the merge.
+	r.instanceFlags = func(i int) []string {
+		if i == 1 {
+			return []string{"--allowed-lateness", "20m"}
+		}
+		return nil
+	}
 	r.feed.paced(200 * time.Millisecond)
 	layout := splitLayouts[0]
 	ps := r.startLayout(layout.parts)
@@ -229,7 +251,7 @@ func TestSplitCrashRandomKills(t *testing.T) {
 		if roll < 7 || len(ps) == 1 && roll < 8 {
 			i := rng.IntN(len(ps))
 			r.kill(ps[i])
-			ps[i] = r.startWith(nil, "--partitions", layout.parts[i])
+			ps[i] = r.startInstance(i, layout.parts[i])
 			schedule = append(schedule, fmt.Sprintf("kill %d;", i))
 			continue
 		}
