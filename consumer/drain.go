@@ -48,17 +48,22 @@ func (l *loop) shutdown() error {
 	return err
 }
 
-// commitUntilDone commits until a batch taken now has been committed:
-// a batch that failed before is retried first; retryable failures wait with
-// backoff until stop ends.
+// commitUntilDone commits until a batch taken during this call has been
+// committed: a batch that failed before is retried first; retryable
+// failures wait with backoff until stop ends and retry the batch as it is.
+// Once the batch taken here is committed, at the first try or a retry, no
+// other follows: a split drain's batch marks its partitions drained, and
+// one more would mark them again after its merge ended the drain (and wait
+// for a merge that never comes).
 func (l *loop) commitUntilDone(ctx context.Context, stop context.Context) error {
+	taken := false // the pending batch, if any, was taken during this call
 	for {
-		fresh := l.pending == nil
+		taken = taken || l.pending == nil
 		l.startCommit(ctx)
 		if err := l.waitCommit(ctx); err != nil {
 			return err
 		}
-		if fresh && l.pending == nil {
+		if taken && l.pending == nil {
 			return nil
 		}
 		if l.pending != nil { // failed: back off before the retry

@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 		}
 	}
 	in.stop(err)
-	if errors.Is(err, errStandbyStopped) {
+	if stoppedEarly(err) {
 		err = nil
 	}
 	sum.Elapsed = cfg.Now().Sub(began)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,8 +10,27 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// start loads the stored state, seeks every assigned partition and seeds the watermark.
-func (l *loop) start(ctx context.Context) error {
+// errStoppedStarting ends a run stopped (ctx cancelled: SIGTERM) during its
+// start-up, before it consumed anything: like a standby stopped while it
+// waited, it wrote nothing, releases what it claimed, and Run returns nil
+// (DESIGN.md "Shutdown and drain": SIGTERM ends the run with exit 0).
+var errStoppedStarting = errors.New("consumer: stopped during start-up")
+
+// stoppedEarly tells whether err is a stop before the run consumed anything.
+func stoppedEarly(err error) bool {
+	return errors.Is(err, errStandbyStopped) || errors.Is(err, errStoppedStarting)
+}
+
+// start loads the stored state, seeks every assigned partition and seeds the
+// watermark. When ctx is cancelled meanwhile, the step that fails for it
+// makes start return errStoppedStarting.
+func (l *loop) start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil && !stoppedEarly(err) {
+			l.cfg.Logger.Info("stopped during start-up", "err", err)
+			err = errStoppedStarting
+		}
+	}()
 	cfg := l.cfg
 	src, err := openSource(cfg.Brokers, cfg.Sarama, cfg.FetchBytes)
 	if err != nil {

@@ -25,8 +25,16 @@ import (
 //   - dropBefore: the connection is closed when the client sends COMMIT,
 //     which never reaches the server: the transaction rolls back, the client
 //     cannot know either.
-//   - dropAfterWindows: dropAfter, at the first COMMIT of a transaction that
-//     wrote delay_aggregates rows.
+//   - dropAfterWindows, dropBeforeWindows: dropAfter or dropBefore, at the
+//     first COMMIT of a transaction that wrote delay_aggregates rows (in an
+//     instance of a split pipeline, only a merge writes them).
+//   - dropAfterDrainEnd, dropBeforeDrainEnd: dropAfter or dropBefore, at
+//     the first COMMIT of a transaction that ended the drain of a split
+//     pipeline (the merge of every window, once every partition was
+//     drained, clears the drained flags).
+//   - cutDrainEnd: the connection is closed when the client sends the
+//     statement that ends the drain, inside the transaction: an error
+//     before COMMIT, certain to have committed nothing.
 //
 // It speaks just enough of the protocol (version 3: an untyped startup
 // message, then type byte + int32 length frames both ways; sslmode=disable).
@@ -36,14 +44,24 @@ type pgProxy struct {
 	target string
 
 	mu    sync.Mutex
-	arm   string   // "", dropAfter or dropBefore
+	arm   string   // "" or one of the drop modes
 	drops []string // what happened at each armed COMMIT
+	// inspect, when set, is called at each armed COMMIT with the local port
+	// of the proxy's connection to the server (pg_stat_activity.client_port):
+	// with "open" before the COMMIT is forwarded or dropped (the
+	// transaction is still open), and for dropAfter with "answered" once the
+	// server answered, before the client's connection is closed.
+	inspect func(stage string, serverPort int)
 }
 
 const (
-	dropAfter        = "after"
-	dropBefore       = "before"
-	dropAfterWindows = "after-windows"
+	dropAfter          = "after"
+	dropBefore         = "before"
+	dropAfterWindows   = "after-windows"
+	dropBeforeWindows  = "before-windows"
+	dropAfterDrainEnd  = "after-drain-end"
+	dropBeforeDrainEnd = "before-drain-end"
+	cutDrainEnd        = "cut-drain-end"
 )
 
 // writesWindows tells whether a statement writes delay_aggregates rows
@@ -98,26 +116,52 @@ func (p *pgProxy) dropped() []string {
 	return append([]string(nil), p.drops...)
 }
 
+// endsDrain tells whether a statement ends the drain of a split pipeline
+// (store/partials.go: the drained flags cleared after the last merge).
+func endsDrain(sql string) bool {
+	sql = strings.ToLower(sql)
+	return strings.Contains(sql, "update stream_positions") && strings.Contains(sql, "drained = false")
+}
+
 // take disarms the proxy and returns its mode, for the COMMIT of a
-// transaction that wrote windows or not; dropAfterWindows waits for one that did.
-func (p *pgProxy) take(windows bool) string {
+// transaction that wrote windows (or ended a drain) or not; the modes for
+// such transactions wait for one.
+func (p *pgProxy) take(windows, drainEnd bool) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := p.arm
-	switch {
-	case m == dropAfterWindows && !windows:
+	drop, waitFor, _ := strings.Cut(p.arm, "-") // e.g. after-windows: dropAfter, once windows are written
+	if waitFor == "windows" && !windows || waitFor == "drain-end" && !drainEnd {
 		return ""
-	case m == dropAfterWindows:
-		m = dropAfter
 	}
 	p.arm = ""
-	return m
+	return drop
+}
+
+// cut disarms the proxy when it is armed with cutDrainEnd and tells so.
+func (p *pgProxy) cut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.arm != cutDrainEnd {
+		return false
+	}
+	p.arm = ""
+	return true
 }
 
 func (p *pgProxy) record(s string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.drops = append(p.drops, s)
+}
+
+// call runs the inspect hook, if any, for the armed COMMIT on server.
+func (p *pgProxy) call(stage string, server net.Conn) {
+	p.mu.Lock()
+	f := p.inspect
+	p.mu.Unlock()
+	if f != nil {
+		f(stage, server.LocalAddr().(*net.TCPAddr).Port)
+	}
 }
 
 // readMsg reads one frame: typed (type byte + length) or, for the startup
@@ -203,19 +247,32 @@ func (p *pgProxy) serve(client net.Conn) {
 			}
 		}
 	}()
-	windows := false // the transaction in progress wrote windows
-	for {            // client -> server
+	// The transaction in progress wrote windows, ended a drain. A statement
+	// is seen when it is parsed (pgx prepares it once per connection).
+	windows, drainEnd := false, false
+	for { // client -> server
 		typ, frame, err := readMsg(client, true)
 		if err != nil {
 			shut()
 			return
 		}
-		if (typ == 'Q' || typ == 'P') && writesWindows(string(frame[5:])) {
-			windows = true
+		if typ == 'Q' || typ == 'P' {
+			windows = windows || writesWindows(string(frame[5:]))
+			if endsDrain(string(frame[5:])) {
+				drainEnd = true
+				if p.cut() {
+					p.record("cut: the statement that ends the drain not forwarded, connection closed")
+					shut()
+					return
+				}
+			}
 		}
 		if typ == 'Q' && strings.EqualFold(strings.TrimSpace(strings.TrimRight(string(frame[5:]), "\x00")), "commit") {
-			mode := p.take(windows)
-			windows = false
+			mode := p.take(windows, drainEnd)
+			windows, drainEnd = false, false
+			if mode != "" {
+				p.call("open", server)
+			}
 			switch mode {
 			case dropBefore:
 				p.record("before: COMMIT not forwarded, connection closed")
@@ -229,6 +286,7 @@ func (p *pgProxy) serve(client net.Conn) {
 				}
 				select {
 				case tag := <-answered:
+					p.call("answered", server)
 					p.record("after: the server answered " + tag + "; answer dropped, connection closed")
 				case <-time.After(10 * time.Second):
 					p.record("after: no answer from the server")

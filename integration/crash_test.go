@@ -655,6 +655,12 @@ type rig struct {
 	// final drain: --takeover by default, since an incarnation restarted
 	// after a kill would otherwise wait for its predecessor's lease (15 s).
 	flags []string
+	// finalDrain, when set, replaces finish's one `run --drain` over every
+	// partition (e.g. by the drains of a split pipeline) and returns their output.
+	finalDrain func() string
+	// instanceFlags, when set, gives instance i of a split pipeline's
+	// layout its own run flags (startInstance).
+	instanceFlags func(i int) []string
 
 	incarnations int
 	kills        int       // SIGKILLs, by the test or at a crash point
@@ -898,7 +904,12 @@ func (r *rig) finish(minAfterCommits int) {
 		t.Fatalf("only %d kills came after a commit of their incarnation, want at least %d: the schedule proves too little", r.afterCommits, minAfterCommits)
 	}
 	drainStart := time.Now()
-	out := drain(t, r.db, r.brokers, append([]string{"--flush-interval", "50ms", "--allowed-lateness", r.ds.lateness}, r.flags...)...)
+	var out string
+	if r.finalDrain != nil {
+		out = r.finalDrain()
+	} else {
+		out = drain(t, r.db, r.brokers, append([]string{"--flush-interval", "50ms", "--allowed-lateness", r.ds.lateness}, r.flags...)...)
+	}
 	t.Logf("final drain took %v", time.Since(drainStart).Round(time.Millisecond))
 	if time.Since(drainStart) > 5*time.Second {
 		t.Logf("slow final drain; its output:\n%s", out)

@@ -108,6 +108,12 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 			return fmt.Errorf("merge: %w", err)
 		}
 	}
+	var xid int64 // a split drain's last commit must learn its outcome (outcome.go)
+	if marksDrained(b) {
+		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
+			return fmt.Errorf("transaction id: %w", err)
+		}
+	}
 	if h := s.Hooks.BeforeCommit; h != nil {
 		h()
 	}
@@ -121,6 +127,14 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		definite := errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || closedBefore
+		if !definite && xid != 0 {
+			switch s.outcome(ctx, xid) {
+			case "committed":
+				return nil // m holds what its merge did
+			case "aborted":
+				definite = true
+			}
+		}
 		return &CommitError{Ambiguous: !definite, Err: err}
 	}
 	return nil

@@ -26,6 +26,8 @@
 //   - After any error the connection is thrown away; the next call reconnects.
 //     An error of the COMMIT statement itself is a *CommitError: when it is
 //     Ambiguous the transaction may have committed, so re-read the positions.
+//     A split drain's last commit resolves it first with txid_status:
+//     whether it ended the drain cannot be read back from the stored rows.
 //   - Split pipelines (CommitSplit): partials are keyed by source partition
 //     and replaced, never added to; a window is merged into delay_aggregates
 //     only once every partition of the pipeline's topics passed it (none

@@ -19,7 +19,11 @@ var ErrFenced = errors.New("store: fenced: another instance claimed a partition 
 // Ambiguous is true the server may have committed the transaction (the
 // connection broke after COMMIT was sent): reconnect, re-read the positions
 // with LoadPositions and re-seek; the idempotent upserts absorb the replay.
-// When false the server answered, and nothing was committed.
+// When false the server answered, and nothing was committed. A split
+// drain's last commit (its positions marked drained) asks the server
+// instead, txid_status on a new connection (outcome.go): committed is a
+// success, aborted an error that is not Ambiguous; only when the server
+// cannot tell before the commit's context ends is it Ambiguous.
 type CommitError struct {
 	Ambiguous bool
 	Err       error

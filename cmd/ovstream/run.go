@@ -204,8 +204,12 @@ func cmdRun(ctx context.Context, args []string) int {
 	}
 	logStart(log, &f, cfg)
 	sum, err := runService(ctx, &f, cfg)
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil // SIGTERM while starting (connecting, claiming): a clean stop, exit 0
+	if err != nil && ctx.Err() != nil && (sum == nil || errors.Is(err, context.Canceled)) {
+		// SIGTERM while starting (connecting, checking the schema, claiming):
+		// nothing was written after it, and stopping is what was asked
+		// (DESIGN.md "Shutdown and drain"): a clean stop, exit 0.
+		cfg.Logger.Info("stopped during start-up", "err", err)
+		err = nil
 	}
 	code := reportRun(os.Stdout, stderr, cfg, sum, err)
 	logStop(ctx, log, cfg, sum, err, code)
@@ -284,7 +288,11 @@ func openStore(ctx context.Context, url string, timeout time.Duration, log *slog
 			return nil, err
 		}
 		log.Warn("cannot reach PostgreSQL yet; retrying", "err", err, "retry_in", backoff)
-		time.Sleep(backoff)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
