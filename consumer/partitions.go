@@ -23,7 +23,11 @@ func (l *loop) pollHighWater() {
 
 // updateCaughtUp tells the watermark which partitions have reached the high
 // water mark. A partition whose position stays below it with nothing
-// arriving is probed for trailing transaction markers (see visibleEnd).
+// arriving for probeAfter since its last record or its seek is probed for
+// trailing transaction markers (see visibleEnd). The probe is a synchronous
+// fetch: probing at a restart, before the first fetch could answer, stalled
+// the loop on a slow link at every restart (BENCHMARKS.md "Progress under
+// repeated crashes").
 func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, hw := range l.highWater {
 		pos := l.led.ConsumedOffset(tp)

@@ -116,7 +116,7 @@ type loop struct {
 	sp          splitState                        // split pipeline, stored watermarks (split.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
-	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record
+	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record, or of the seek
 	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe
 
 	trips    map[string]store.Trip

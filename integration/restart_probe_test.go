@@ -1,0 +1,83 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestRestartProbesNoPartitionThatDelivers: a restart seeks every partition to
+// its stored offset and must not take the first fetch's latency for a stuck
+// partition. The run loop probes a partition for trailing transaction markers
+// (a synchronous fetch of its own, consumer/source.go visibleEnd) once it was
+// quiet for probeAfter; quiet must count from the seek. It counted from the
+// zero time, so every partition sought past offset 0 was probed at the first
+// tick, before its first fetch could answer: on a slow link each probe
+// (1 MiB) stalled the loop for seconds, at every restart (BENCHMARKS.md
+// "Progress under repeated crashes"). Here the consumer's first fetches are
+// held for 700 ms (less than probeAfter, more than a tick): a restart must
+// send no probe, and its table must equal one uninterrupted drain's.
+func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+
+	base := time.Date(2016, 5, 18, 19, 0, 0, 0, time.UTC)
+	var recs []rec
+	for i := range 600 { // 20 minutes of event time over 6 partitions
+		p := int32(i % 6)
+		at := base.Add(time.Duration(i) * 2 * time.Second).Format(time.RFC3339)
+		recs = append(recs, rec{topic: predictionsTopic, partition: p, key: fmt.Sprintf("trip-%d", p),
+			value: pred(fmt.Sprintf("trip-%d", p), fmt.Sprintf("L%d", i%4), fmt.Sprintf("S%d", i%9), "AT", i%97-20, at)})
+	}
+	produceRecords(t, addr, recs[:300]...)
+	db := freshDB(t)
+	drain(t, db, addr) // stores next_offset 50 for every predictions partition
+
+	produceRecords(t, addr, recs[300:]...)
+	var (
+		probes     atomic.Int32
+		mu         sync.Mutex
+		firstFetch time.Time
+	)
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.FetchRequest)
+		if req.MaxWaitMillis == 0 { // visibleEnd's probe; the partition consumers wait 500 ms
+			probes.Add(1)
+			return nil, nil, false
+		}
+		mu.Lock()
+		if firstFetch.IsZero() {
+			firstFetch = time.Now()
+		}
+		hold := time.Until(firstFetch.Add(700 * time.Millisecond))
+		mu.Unlock()
+		if hold > 0 {
+			c.SleepControl(func() { time.Sleep(hold) }) // yields: the run loop's own connection goes on
+		}
+		return nil, nil, false
+	})
+	out := drain(t, db, addr)
+	if n := probes.Load(); n != 0 {
+		t.Errorf("the restart sent %d marker probes for partitions that delivered records 700 ms after the seek; want 0\n%s", n, out)
+	}
+
+	once := freshDB(t)
+	drain(t, once, addr)
+	const q = `SELECT window_start, dimension, dimension_id, event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s
+		FROM delay_aggregates`
+	sameRows(t, "delay_aggregates: drain, restart, drain vs one drain", dump(t, once, q), dump(t, db, q))
+	if n := len(dump(t, db, q)); n == 0 {
+		t.Fatal("no rows written")
+	}
+}
