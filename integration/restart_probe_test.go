@@ -81,3 +81,63 @@ func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
 		t.Fatal("no rows written")
 	}
 }
+
+// TestMarkerProbeAsksForOneFetch: the probe for trailing transaction markers
+// asks for what one fetch of the partition asks for (--fetch-bytes), not 1
+// MiB. The run loop waits for it; on a slow link a 1 MiB probe of a partition
+// that merely looked quiet blocked the loop for seconds, the partitions it
+// did not read meanwhile looked quiet in turn, and probes crowded out reading
+// (BENCHMARKS.md "Progress under repeated crashes"). The broker still returns
+// the first record batch whole (KIP-74), so a probe always sees one batch.
+func TestMarkerProbeAsksForOneFetch(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	var (
+		mu    sync.Mutex
+		asked []int32 // per probe: the most it asked for, in total or for its partition
+	)
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.FetchRequest)
+		if req.MaxWaitMillis != 0 {
+			return nil, nil, false
+		}
+		most := req.MaxBytes
+		for _, tp := range req.Topics {
+			for _, p := range tp.Partitions {
+				most = max(most, p.PartitionMaxBytes)
+			}
+		}
+		mu.Lock()
+		asked = append(asked, most)
+		mu.Unlock()
+		return nil, nil, false
+	})
+	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	transactional(t, addr, []struct {
+		commit bool
+		values [][]byte
+	}{{true, [][]byte{v(1), v(2), v(3)}}}) // offsets 0-2, the commit marker at 3
+	db := freshDB(t)
+	drain(t, db, addr, "--fetch-bytes", "4096")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) == 0 {
+		t.Fatal("no marker probe: the partition ends in a commit marker and must be probed")
+	}
+	for _, n := range asked {
+		if n > 4096 {
+			t.Fatalf("marker probes asked for %v bytes; want at most --fetch-bytes 4096", asked)
+		}
+	}
+	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	if len(pos) != 1 || pos[0] != "[4 4]" {
+		t.Fatalf("stored position %v, want [4 4]: past the trailing marker", pos)
+	}
+	if got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`); len(got) != 1 || got[0] != "[3 1 3]" {
+		t.Fatalf("network row %v, want [3 1 3]", got)
+	}
+}
