@@ -117,7 +117,7 @@ type loop struct {
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record, or of the seek
-	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe
+	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe, -1 for none
 
 	trips    map[string]store.Trip
 	vehicles map[string]store.Vehicle

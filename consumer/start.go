@@ -123,7 +123,7 @@ func (l *loop) start(ctx context.Context) error {
 		if err := src.start(tp, from); err != nil {
 			return err
 		}
-		l.lastSeen[tp] = cfg.Now() // quiet counts from the seek: no marker probe before the first fetch could answer
+		l.sought(tp)
 		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
 	}
 	if err := l.loadReplay(ctx); err != nil {

@@ -141,3 +141,29 @@ func TestMarkerProbeAsksForOneFetch(t *testing.T) {
 		t.Fatalf("network row %v, want [3 1 3]", got)
 	}
 }
+
+// TestAbortedTransactionAtOffsetZeroEndsTheDrain: a partition whose log holds
+// nothing a read_committed consumer delivers from where it starts (here an
+// aborted transaction at offset 0) must still be found caught up by the
+// marker probe. The probe state counted offset 0 as probed already, so such a
+// partition was never probed: the drain never ended, and a service would hold
+// the watermark on it for ever (no window written, no offset moved).
+func TestAbortedTransactionAtOffsetZeroEndsTheDrain(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	transactional(t, addr, []struct {
+		commit bool
+		values [][]byte
+	}{{false, [][]byte{v(1), v(2), v(3)}}}) // offsets 0-2 aborted, the abort marker at 3
+	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("run --drain exited %d:\n%s", code, p.output())
+	}
+	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	if len(pos) != 1 || pos[0] != "[4 4]" {
+		t.Fatalf("stored position %v, want [4 4]: past the aborted records and their marker", pos)
+	}
+	if n := dump(t, db, `SELECT count(*) FROM delay_aggregates`); n[0] != "[0]" {
+		t.Fatalf("%v rows from an aborted transaction", n)
+	}
+}
