@@ -12,7 +12,8 @@
 //
 //	T_progress = T0 + P * max_p N_p / R + tick + C  ~  T0 + (W + L) * D / R + C
 //
-// with T0 the start-up (process start to "watermark seeded"), P partitions
+// with T0 the start-up (process start to "watermark seeded"; it includes the
+// wait for a killed owner's lease, up to --lease, unless --takeover), P partitions
 // read at R/P records/s each, tick <= 100 ms (the eager commit: consumer
 // run.go starts a commit at the first tick that finds a closed window, not
 // after the flush interval), C the commit's duration, W the window, D the
