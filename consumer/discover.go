@@ -176,6 +176,7 @@ func (l *loop) assignAdded(tp aggregate.PartitionID) error {
 	if err := l.src.start(tp, from); err != nil {
 		return err
 	}
+	l.sought(tp)
 	cfg.Logger.Info("partition added: consuming", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
 	return nil
 }

@@ -21,9 +21,22 @@ func (l *loop) pollHighWater() {
 	}
 }
 
+// sought starts tp's marker-probe state at its seek: quiet counts from now,
+// so no probe goes out before the first fetch could answer, and nothing was
+// probed yet, also at offset 0 (a log that starts with an aborted
+// transaction delivers nothing and must be probed).
+func (l *loop) sought(tp aggregate.PartitionID) {
+	l.lastSeen[tp] = l.cfg.Now()
+	l.probed[tp] = -1
+}
+
 // updateCaughtUp tells the watermark which partitions have reached the high
 // water mark. A partition whose position stays below it with nothing
-// arriving is probed for trailing transaction markers (see visibleEnd).
+// arriving for probeAfter since its last record or its seek is probed for
+// trailing transaction markers (see visibleEnd). The probe is a synchronous
+// fetch: probing at a restart, before the first fetch could answer, stalled
+// the loop on a slow link at every restart (BENCHMARKS.md "Progress under
+// repeated crashes").
 func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, hw := range l.highWater {
 		pos := l.led.ConsumedOffset(tp)

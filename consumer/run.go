@@ -116,8 +116,8 @@ type loop struct {
 	sp          splitState                        // split pipeline, stored watermarks (split.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
-	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record
-	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe
+	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record, or of the seek
+	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe, -1 for none
 
 	trips    map[string]store.Trip
 	vehicles map[string]store.Vehicle

@@ -92,6 +92,7 @@ type source struct {
 	errs                chan error
 	stop                chan struct{}
 	wg                  sync.WaitGroup
+	probeBytes          int32 // what a marker probe asks for: one fetch of a partition
 }
 
 func newSaramaConfig(base *sarama.Config, fetchBytes int32) *sarama.Config {
@@ -136,6 +137,8 @@ func openSource(brokers []string, base *sarama.Config, fetchBytes int32) (*sourc
 		out:      make(chan []record, 64),
 		errs:     make(chan error, 16),
 		stop:     make(chan struct{}),
+		// newSaramaConfig set the fetch size: probes ask for the same.
+		probeBytes: fetches.Config().Consumer.Fetch.Default,
 	}, nil
 }
 
@@ -236,13 +239,17 @@ func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage) rec
 // water mark for good. visibleEnd fetches at from and returns the offset
 // after the leading run of invisible batches (control batches and batches of
 // aborted transactions); it returns from when a visible record comes first.
+// It asks for what one fetch of the partition asks for (Config.FetchBytes):
+// the run loop waits for the answer, and a probe of a partition that only
+// looked quiet reads visible records it throws away; the broker returns the
+// first batch whole however small the request (KIP-74).
 func (s *source) visibleEnd(tp aggregate.PartitionID, from int64) (int64, error) {
 	b, err := s.client.Leader(tp.Topic, tp.Partition)
 	if err != nil {
 		return from, err
 	}
-	req := &sarama.FetchRequest{Version: 4, MaxBytes: 1 << 20, Isolation: sarama.ReadCommitted}
-	req.AddBlock(tp.Topic, tp.Partition, from, 1<<20, -1)
+	req := &sarama.FetchRequest{Version: 4, MaxBytes: s.probeBytes, Isolation: sarama.ReadCommitted}
+	req.AddBlock(tp.Topic, tp.Partition, from, s.probeBytes, -1)
 	resp, err := b.Fetch(req)
 	if err != nil {
 		return from, err

@@ -143,6 +143,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 		if err := src.start(tp, from); err != nil {
 			return err
 		}
+		l.sought(tp)
 		cfg.Logger.Info("assigned", "partition", tp.String(), "from", from, "log_start", logStart, "high_water", hw)
 	}
 	if err := l.loadReplay(ctx); err != nil {
