@@ -15,22 +15,6 @@ import (
 	"time"
 )
 
-// storedConsumedOf returns stream_positions.consumed_offset of pipeline, keyed "topic/partition".
-func storedConsumedOf(t *testing.T, db, pipeline string) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	for _, r := range dump(t, db, fmt.Sprintf(`SELECT topic || '/' || partition, consumed_offset FROM stream_positions
-		WHERE pipeline = '%s' AND consumed_offset IS NOT NULL`, pipeline)) {
-		var k string
-		var v int64
-		if _, err := fmt.Sscanf(strings.Trim(r, "[]"), "%s %d", &k, &v); err != nil {
-			t.Fatalf("row %q: %v", r, err)
-		}
-		out[k] = v
-	}
-	return out
-}
-
 // eventually polls cond every 50 ms until it holds (true) or timeout passes (false).
 func eventually(timeout time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(50 * time.Millisecond) {

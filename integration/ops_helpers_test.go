@@ -123,9 +123,22 @@ func highWaters(t *testing.T, addr string, cfg *sarama.Config, topics ...string)
 // storedNext returns stream_positions.next_offset of pipeline, keyed "topic/partition".
 func storedNext(t *testing.T, db, pipeline string) map[string]int64 {
 	t.Helper()
+	return storedOffsets(t, db, pipeline, "next_offset")
+}
+
+// storedConsumedOf returns stream_positions.consumed_offset of pipeline, keyed "topic/partition".
+func storedConsumedOf(t *testing.T, db, pipeline string) map[string]int64 {
+	t.Helper()
+	return storedOffsets(t, db, pipeline, "consumed_offset")
+}
+
+// storedOffsets returns column (next_offset or consumed_offset) of pipeline's
+// stream_positions rows that hold offsets, keyed "topic/partition".
+func storedOffsets(t *testing.T, db, pipeline, column string) map[string]int64 {
+	t.Helper()
 	out := map[string]int64{}
-	for _, r := range dump(t, db, fmt.Sprintf(`SELECT topic || '/' || partition, next_offset FROM stream_positions
-		WHERE pipeline = '%s' AND next_offset IS NOT NULL`, pipeline)) {
+	for _, r := range dump(t, db, fmt.Sprintf(`SELECT topic || '/' || partition, %s FROM stream_positions
+		WHERE pipeline = '%s' AND %s IS NOT NULL`, column, pipeline, column)) {
 		var k string
 		var v int64
 		if _, err := fmt.Sscanf(strings.Trim(r, "[]"), "%s %d", &k, &v); err != nil {
