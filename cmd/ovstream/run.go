@@ -231,7 +231,7 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	}
 	ready := &readiness{health: cfg.Health, flush: flush, databaseURL: f.databaseURL,
 		pingTimeout: 2 * time.Second, secrets: f.secrets(), now: time.Now}
-	ops, err := startOpsServer(f.metricsAddr, reg, ready, cfg.Logger)
+	ops, err := startOpsServer(f.metricsAddr, reg, ready, runDashboard(f, cfg, reg), cfg.Logger)
 	if err != nil && f.metricsAddr == defaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
 		// The default address is taken (another ovstream on this host?):
 		// run without the endpoint rather than not at all. An address given

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/store/dashboard"
 )
 
 // defaultMetricsAddr is where run serves /metrics, /healthz and /readyz.
@@ -105,18 +106,22 @@ func (r *readiness) close() {
 	}
 }
 
-// opsServer serves /metrics, /healthz and /readyz.
+// opsServer serves /metrics, /healthz, /readyz and the dashboard.
 type opsServer struct {
 	srv   *http.Server
 	ln    net.Listener
 	ready *readiness
+	dash  *dashboard.Handler
 	done  chan struct{}
 }
 
-// startOpsServer listens on addr and serves until stop. An empty addr
-// disables it (nil, nil).
-func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, log *slog.Logger) (*opsServer, error) {
+// startOpsServer listens on addr and serves until stop, the dashboard dash
+// (nil: none) under /dashboard/. An empty addr disables it (nil, nil).
+func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, dash *dashboard.Handler, log *slog.Logger) (*opsServer, error) {
 	if addr == "" {
+		if dash != nil {
+			dash.Close()
+		}
 		return nil, nil
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -145,11 +150,16 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, log
 		}
 		fmt.Fprintln(w, strings.Join(lines, "\n"))
 	})
+	if dash != nil {
+		mux.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
+		mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
+	}
 	s := &opsServer{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		ln:    ln,
 		ready: ready,
+		dash:  dash,
 		done:  make(chan struct{}),
 	}
 	go func() {
@@ -159,6 +169,9 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, log
 		}
 	}()
 	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	if dash != nil {
+		log.Info("serving the dashboard at /dashboard/", "url", "http://"+ln.Addr().String()+"/dashboard/")
+	}
 	return s, nil
 }
 
@@ -174,6 +187,9 @@ func (s *opsServer) stop() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
 	<-s.done
+	if s.dash != nil {
+		s.dash.Close()
+	}
 	s.ready.mu.Lock()
 	s.ready.close()
 	s.ready.mu.Unlock()

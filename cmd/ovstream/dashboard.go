@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/store"
+	"github.com/ovstream/ovstream/store/dashboard"
+)
+
+func init() {
+	register("serve", "the dashboard in the browser: delay charts, rankings, pipeline health", cmdServe)
+}
+
+const serveUsage = `usage: ovstream serve [--database-url URL] [--addr 127.0.0.1:8080] [--pipeline P] [--tz ZONE] [--brokers ADDRS]
+
+Serves the dashboard (README "Dashboard"): per pipeline the network delay over time
+(mean, P50, P90), the most delayed lines and stations of a day, one line's delay by
+hour of day, and the pipeline's health (lag, watermark, merge lag, dead letters, last
+commit). Every number is an exact rollup of the stored distributions; the pages and
+their charting library are in the binary and work offline. --brokers lets the health
+page read the lag from Kafka (else it says unknown). Until SIGINT or SIGTERM.
+
+flags:`
+
+func cmdServe(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var o opsFlags
+	o.register(fs, false)
+	addr := fs.String("addr", "127.0.0.1:8080", "`host:port` to serve on (port 0: a free port, printed)")
+	tz := fs.String("tz", "UTC", "IANA time `zone` the pages start in, e.g. Pacific/Auckland (each page can change it)")
+	fs.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", ""), "Kafka bootstrap brokers for the health page's lag, comma-separated host:port (env KAFKA_BROKERS; empty: lag unknown)")
+	o.kafka.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	stdout := newRedactingWriter(os.Stdout, o.secrets())
+	stderr := newRedactingWriter(os.Stderr, o.secrets())
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	loc, err := time.LoadLocation(*tz)
+	if err != nil {
+		fmt.Fprintf(stderr, "serve: --tz %q: %v\n", *tz, err)
+		return exitUsage
+	}
+	if _, err := o.kafka.consumerConfig(); err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg := dashboard.Config{DatabaseURL: o.databaseURL, Pipeline: o.pipeline, Location: loc, Logger: log}
+	if brokers := splitList(o.brokers); len(brokers) > 0 {
+		cfg.Lag = kafkaLag(brokers, &o.kafka)
+	}
+	dash, err := dashboard.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return exitUsage
+	}
+	defer dash.Close()
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = dash.Ping(pctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream serve: PostgreSQL:", err)
+		return exitError
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "ovstream serve: --addr %s: %v\n", *addr, err)
+		return exitError
+	}
+	srv := &http.Server{Handler: dash, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(stdout, "dashboard of pipeline %s: http://%s/\n", o.pipeline, ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+		err = <-done
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(stderr, "ovstream serve:", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// kafkaLag reads the lag of a pipeline's partitions as `status` does: its
+// own topics' high water marks against the stored next offsets.
+func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
+	return func(_ context.Context, pipeline string, st *store.Status) ([]dashboard.PartitionLag, error) {
+		sc, err := k.consumerConfig()
+		if err != nil {
+			return nil, err
+		}
+		rep := buildStatus(pipeline, st)
+		err = kafkaOffsets(rep, brokers, pipelineTopics(st), sc)
+		out := make([]dashboard.PartitionLag, 0, len(rep.Partitions))
+		for _, p := range rep.Partitions {
+			out = append(out, dashboard.PartitionLag{Partition: fmt.Sprintf("%s/%d", p.Topic, p.Partition),
+				NextOffset: p.NextOffset, HighWater: p.HighWater, Lag: p.Lag})
+		}
+		return out, err
+	}
+}
+
+// runDashboard is the dashboard `run` serves under /dashboard/ of
+// --metrics-addr: the health page of its own pipeline shows the run's own
+// health and gauges (reg). Nil when the database URL does not parse (the
+// run then fails on it by itself).
+func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *dashboard.Handler {
+	dash, err := dashboard.New(dashboard.Config{DatabaseURL: f.databaseURL, Pipeline: cfg.Pipeline, MaxConns: 2,
+		QueryTimeout: 25 * time.Second, // within the ops server's WriteTimeout
+		Logger: cfg.Logger, Live: dashboard.RunSource(cfg.Pipeline, cfg.Owner, reg, cfg.Health)})
+	if err != nil {
+		cfg.Logger.Warn("dashboard disabled", "err", err)
+		return nil
+	}
+	return dash
+}

@@ -1,0 +1,358 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
+	"github.com/ovstream/ovstream/store/rollup"
+)
+
+// quantiles are the quantiles every page shows: P50 and P90.
+var quantiles = []float64{0.5, 0.9}
+
+// Stats are the statistics of one group, in seconds, exact: from
+// rollup.Run or ovs_summary.
+type Stats struct {
+	Events int64   `json:"events"`
+	Mean   float64 `json:"mean"`
+	P50    float64 `json:"p50"`
+	P90    float64 `json:"p90"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+func statsOf(s aggregate.Summary) Stats {
+	return Stats{Events: s.Count, Mean: s.Mean, P50: s.Quantiles[0], P90: s.Quantiles[1], Min: s.Min, Max: s.Max}
+}
+
+// Query is what a page asked for, with the defaults filled in: the form
+// shows it.
+type Query struct {
+	Pipeline  string `json:"pipeline"`
+	TZ        string `json:"tz"`
+	From      string `json:"from,omitempty"` // RFC 3339 in TZ
+	To        string `json:"to,omitempty"`
+	Day       string `json:"day,omitempty"` // YYYY-MM-DD in TZ
+	Bucket    string `json:"bucket,omitempty"`
+	Dimension string `json:"dimension,omitempty"`
+	Line      string `json:"line,omitempty"`
+	MinEvents int64  `json:"min_events,omitempty"`
+	Top       int64  `json:"top,omitempty"`
+}
+
+// Extent is where a pipeline's finalized windows lie, in the page's time zone.
+type Extent struct {
+	First   *time.Time `json:"first_window"`    // window_start of the oldest row; null: none
+	End     *time.Time `json:"last_window_end"` // window_end of the newest row
+	WindowS float64    `json:"window_s"`
+}
+
+func (e extent) json(loc *time.Location) Extent {
+	out := Extent{WindowS: e.Window.Seconds()}
+	if !e.Empty() {
+		first, end := e.First.In(loc), e.End().In(loc)
+		out.First, out.End = &first, &end
+	}
+	return out
+}
+
+// Pipelines is GET api/pipelines.
+type Pipelines struct {
+	Default   string   `json:"default"` // the pipeline shown when none is chosen
+	TZ        string   `json:"tz"`      // the time zone the pages start in
+	Pipelines []string `json:"pipelines"`
+}
+
+func (h *Handler) pipelines(ctx context.Context, r *http.Request) (any, error) {
+	out := &Pipelines{TZ: h.cfg.Location.String()}
+	err := h.pool.do(ctx, func(s *store.Store) error {
+		var err error
+		if out.Pipelines, err = pipelineNames(ctx, s); err != nil {
+			return err
+		}
+		out.Default, err = h.pipelineParam(ctx, s, nil)
+		return err
+	})
+	if out.Pipelines == nil {
+		out.Pipelines = []string{}
+	}
+	return out, err
+}
+
+// DelayPoint is one bucket of the network's delay over time.
+type DelayPoint struct {
+	T     int64  `json:"t"`     // the bucket's start, Unix seconds
+	Start string `json:"start"` // the same, RFC 3339 in the page's time zone
+	Stats
+}
+
+// Delay is GET api/delay?pipeline&from&to&bucket&tz: the network's delay
+// (dimension network) per bucket, exact (rollup.Run).
+type Delay struct {
+	Query               Query        `json:"query"`
+	Extent              Extent       `json:"extent"`
+	Points              []DelayPoint `json:"points"`
+	WithoutDistribution int64        `json:"without_distribution"` // rows written before migration 5, left out
+}
+
+func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	loc, err := h.location(v)
+	if err != nil {
+		return nil, err
+	}
+	out := &Delay{Points: []DelayPoint{}}
+	err = h.pool.do(ctx, func(s *store.Store) error {
+		pipeline, err := h.pipelineParam(ctx, s, v)
+		if err != nil {
+			return err
+		}
+		e, err := pipelineExtent(ctx, s, pipeline)
+		if err != nil {
+			return err
+		}
+		from, to, err := timeRange(v, loc, e, 24*time.Hour)
+		if err != nil {
+			return err
+		}
+		bucket, name, err := chooseBucket(v.Get("bucket"), to.Sub(from), e.Window)
+		if err != nil {
+			return err
+		}
+		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339), Bucket: name}
+		out.Extent = e.json(loc)
+		if pipeline == "" {
+			return nil
+		}
+		res, err := runRollup(ctx, s, rollup.Query{Pipeline: pipeline, Dimension: aggregate.DimNetwork, From: from, To: to,
+			Bucket: bucket, Location: loc, Quantiles: quantiles})
+		if err != nil {
+			return err
+		}
+		out.WithoutDistribution = res.WithoutDistribution
+		for _, row := range res.Rows {
+			out.Points = append(out.Points, DelayPoint{T: row.Bucket.Unix(), Start: row.Bucket.Format(time.RFC3339), Stats: statsOf(row.Summary)})
+		}
+		return nil
+	})
+	return out, err
+}
+
+func runRollup(ctx context.Context, s *store.Store, q rollup.Query) (*rollup.Result, error) {
+	var res *rollup.Result
+	err := s.Read(ctx, func(c *pgx.Conn) error {
+		var err error
+		res, err = rollup.Run(ctx, c, q)
+		return err
+	})
+	return res, err
+}
+
+// Ranked is one id of a ranking.
+type Ranked struct {
+	ID string `json:"id"`
+	Stats
+}
+
+// Top is GET api/top?pipeline&day&dimension&min_events&top&tz: the ids of a
+// dimension with the highest P90 over one day in tz, among those with at
+// least min_events events, greatest first (ties by id), exact (rollup.Run
+// with By p90).
+type Top struct {
+	Query               Query    `json:"query"`
+	Extent              Extent   `json:"extent"`
+	Rows                []Ranked `json:"rows"`
+	WithoutDistribution int64    `json:"without_distribution"`
+}
+
+func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	loc, err := h.location(v)
+	if err != nil {
+		return nil, err
+	}
+	dim := strings.TrimSpace(v.Get("dimension"))
+	switch dim {
+	case "":
+		dim = aggregate.DimLine
+	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator:
+	default:
+		return nil, badParam("dimension", "%q: want line, station or operator", dim)
+	}
+	minEvents, err := intParam(v, "min_events", 20, 1, 1<<40)
+	if err != nil {
+		return nil, err
+	}
+	n, err := intParam(v, "top", 15, 1, 500)
+	if err != nil {
+		return nil, err
+	}
+	out := &Top{Rows: []Ranked{}}
+	err = h.pool.do(ctx, func(s *store.Store) error {
+		pipeline, err := h.pipelineParam(ctx, s, v)
+		if err != nil {
+			return err
+		}
+		e, err := pipelineExtent(ctx, s, pipeline)
+		if err != nil {
+			return err
+		}
+		day, err := dayParam(v.Get("day"), loc, e)
+		if err != nil {
+			return err
+		}
+		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), Day: day.Format(time.DateOnly), Dimension: dim, MinEvents: minEvents, Top: n,
+			From: day.Format(time.RFC3339), To: nextDay(day).Format(time.RFC3339)}
+		out.Extent = e.json(loc)
+		if pipeline == "" {
+			return nil
+		}
+		res, err := runRollup(ctx, s, rollup.Query{Pipeline: pipeline, Dimension: dim, From: day, To: nextDay(day),
+			Location: loc, Quantiles: quantiles, MinEvents: minEvents, By: "p90", Top: int(n)})
+		if err != nil {
+			return err
+		}
+		out.WithoutDistribution = res.WithoutDistribution
+		for _, row := range res.Rows {
+			out.Rows = append(out.Rows, Ranked{ID: row.ID, Stats: statsOf(row.Summary)})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// dayParam reads a day (YYYY-MM-DD) and returns its first instant in loc;
+// none: the day of the newest window's start (today when there is none).
+func dayParam(s string, loc *time.Location, e extent) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		t := time.Now()
+		if !e.Empty() {
+			t = e.Last
+		}
+		t = t.In(loc)
+		return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc), nil
+	}
+	d, err := time.ParseInLocation(time.DateOnly, s, loc)
+	if err != nil {
+		return d, badParam("day", "%q: want a date, YYYY-MM-DD", s)
+	}
+	return d, nil
+}
+
+// nextDay is the start of the next calendar day in day's zone (23 or 25
+// hours later on a day of a DST change).
+func nextDay(day time.Time) time.Time {
+	return time.Date(day.Year(), day.Month(), day.Day()+1, 0, 0, 0, 0, day.Location())
+}
+
+// HourStats is one hour of the day.
+type HourStats struct {
+	Hour int `json:"hour"` // 0-23, of window_start in the page's time zone
+	Stats
+}
+
+// LineChoice is a line the line page offers, with its events in the range.
+type LineChoice struct {
+	ID     string `json:"id"`
+	Events int64  `json:"events"`
+}
+
+// Line is GET api/line?pipeline&line&from&to&tz: one line's delay by hour
+// of day over the range (its windows grouped by the hour of their
+// window_start in tz), exact: ovs_summary over the merged distributions
+// (README "Analysing the numbers", example 2). Lines lists the lines with
+// events in the range, busiest first (at most 500); the busiest is the
+// default line.
+type Line struct {
+	Query  Query        `json:"query"`
+	Extent Extent       `json:"extent"`
+	Lines  []LineChoice `json:"lines"`
+	Hours  []HourStats  `json:"hours"`
+}
+
+// hourOfDaySQL merges a line's distributions per hour of day of its
+// windows' starts in time zone $5, with ovs_summary (migration 5).
+const hourOfDaySQL = `
+SELECT h, (s).event_count, (s).mean_delay_s, (s).min_delay_s, (s).max_delay_s, (s).delay_quantiles
+FROM (SELECT extract(hour FROM a.window_start AT TIME ZONE $5)::int AS h,
+             ovs_summary(array_agg(u.v), array_agg(u.c), $6::float8[]) AS s
+      FROM delay_aggregates AS a CROSS JOIN LATERAL unnest(a.delay_values, a.delay_counts) AS u(v, c)
+      WHERE a.pipeline = $1 AND a.dimension = 'line' AND a.dimension_id = $2
+        AND a.window_start >= $3 AND a.window_start < $4
+      GROUP BY 1
+      OFFSET 0) AS g
+ORDER BY h`
+
+const linesSQL = `
+SELECT dimension_id, sum(event_count)::bigint FROM delay_aggregates
+WHERE pipeline = $1 AND dimension = 'line' AND window_start >= $2 AND window_start < $3
+GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 500`
+
+func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	loc, err := h.location(v)
+	if err != nil {
+		return nil, err
+	}
+	out := &Line{Lines: []LineChoice{}, Hours: []HourStats{}}
+	err = h.pool.do(ctx, func(s *store.Store) error {
+		pipeline, err := h.pipelineParam(ctx, s, v)
+		if err != nil {
+			return err
+		}
+		e, err := pipelineExtent(ctx, s, pipeline)
+		if err != nil {
+			return err
+		}
+		from, to, err := timeRange(v, loc, e, 7*24*time.Hour)
+		if err != nil {
+			return err
+		}
+		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339),
+			Line: strings.TrimSpace(v.Get("line"))}
+		out.Extent = e.json(loc)
+		return s.Read(ctx, func(c *pgx.Conn) error {
+			rows, err := c.Query(ctx, linesSQL, pipeline, from, to)
+			if err != nil {
+				return fmt.Errorf("dashboard: lines: %w", err)
+			}
+			var l LineChoice
+			if _, err := pgx.ForEachRow(rows, []any{&l.ID, &l.Events}, func() error {
+				out.Lines = append(out.Lines, l)
+				return nil
+			}); err != nil {
+				return fmt.Errorf("dashboard: lines: %w", err)
+			}
+			if out.Query.Line == "" && len(out.Lines) > 0 {
+				out.Query.Line = out.Lines[0].ID
+			}
+			if out.Query.Line == "" {
+				return nil
+			}
+			rows, err = c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
+			if err != nil {
+				return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
+			}
+			var hs HourStats
+			var qs []float64
+			_, err = pgx.ForEachRow(rows, []any{&hs.Hour, &hs.Events, &hs.Mean, &hs.Min, &hs.Max, &qs}, func() error {
+				hs.P50, hs.P90 = qs[0], qs[1]
+				out.Hours = append(out.Hours, hs)
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
+			}
+			return nil
+		})
+	})
+	return out, err
+}

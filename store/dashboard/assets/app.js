@@ -1,0 +1,469 @@
+// ovstream dashboard: draws and formats the numbers of the JSON API (api/...).
+// It computes no statistic: every number comes exact from the server's rollups;
+// cells show it rounded to 0.1 s and keep the exact value in data-v.
+"use strict";
+
+(function () {
+  const pages = {
+    delay: { title: "Network delay over time", render: renderDelay },
+    top: { title: "Most delayed lines and stations", render: renderTop },
+    line: { title: "One line's delay by hour of day", render: renderLine },
+    health: { title: "Pipeline health", render: renderHealth },
+  };
+  const seg = location.pathname.split("/").pop();
+  const page = pages[seg] ? seg : "delay";
+  const params = new URLSearchParams(location.search);
+  const colors = { p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
+  // window.ovs is read by the browser tests: the page, its charts (uPlot
+  // instances by name) and the API answer it drew.
+  const ovs = (window.ovs = { page, charts: {}, data: null });
+
+  const $ = (id) => document.getElementById(id);
+
+  // el builds an element: attrs are attributes (on* are listeners), children
+  // strings or nodes.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null || v === false) continue;
+      if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children.flat()) {
+      if (c != null) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  const fmt1 = (v) => (v == null ? "–" : v.toFixed(1));
+  // localTime shows an RFC 3339 time of the API (already in the page's time
+  // zone) as "YYYY-MM-DD HH:MM:SS".
+  const localTime = (s) => (s ? s.slice(0, 19).replace("T", " ") : "–");
+  // inputTime is the value of a datetime-local input: "YYYY-MM-DDTHH:MM".
+  const inputTime = (s) => (s ? s.slice(0, 16) : "");
+
+  // A numeric cell: rounded text, the exact value in data-v and the title.
+  function num(v, digits = 1) {
+    if (v == null) return el("td", { class: "n" }, "–");
+    return el("td", { class: "n", "data-v": String(v), title: String(v) }, digits === 0 ? String(v) : v.toFixed(digits));
+  }
+
+  function table(id, cols, rows) {
+    return el(
+      "table",
+      { id },
+      el("thead", {}, el("tr", {}, cols.map((c) => el("th", { class: c.num != null ? "n" : null }, c.title)))),
+      el(
+        "tbody",
+        {},
+        rows.map((r, i) =>
+          el(
+            "tr",
+            {},
+            cols.map((c) => {
+              const v = c.get(r, i);
+              if (c.num != null) return num(v, c.num);
+              return el("td", { class: c.cls || null, "data-v": v == null ? null : String(v) }, v == null ? "–" : String(v));
+            })
+          )
+        )
+      )
+    );
+  }
+
+  const statCols = [
+    { title: "events", num: 0, get: (r) => r.events },
+    { title: "mean (s)", num: 1, get: (r) => r.mean },
+    { title: "P50 (s)", num: 1, get: (r) => r.p50 },
+    { title: "P90 (s)", num: 1, get: (r) => r.p90 },
+    { title: "max (s)", num: 1, get: (r) => r.max },
+  ];
+
+  async function getJSON(path, query) {
+    const q = new URLSearchParams(query);
+    for (const [k, v] of [...q]) if (v === "") q.delete(k);
+    const r = await fetch(path + "?" + q.toString(), { headers: { Accept: "application/json" } });
+    let body;
+    try {
+      body = await r.json();
+    } catch (e) {
+      throw new Error(`${path}: HTTP ${r.status}`);
+    }
+    if (!r.ok) throw new Error(body.error || `${path}: HTTP ${r.status}`);
+    return body;
+  }
+
+  // The form of a page: its inputs are the page's URL parameters, so a URL
+  // reproduces a view. Pipeline and time zone are on every page.
+  function controls(meta, q, fields) {
+    const f = $("controls");
+    f.replaceChildren();
+    const pipelines = meta.pipelines.includes(q.pipeline) ? meta.pipelines : [q.pipeline, ...meta.pipelines];
+    f.append(
+      el("label", {}, "pipeline", el("select", { name: "pipeline" }, pipelines.map((p) => el("option", { value: p, selected: p === q.pipeline }, p)))),
+      ...fields,
+      el("label", {}, "time zone", el("input", { name: "tz", value: q.tz, size: 18, list: "tz-list" })),
+      el("datalist", { id: "tz-list" }, ["UTC", "Europe/Amsterdam", "Pacific/Auckland", "America/Halifax", "America/Edmonton"].map((z) => el("option", { value: z }))),
+      el("button", { type: "submit" }, "Show")
+    );
+  }
+
+  function input(label, name, value, attrs) {
+    return el("label", {}, label, el("input", Object.assign({ name, value: value == null ? "" : value }, attrs || {})));
+  }
+
+  function select(label, name, value, options, attrs) {
+    return el(
+      "label",
+      {},
+      label,
+      el("select", Object.assign({ name }, attrs || {}), options.map(([v, text]) => el("option", { value: v, selected: v === value }, text)))
+    );
+  }
+
+  function chartBox(id) {
+    return el("div", { class: "chart", id });
+  }
+
+  function width(box) {
+    return Math.max(400, ($("content").clientWidth || 1100) - 18);
+  }
+
+  // timeChart draws the delay over time: P90, P50 and mean lines, the band
+  // between P50 and P90 filled. A gap in the buckets breaks the lines.
+  function timeChart(name, box, points, tz) {
+    const xs = [], p90 = [], p50 = [], mean = [];
+    let step = Infinity;
+    for (let i = 1; i < points.length; i++) step = Math.min(step, points[i].t - points[i - 1].t);
+    points.forEach((p, i) => {
+      if (i > 0 && p.t - points[i - 1].t > 1.5 * step) {
+        xs.push((p.t + points[i - 1].t) / 2);
+        p90.push(null), p50.push(null), mean.push(null);
+      }
+      xs.push(p.t), p90.push(p.p90), p50.push(p.p50), mean.push(p.mean);
+    });
+    const value = (u, v) => fmt1(v);
+    const opts = {
+      width: width(box),
+      height: 380,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), tz),
+      scales: { x: { time: true } },
+      series: [
+        { label: "time" },
+        { label: "P90 (s)", stroke: colors.p90, width: 2, value, points: { show: points.length < 60 } },
+        { label: "P50 (s)", stroke: colors.p50, width: 2, value, points: { show: points.length < 60 } },
+        { label: "mean (s)", stroke: colors.mean, width: 1.5, dash: [6, 4], value, points: { show: false } },
+      ],
+      bands: [{ series: [1, 2], fill: "rgba(192, 57, 43, 0.13)" }],
+      axes: [
+        { label: `bucket start (${tz})`, labelSize: 28 },
+        { label: "delay (s)", labelSize: 28, size: 60 },
+      ],
+    };
+    ovs.charts[name] = new uPlot(opts, [xs, p90, p50, mean], box);
+  }
+
+  // barChart draws one bar per label (horizontal when labels are ids),
+  // with optional marker-only series on the same categories.
+  function barChart(name, box, labels, bars, markers, opts) {
+    const n = labels.length;
+    const horizontal = opts.horizontal;
+    const xs = labels.map((_, i) => i);
+    const short = labels.map((l) => (l.length > 34 ? l.slice(0, 32) + "…" : l));
+    const ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = "12px DejaVu Sans, Arial, sans-serif";
+    const labelWidth = Math.ceil(Math.max(40, ...short.map((l) => ctx.measureText(l).width))) + 16;
+    const value = (u, v) => (v == null ? "–" : opts.integer ? String(v) : fmt1(v));
+    const series = [
+      { label: opts.xLabel, value: (u, i) => (i == null ? "–" : labels[Math.round(i)] ?? "–") },
+      {
+        label: bars.label,
+        fill: bars.color,
+        stroke: bars.color,
+        width: 0,
+        value,
+        paths: uPlot.paths.bars({ size: [0.7, 44], align: 0 }),
+        points: { show: false },
+      },
+      ...markers.map((m) => ({
+        label: m.label,
+        stroke: m.color,
+        fill: m.color,
+        width: 0,
+        value,
+        paths: () => null,
+        points: { show: true, size: 9, stroke: m.color, fill: m.color, width: 0 },
+      })),
+    ];
+    const catAxis = {
+      label: opts.xLabel,
+      labelSize: 24,
+      splits: () => xs,
+      values: (u, splits) => splits.map((i) => short[i] ?? ""),
+      grid: { show: false },
+      gap: 4,
+    };
+    const valAxis = { label: opts.yLabel, labelSize: 24, size: horizontal ? 36 : 64 };
+    const all = [bars.values, ...markers.map((m) => m.values)].flat().filter((v) => v != null);
+    const hi = Math.max(0, ...all), lo = Math.min(0, ...all);
+    const pad = (hi - lo) * 0.06 || 1;
+    const o = {
+      width: width(box),
+      height: horizontal ? Math.max(180, n * 26 + 90) : 340,
+      legend: { show: true },
+      cursor: { points: { show: false } },
+      scales: {
+        x: { time: false, range: [-0.6, n - 0.4], ori: horizontal ? 1 : 0, dir: 1 },
+        y: { range: [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: horizontal ? 1 : 1 },
+      },
+      series,
+      axes: horizontal
+        ? [Object.assign(catAxis, { side: 3, size: labelWidth }), Object.assign(valAxis, { side: 2 })]
+        : [Object.assign(catAxis, { side: 2, size: 40 }), Object.assign(valAxis, { side: 3 })],
+    };
+    ovs.charts[name] = new uPlot(o, [xs, bars.values, ...markers.map((m) => m.values)], box);
+  }
+
+  function noData(msg) {
+    return el("p", { class: "note nodata" }, msg);
+  }
+
+  // --- pages ---------------------------------------------------------------
+
+  async function renderDelay(meta, base) {
+    const d = await getJSON("api/delay", params);
+    const q = d.query;
+    controls(meta, q, [
+      input("from", "from", inputTime(q.from), { type: "datetime-local" }),
+      input("to", "to", inputTime(q.to), { type: "datetime-local" }),
+      select("bucket", "bucket", params.get("bucket") || "auto",
+        [["auto", `auto (${q.bucket})`], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
+    ]);
+    const events = d.points.reduce((s, p) => s + p.events, 0);
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, network (every event), ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}, ` +
+      `buckets of ${q.bucket}: ${d.points.length} buckets, ${events} events.`;
+    const c = $("content");
+    if (d.points.length === 0) {
+      c.append(noData(`No finalized windows in this range. ${extentNote(d.extent)}`));
+      return d;
+    }
+    const box = chartBox("delay-chart");
+    c.append(box);
+    timeChart("delay", box, d.points, q.tz);
+    c.append(
+      el("h2", {}, `Per bucket (${q.tz})`),
+      table("delay-table", [{ title: "bucket start", get: (r) => localTime(r.start) }, ...statCols], d.points)
+    );
+    return d;
+  }
+
+  function extentNote(e) {
+    if (!e || !e.first_window) return "The pipeline has no finalized windows yet.";
+    return `Its windows run from ${localTime(e.first_window)} to ${localTime(e.last_window_end)}.`;
+  }
+
+  async function renderTop(meta) {
+    const d = await getJSON("api/top", params);
+    const q = d.query;
+    const day = new Date(q.day + "T12:00:00Z");
+    const shift = (n) => {
+      const x = new Date(day.getTime() + n * 86400e3).toISOString().slice(0, 10);
+      const p = new URLSearchParams(params);
+      p.set("day", x), p.set("pipeline", q.pipeline), p.set("tz", q.tz);
+      return "?" + p.toString();
+    };
+    controls(meta, q, [
+      input("day", "day", q.day, { type: "date", min: d.extent.first_window ? d.extent.first_window.slice(0, 10) : null,
+        max: d.extent.last_window_end ? d.extent.last_window_end.slice(0, 10) : null }),
+      select("of", "dimension", q.dimension, [["line", "lines"], ["station", "stations"], ["operator", "operators"]]),
+      input("min. events", "min_events", q.min_events, { type: "number", min: 1, style: "width:7em" }),
+      input("top", "top", q.top, { type: "number", min: 1, max: 500, style: "width:5em" }),
+      el("a", { href: shift(-1), id: "prev-day" }, "◀ day before"),
+      el("a", { href: shift(1), id: "next-day" }, "day after ▶"),
+    ]);
+    const what = q.dimension === "station" ? "stations" : q.dimension + "s";
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, ${q.day} (${q.tz}): the ${q.top} ${what} with the highest P90 ` +
+      `among those with at least ${q.min_events} events that day.`;
+    const c = $("content");
+    if (d.rows.length === 0) {
+      c.append(noData(`No ${q.dimension} has ${q.min_events} events or more that day. ${extentNote(d.extent)}`));
+      return d;
+    }
+    const box = chartBox("top-chart");
+    c.append(box);
+    barChart("top", box, d.rows.map((r) => r.id),
+      { label: "P90 (s)", color: colors.bar, values: d.rows.map((r) => r.p90) },
+      [{ label: "P50 (s)", color: colors.p50, values: d.rows.map((r) => r.p50) },
+       { label: "mean (s)", color: colors.mean, values: d.rows.map((r) => r.mean) }],
+      { horizontal: true, xLabel: q.dimension, yLabel: "delay (s)" });
+    c.append(
+      el("h2", {}, "Ranked by P90"),
+      table("top-table", [
+        { title: "#", get: (r, i) => i + 1 },
+        { title: q.dimension, get: (r) => r.id, cls: "id" },
+        ...statCols,
+      ], d.rows)
+    );
+    return d;
+  }
+
+  async function renderLine(meta) {
+    const d = await getJSON("api/line", params);
+    const q = d.query;
+    const options = d.lines.map((l) => [l.id, `${l.id} (${l.events} events)`]);
+    if (q.line && !d.lines.some((l) => l.id === q.line)) options.unshift([q.line, `${q.line} (no events)`]);
+    controls(meta, q, [
+      select("line", "line", q.line, options, { class: "wide" }),
+      input("from", "from", inputTime(q.from), { type: "datetime-local" }),
+      input("to", "to", inputTime(q.to), { type: "datetime-local" }),
+    ]);
+    const events = d.hours.reduce((s, h) => s + h.events, 0);
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, line ${q.line || "–"}, ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
+      `${events} events, grouped by the hour of day (${q.tz}) of their window.`;
+    const c = $("content");
+    if (d.hours.length === 0) {
+      c.append(noData(`No events of this line in this range. ${extentNote(d.extent)}`));
+      return d;
+    }
+    const byHour = new Map(d.hours.map((h) => [h.hour, h]));
+    const hours = [...Array(24).keys()];
+    const pick = (k) => hours.map((h) => (byHour.has(h) ? byHour.get(h)[k] : null));
+    const box = chartBox("line-chart");
+    c.append(box);
+    barChart("line", box, hours.map((h) => String(h).padStart(2, "0")),
+      { label: "P90 (s)", color: colors.bar, values: pick("p90") },
+      [{ label: "P50 (s)", color: colors.p50, values: pick("p50") },
+       { label: "mean (s)", color: colors.mean, values: pick("mean") }],
+      { horizontal: false, xLabel: `hour of day (${q.tz})`, yLabel: "delay (s)" });
+    c.append(
+      el("h2", {}, "By hour of day"),
+      table("line-table", [{ title: "hour", get: (r) => String(r.hour).padStart(2, "0") + ":00" }, ...statCols], d.hours)
+    );
+    return d;
+  }
+
+  function card(id, key, value, sub, cls, exact) {
+    return el("div", { class: "card " + (cls || ""), id },
+      el("div", { class: "k" }, key),
+      el("div", { class: "v", "data-v": exact == null ? null : String(exact) }, value),
+      sub ? el("div", { class: "s" }, sub) : null);
+  }
+
+  async function renderHealth(meta) {
+    const d = await getJSON("api/health", params);
+    const q = d.query;
+    controls(meta, q, [el("a", { href: location.search || "?" }, "refresh")]);
+    const c = $("content");
+    const dead = d.dead_letters.reduce((s, r) => s + r.total, 0);
+    const lag = d.lag;
+    const lagSub = lag.known ? (lag.source === "run" ? "this instance's partitions, at its last poll" : "from Kafka's high water marks") : lag.note;
+    $("subtitle").textContent = d.claimed
+      ? `Pipeline ${q.pipeline}: what the database holds of its progress${d.run ? ", and this instance's own view" : ""}. Times in ${q.tz}.`
+      : `Pipeline ${q.pipeline} was never claimed: no run has started.`;
+    c.append(
+      el("div", { class: "cards" },
+        card("h-lag", "lag (messages)", lag.total == null ? "unknown" : String(lag.total), lagSub,
+          lag.total == null ? "" : lag.total === 0 ? "good" : "", lag.total),
+        card("h-watermark", "watermark (stored)", localTime(d.watermark), "the lowest of its partitions", "", d.watermark),
+        card("h-newest", "newest window end", localTime(d.newest_window_end), "of delay_aggregates", "", d.newest_window_end),
+        card("h-commit", "last commit", localTime(d.last_commit), "newest stored position", "", d.last_commit),
+        card("h-merge", "merge lag (windows)", String(d.merge.pending_windows),
+          d.merge.pending_windows > 0 ? `oldest ${localTime(d.merge.oldest_pending)}, held by ${d.merge.holding.join(", ") || "–"}`
+            : d.merge.merged_until ? `merged until ${localTime(d.merge.merged_until)}` : "not split",
+          d.merge.pending_windows > 0 ? "bad" : "good", d.merge.pending_windows),
+        card("h-dead", "dead letters", String(dead), d.dead_letters.map((r) => `${r.reason} ${r.total}`).join(", ") || "none",
+          dead > 0 ? "bad" : "good", dead)
+      )
+    );
+    if (d.run) {
+      const r = d.run;
+      c.append(
+        el("h2", { id: "run-title" }, `This instance: ${r.owner}`),
+        el("div", { class: "cards", id: "run" },
+          card("r-state", "state", r.standby ? "standby" : r.assigned ? "running" : "starting", r.standby || "", r.standby ? "bad" : "good"),
+          card("r-commit", "its last commit", localTime(r.last_commit), "", "", r.last_commit),
+          card("r-watermark", "its watermark", localTime(r.watermark), "in memory", "", r.watermark),
+          card("r-open", "open windows", String(r.open_windows), "held in memory", "", r.open_windows),
+          card("r-uncommitted", "uncommitted messages", String(r.uncommitted_messages), "consumed since the last commit", "", r.uncommitted_messages)
+        )
+      );
+    }
+    const two = el("div", { class: "two" });
+    c.append(two);
+    const left = el("div", {}, el("h2", {}, "Dead letters by reason"));
+    const right = el("div", {}, el("h2", {}, "Lag by partition"));
+    two.append(left, right);
+    if (d.dead_letters.length > 0) {
+      const box = chartBox("dead-chart");
+      left.append(box);
+      barChart("dead", box, d.dead_letters.map((r) => r.reason),
+        { label: "dead letters", color: colors.dead, values: d.dead_letters.map((r) => r.total) }, [],
+        { horizontal: true, xLabel: "reason", yLabel: "records", integer: true });
+      left.append(table("dead-table", [
+        { title: "reason", get: (r) => r.reason },
+        { title: "records", num: 0, get: (r) => r.total },
+        { title: "replayed", num: 0, get: (r) => r.replayed },
+      ], d.dead_letters));
+    } else {
+      left.append(noData("No dead letters."));
+    }
+    const known = lag.partitions.filter((p) => p.lag != null);
+    if (known.length > 0) {
+      const box = chartBox("lag-chart");
+      right.append(box);
+      barChart("lag", box, known.map((p) => p.partition),
+        { label: "lag (messages)", color: colors.lag, values: known.map((p) => p.lag) }, [],
+        { horizontal: true, xLabel: "partition", yLabel: "messages", integer: true });
+    }
+    if (lag.partitions.length > 0) {
+      right.append(table("lag-table", [
+        { title: "partition", get: (p) => p.partition },
+        { title: "next offset", num: 0, get: (p) => p.next_offset },
+        { title: "high water", num: 0, get: (p) => p.high_water },
+        { title: "lag", num: 0, get: (p) => p.lag },
+      ], lag.partitions));
+    } else {
+      right.append(noData(lag.note || "No partitions."));
+    }
+    c.append(el("h2", {}, "Instances"));
+    if (d.instances.length > 0) {
+      c.append(table("instances-table", [
+        { title: "owner", get: (i) => i.owner },
+        { title: "role", get: (i) => i.role },
+        { title: "partitions", num: 0, get: (i) => i.partitions },
+        { title: "heartbeat age (s)", num: 1, get: (i) => i.heartbeat_age_s },
+        { title: "alive", get: (i) => (i.alive ? "yes" : "no (dead or frozen)") },
+      ], d.instances));
+    } else {
+      c.append(noData("No instance is running."));
+    }
+    return d;
+  }
+
+  // --- start ---------------------------------------------------------------
+
+  async function main() {
+    document.title = `${pages[page].title} · ovstream`;
+    $("title").textContent = pages[page].title;
+    try {
+      const meta = await getJSON("api/pipelines", {});
+      const pipeline = params.get("pipeline") || meta.default;
+      const tz = params.get("tz") || meta.tz;
+      if (!params.get("pipeline") && pipeline) params.set("pipeline", pipeline);
+      if (!params.get("tz")) params.set("tz", tz);
+      for (const a of document.querySelectorAll("nav a")) {
+        a.classList.toggle("active", a.dataset.page === page);
+        a.href = a.dataset.page + "?" + new URLSearchParams({ pipeline, tz }).toString();
+      }
+      $("pipeline-name").textContent = pipeline ? `pipeline ${pipeline}` : "no pipeline yet";
+      ovs.data = await pages[page].render(meta);
+      document.body.dataset.state = "ready";
+    } catch (e) {
+      $("error").hidden = false;
+      $("error").textContent = e.message;
+      document.body.dataset.state = "error";
+    }
+  }
+
+  main();
+})();

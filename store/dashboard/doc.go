@@ -1,0 +1,27 @@
+// Package dashboard serves ovstream's web UI: per pipeline, the network
+// delay over time, the most delayed lines and stations of a day, one line's
+// delay by hour of day, and the pipeline's health. `ovstream serve` serves it
+// alone; `ovstream run` serves it under /dashboard/ of --metrics-addr.
+//
+// Guarantees:
+//   - Every statistic shown is an exact rollup of the stored distributions
+//     (migration 5): the delay over time and the rankings come from
+//     store/rollup (the code of `ovstream report`), the hour-of-day profile
+//     from the SQL function ovs_summary. Each equals PostgreSQL's
+//     percentile_cont, avg, min and max over the events themselves. The
+//     browser computes no statistic: it draws and formats the numbers of the
+//     JSON API (api/...), which carries them exactly (shortest round-trip
+//     decimal); the pages show them rounded to 0.1 s, each cell holding the
+//     exact number in its data-v attribute.
+//   - The pages work offline: HTML, JavaScript, CSS and the charting library
+//     (uPlot, vendored at a pinned version: assets/vendor/uplot/README.md)
+//     are embedded in the binary; no page loads anything from elsewhere.
+//   - The handler only reads the database, on at most Config.MaxConns
+//     connections of its own, opened on first use; each request is bounded
+//     by Config.QueryTimeout. Bad parameters get 400 with a message naming
+//     the parameter.
+//
+// Times: the API takes and returns RFC 3339 (local times without an offset
+// are read in the page's time zone, tz), buckets are those of ovs_bucket in
+// tz, and every duration and delay is in seconds.
+package dashboard
