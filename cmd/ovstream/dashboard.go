@@ -135,7 +135,7 @@ func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *dashboard.Handler {
 	dash, err := dashboard.New(dashboard.Config{DatabaseURL: f.databaseURL, Pipeline: cfg.Pipeline, MaxConns: 2,
 		QueryTimeout: 25 * time.Second, // within the ops server's WriteTimeout
-		Logger: cfg.Logger, Live: dashboard.RunSource(cfg.Pipeline, cfg.Owner, reg, cfg.Health)})
+		Logger:       cfg.Logger, Live: dashboard.RunSource(cfg.Pipeline, cfg.Owner, reg, cfg.Health)})
 	if err != nil {
 		cfg.Logger.Warn("dashboard disabled", "err", err)
 		return nil
