@@ -68,13 +68,7 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
 	db := freshDB(t)
 	drain(t, db, addr, "--allowed-lateness", "10m")
-	n := loadOracleInput(t, db, addr, predictionsTopic)
-	exec1(t, db, `CREATE TABLE oracle_events AS
-		SELECT (j->>'event_time')::timestamptz AS at, (j->>'delay_s')::float8 AS d,
-		       j->>'line' AS line, j->>'stop_id' AS stop, j->>'operator' AS op
-		FROM (SELECT convert_from(m.value, 'UTF8')::jsonb AS j FROM oracle_msgs m
-		      WHERE NOT EXISTS (SELECT 1 FROM dead_letters d
-		          WHERE d.topic = m.topic AND d.partition = m.partition AND d."offset" = m."offset")) AS ok`)
+	n := createOracleEvents(t, db, addr)
 	events := dump(t, db, `SELECT count(*) FROM oracle_events`)
 	t.Logf("%s: %d records, %s events (records minus dead letters), drained in %v", *rollupArchive, n, events[0],
 		time.Since(started).Round(time.Second))
@@ -131,6 +125,22 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 
 	checkREADMEQueries(t, db)
 	t.Logf("done in %v", time.Since(started).Round(time.Second))
+}
+
+// createOracleEvents copies every record of the predictions topic at addr
+// into oracle_msgs (loadOracleInput) and makes the table oracle_events of
+// the events of those that are not dead letters: at (event_time), d
+// (delay_s), line, stop, op. It returns how many records it read.
+func createOracleEvents(t *testing.T, db, addr string) int {
+	t.Helper()
+	n := loadOracleInput(t, db, addr, predictionsTopic)
+	exec1(t, db, `CREATE TABLE oracle_events AS
+		SELECT (j->>'event_time')::timestamptz AS at, (j->>'delay_s')::float8 AS d,
+		       j->>'line' AS line, j->>'stop_id' AS stop, j->>'operator' AS op
+		FROM (SELECT convert_from(m.value, 'UTF8')::jsonb AS j FROM oracle_msgs m
+		      WHERE NOT EXISTS (SELECT 1 FROM dead_letters d
+		          WHERE d.topic = m.topic AND d.partition = m.partition AND d."offset" = m."offset")) AS ok`)
+	return n
 }
 
 func exec1(t *testing.T, db, sql string, args ...any) {

@@ -125,9 +125,31 @@
     return el("div", { class: "chart", id });
   }
 
+  // width is the drawing width of a chart box (its padding is 8 px a side).
   function width(box) {
-    return Math.max(400, ($("content").clientWidth || 1100) - 18);
+    return Math.max(300, (box.clientWidth || $("content").clientWidth || 1100) - 18);
   }
+
+  // Time labels in the page's time zone, 24-hour clock: "HH:MM", the date
+  // under the first label of each day, the date alone for day steps.
+  function timeFormats(tz) {
+    const hm = new Intl.DateTimeFormat("en-GB", { timeZone: tz, hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+    const ymd = new Intl.DateTimeFormat("en-CA", { timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit" });
+    const date = (ts) => ymd.format(new Date(ts * 1e3));
+    const time = (ts) => hm.format(new Date(ts * 1e3));
+    return {
+      full: (ts) => (ts == null ? "–" : `${date(ts)} ${time(ts)}`),
+      axis: (u, splits, axisIdx, space, incr) =>
+        splits.map((ts, i) => {
+          if (incr >= 86400) return date(ts);
+          const d = date(ts);
+          return i === 0 || d !== date(splits[i - 1]) ? `${time(ts)}\n${d}` : time(ts);
+        }),
+    };
+  }
+
+  // Tick steps of counts: whole numbers only.
+  const wholeIncrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
 
   // timeChart draws the delay over time: P90, P50 and mean lines, the band
   // between P50 and P90 filled. A gap in the buckets breaks the lines.
@@ -143,20 +165,21 @@
       xs.push(p.t), p90.push(p.p90), p50.push(p.p50), mean.push(p.mean);
     });
     const value = (u, v) => fmt1(v);
+    const tf = timeFormats(tz);
     const opts = {
       width: width(box),
       height: 380,
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), tz),
       scales: { x: { time: true } },
       series: [
-        { label: "time" },
+        { label: "bucket start", value: (u, ts) => tf.full(ts) },
         { label: "P90 (s)", stroke: colors.p90, width: 2, value, points: { show: points.length < 60 } },
         { label: "P50 (s)", stroke: colors.p50, width: 2, value, points: { show: points.length < 60 } },
         { label: "mean (s)", stroke: colors.mean, width: 1.5, dash: [6, 4], value, points: { show: false } },
       ],
       bands: [{ series: [1, 2], fill: "rgba(192, 57, 43, 0.13)" }],
       axes: [
-        { label: `bucket start (${tz})`, labelSize: 28 },
+        { label: `bucket start (${tz})`, labelSize: 28, values: tf.axis, size: 56, space: 70 },
         { label: "delay (s)", labelSize: 28, size: 60 },
       ],
     };
@@ -203,7 +226,8 @@
       grid: { show: false },
       gap: 4,
     };
-    const valAxis = { label: opts.yLabel, labelSize: 24, size: horizontal ? 36 : 64 };
+    const valAxis = { label: opts.yLabel, labelSize: 24, size: horizontal ? 36 : 64, space: horizontal ? 70 : 40 };
+    if (opts.integer) valAxis.incrs = wholeIncrs;
     const all = [bars.values, ...markers.map((m) => m.values)].flat().filter((v) => v != null);
     const hi = Math.max(0, ...all), lo = Math.min(0, ...all);
     const pad = (hi - lo) * 0.06 || 1;
@@ -213,8 +237,9 @@
       legend: { show: true },
       cursor: { points: { show: false } },
       scales: {
-        x: { time: false, range: [-0.6, n - 0.4], ori: horizontal ? 1 : 0, dir: 1 },
-        y: { range: [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: horizontal ? 1 : 1 },
+        // Horizontal: the first label on top.
+        x: { time: false, range: [-0.6, n - 0.4], ori: horizontal ? 1 : 0, dir: horizontal ? -1 : 1 },
+        y: { range: [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: 1 },
       },
       series,
       axes: horizontal
@@ -241,7 +266,7 @@
     ]);
     const events = d.points.reduce((s, p) => s + p.events, 0);
     $("subtitle").textContent = `Pipeline ${q.pipeline}, network (every event), ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}, ` +
-      `buckets of ${q.bucket}: ${d.points.length} buckets, ${events} events.`;
+      `buckets of ${q.bucket}: ${d.points.length} buckets, ${events} events. The shaded band lies between P50 and P90.`;
     const c = $("content");
     if (d.points.length === 0) {
       c.append(noData(`No finalized windows in this range. ${extentNote(d.extent)}`));
@@ -416,10 +441,14 @@
         { horizontal: true, xLabel: "partition", yLabel: "messages", integer: true });
     }
     if (lag.partitions.length > 0) {
-      right.append(table("lag-table", [
-        { title: "partition", get: (p) => p.partition },
+      // The run's own gauges hold the lag alone; Kafka gives its parts too.
+      const cols = lag.source === "run" ? [] : [
         { title: "next offset", num: 0, get: (p) => p.next_offset },
         { title: "high water", num: 0, get: (p) => p.high_water },
+      ];
+      right.append(table("lag-table", [
+        { title: "partition", get: (p) => p.partition },
+        ...cols,
         { title: "lag", num: 0, get: (p) => p.lag },
       ], lag.partitions));
     } else {

@@ -1,0 +1,458 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// dashboardArchive is the sample the dashboard tests show: the 2 h of
+// Auckland morning peak (2016-05-19 07:00-09:04 in Auckland).
+const dashboardArchive = "../testdata/auckland-20160518-2h.tar.gz"
+
+// dashboardBad are records no run can decode: 3 before the drain (dead
+// letters), 4 after it (the lag the health page must show).
+var dashboardBad = []string{"not json 1", "not json 2", `{"trip_id": 7}`, "late 1", "late 2", "late 3", "late 4"}
+
+// The dashboard in a real browser (headless Chromium, one for every page),
+// against the Auckland sample drained from the embedded broker. On each
+// page the numbers shown equal the SQL oracle over the raw events of the
+// topic (percentile_cont(0.5, 0.9), avg, max, count per group; exactly, in
+// each cell's data-v, and to 0.1 s in its text) and the chart holds the same
+// series and drew them (pixels of each series' colour):
+//   - delay over time (15-minute buckets) and its default view;
+//   - the most delayed lines (min. 100 events) and stations (min. 20) of
+//     2016-05-19 in Auckland, ranked by P90;
+//   - the busiest line (the default) by hour of day;
+//   - health under `serve --brokers`: lag 4 (records produced after the
+//     drain) per partition as Kafka's high water minus the stored offset,
+//     the watermark = the end of the last window written, the last commit =
+//     the newest stored position, dead letters 3 decode;
+//   - the same pages under `run --metrics-addr` at /dashboard/: the health
+//     page shows the run's own state, and lag 0 and 7 dead letters once it
+//     consumed the 4 records.
+//
+// With -dashboard.screenshots DIR (make screenshots) it writes a PNG of
+// each page.
+func TestDashboard(t *testing.T) {
+	started := time.Now()
+	bro := newBrowser(t) // first: a missing Chromium fails at once
+	dir := extractTarGz(t, dashboardArchive)
+	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
+	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
+	produceLines(t, addr, predictionsTopic, dashboardBad[:3]...)
+	db := freshDB(t)
+	drain(t, db, addr)
+	createOracleEvents(t, db, addr)
+	produceLines(t, addr, predictionsTopic, dashboardBad[3:]...)
+	t.Logf("sample drained in %v", time.Since(started).Round(time.Millisecond))
+
+	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
+		"--tz", rollupTZ, "--brokers", addr)
+	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
+	q := url.Values{"tz": {rollupTZ}}
+
+	// (a) The network's delay per 15 minutes from 07:00 to 09:00.
+	from, to := "2016-05-19T07:00:00+12:00", "2016-05-19T09:00:00+12:00"
+	want := queryRollup(t, db, `SELECT date_bin('15 minutes', at, $1::timestamptz), 'all', count(*), avg(d), min(d), max(d),
+		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d)
+		FROM oracle_events WHERE at >= $1::timestamptz AND at < $2::timestamptz GROUP BY 1`, from, to)
+	bro.open(t, base+"delay?"+with(q, "from", "2016-05-19T07:00", "to", "2016-05-19T09:00", "bucket", "15m"))
+	rows := tableRows(t, bro, "delay-table")
+	got := byTime(t, rows)
+	checkShown(t, "delay per 15 minutes", got, want)
+	keys := sortedKeys(want)
+	if len(keys) != 8 {
+		t.Errorf("the oracle has %d buckets of 15 minutes from 07:00 to 09:00, want 8", len(keys))
+	}
+	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, keys, want, 4, 3, 0)
+	bro.screenshot(t, "delay")
+
+	// The default view: the pipeline's windows (06:55-09:05) in 5-minute buckets.
+	bro.open(t, base)
+	def := queryRollup(t, db, `SELECT to_timestamp(floor(extract(epoch FROM at) / 300) * 300), 'all', count(*), avg(d), min(d), max(d),
+		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events GROUP BY 1`)
+	checkShown(t, "delay, default view", byTime(t, tableRows(t, bro, "delay-table")), def)
+	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, sortedKeys(def), def, 4, 3, 0)
+
+	// (b) The most delayed lines and stations of the day, by P90.
+	for _, tc := range []struct {
+		dim, col  string
+		minEvents int64
+		top       int
+	}{{"line", "line", 100, 10}, {"station", "stop", 20, 15}} {
+		all := queryRollup(t, db, fmt.Sprintf(`SELECT date_trunc('day', at, $1), %s, count(*), avg(d), min(d), max(d),
+			percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events GROUP BY 1, 2`, tc.col), rollupTZ)
+		ranked := rankByP90(all, tc.minEvents, tc.top)
+		bro.open(t, base+"top?"+with(q, "day", "2016-05-19", "dimension", tc.dim,
+			"min_events", strconv.FormatInt(tc.minEvents, 10), "top", strconv.Itoa(tc.top)))
+		rows := tableRows(t, bro, "top-table")
+		if len(rows) != len(ranked) || len(ranked) != tc.top {
+			t.Fatalf("top %ss: the page ranks %d, the oracle %d (want %d)", tc.dim, len(rows), len(ranked), tc.top)
+		}
+		p90s := make(map[groupKey]stats)
+		var ids []groupKey
+		for i, r := range rows {
+			w := ranked[i]
+			if r[0].Text != strconv.Itoa(i+1) || r[1].Text != w.id {
+				t.Errorf("top %ss: rank %d is %q, the oracle ranks %q there", tc.dim, i+1, r[1].Text, w.id)
+			}
+			checkCells(t, fmt.Sprintf("top %s %s", tc.dim, w.id), r[2:], all[w])
+			k := groupKey{int64(i), w.id}
+			ids, p90s[k] = append(ids, k), all[w]
+		}
+		checkChart(t, bro, "top", []string{"P90 (s)", "P50 (s)", "mean (s)"}, ids, p90s, 4, 3, 0)
+		bro.screenshot(t, "top-"+tc.dim+"s")
+	}
+
+	// (c) The busiest line (the page's default) by hour of day.
+	busiest := strings.Trim(dump(t, db, `SELECT line FROM oracle_events GROUP BY line ORDER BY count(*) DESC, line LIMIT 1`)[0], "[]")
+	hours := queryRollup(t, db, `SELECT to_timestamp(extract(hour FROM at AT TIME ZONE $1)), line, count(*), avg(d), min(d), max(d),
+		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events WHERE line = $2 GROUP BY 1, 2`,
+		rollupTZ, busiest)
+	bro.open(t, base+"line?"+with(q, "from", "2016-05-19", "to", "2016-05-20"))
+	if sel := eval[string](t, bro, `document.querySelector("select[name=line]").value`); sel != busiest {
+		t.Errorf("line page: the default line is %q, the busiest is %q", sel, busiest)
+	}
+	got = map[groupKey][]cell{}
+	for _, r := range tableRows(t, bro, "line-table") {
+		h, err := strconv.Atoi(strings.TrimSuffix(r[0].Text, ":00"))
+		if err != nil {
+			t.Fatalf("line page: hour %q", r[0].Text)
+		}
+		got[groupKey{int64(h), busiest}] = r[1:]
+	}
+	checkShown(t, "line "+busiest+" by hour", got, hours)
+	if len(hours) != 4 {
+		t.Errorf("the oracle has %d hours (06, 07, 08, 09), want 4", len(hours))
+	}
+	lc := chart(t, bro, "line")
+	for _, k := range sortedKeys(hours) { // the chart's x runs over the 24 hours
+		if v := lc.Data[1][k.bucket]; v == nil || *v != hours[k].vals[4] {
+			t.Errorf("line chart: P90 at hour %d is %v, the oracle %v", k.bucket, v, hours[k].vals[4])
+		}
+	}
+	checkDrawn(t, "line", lc, 3)
+	bro.screenshot(t, "line")
+
+	// (d) Health under serve --brokers.
+	bro.open(t, base+"health?"+q.Encode())
+	stored := storedOffsets(t, db, "ovstream", "next_offset")
+	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
+	var wantLag int64
+	for p, h := range hw {
+		wantLag += h - stored[p]
+	}
+	if wantLag != 4 {
+		t.Errorf("high water minus stored offsets: %d, want the 4 records produced after the drain", wantLag)
+	}
+	checkCard(t, bro, "h-lag", "4", "4")
+	lagRows := tableRows(t, bro, "lag-table")
+	if len(lagRows) != len(hw) {
+		t.Errorf("health: %d partitions in the lag table, Kafka has %d", len(lagRows), len(hw))
+	}
+	for _, r := range lagRows {
+		h, ok := hw[r[0].Text]
+		if !ok || r[1].Text != strconv.FormatInt(stored[r[0].Text], 10) || r[2].Text != strconv.FormatInt(h, 10) ||
+			r[3].Text != strconv.FormatInt(h-stored[r[0].Text], 10) {
+			t.Errorf("health: lag row %v; stored %d, high water %d", r, stored[r[0].Text], h)
+		}
+	}
+	checkDrawn(t, "lag", chart(t, bro, "lag"), 1)
+	var wm, lastCommit time.Time
+	sqlRow(t, db, `SELECT (SELECT max(window_end) FROM delay_aggregates WHERE pipeline = 'ovstream'),
+		(SELECT max(updated_at) FROM stream_positions WHERE pipeline = 'ovstream')`, &wm, &lastCommit)
+	checkTimeCard(t, bro, "h-watermark", wm)
+	checkTimeCard(t, bro, "h-newest", wm)
+	checkTimeCard(t, bro, "h-commit", lastCommit)
+	checkCard(t, bro, "h-merge", "0", "0")
+	checkCard(t, bro, "h-dead", "3", "3")
+	if dl := tableRows(t, bro, "dead-table"); len(dl) != 1 || dl[0][0].Text != "decode" || dl[0][1].Text != "3" {
+		t.Errorf("health: dead letters %v, want decode 3", dl)
+	}
+	dc := chart(t, bro, "dead")
+	if len(dc.Data) != 2 || len(dc.Data[1]) != 1 || dc.Data[1][0] == nil || *dc.Data[1][0] != 3 {
+		t.Errorf("health: dead letter chart data %v, want [3]", dc.Data)
+	}
+	checkDrawn(t, "dead", dc, 1)
+	if n := eval[int](t, bro, `document.querySelectorAll("#run").length`); n != 0 {
+		t.Error("health under serve shows a running instance's section")
+	}
+	bro.screenshot(t, "health")
+
+	// The same pages under run --metrics-addr, at /dashboard/: its own
+	// pipeline's health comes from the run itself.
+	run := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "ovstream", "--metrics-addr", "127.0.0.1:0")...)
+	ops := opsAddr(t, run)
+	waitHealth(t, "http://"+ops+"/dashboard/api/health", func(h healthDoc) bool {
+		return h.Run != nil && h.Run.Assigned && h.Run.LastCommit != "" && h.Lag.Total != nil && *h.Lag.Total == 0 &&
+			h.deadLetters() == 7
+	})
+	bro.open(t, "http://"+ops+"/dashboard/health?"+q.Encode())
+	checkCard(t, bro, "h-lag", "0", "0")
+	checkCard(t, bro, "h-dead", "7", "7")
+	if title := eval[string](t, bro, `document.getElementById("run-title").textContent`); !strings.HasPrefix(title, "This instance: ") {
+		t.Errorf("health under run: no section of the instance (%q)", title)
+	}
+	if s := eval[string](t, bro, `document.querySelector("#r-state .v").textContent`); s != "running" {
+		t.Errorf("health under run: state %q, want running", s)
+	}
+	if s := eval[string](t, bro, `document.querySelector("#r-commit .v").dataset.v || ""`); s == "" {
+		t.Error("health under run: no last commit of the instance")
+	}
+	if n := len(tableRows(t, bro, "lag-table")); n != len(hw) {
+		t.Errorf("health under run: %d partitions in the lag table, want %d", n, len(hw))
+	}
+	bro.screenshot(t, "health-run")
+	bro.open(t, "http://"+ops+"/dashboard/delay?"+with(q, "from", "2016-05-19T07:00", "to", "2016-05-19T09:00", "bucket", "15m"))
+	checkShown(t, "delay under run", byTime(t, tableRows(t, bro, "delay-table")), want)
+	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, keys, want, 4, 3, 0)
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := run.wait(t, time.Minute); code != 0 {
+		t.Errorf("run exited %d after SIGTERM:\n%s", code, run.output())
+	}
+	t.Logf("done in %v", time.Since(started).Round(time.Millisecond))
+}
+
+// with returns q plus the pairs kv, encoded.
+func with(q url.Values, kv ...string) string {
+	v := url.Values{}
+	for k, vs := range q {
+		v[k] = vs
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v.Encode()
+}
+
+// printed waits until p printed a line matching re and returns its first group.
+func printed(t *testing.T, p *proc, re *regexp.Regexp) string {
+	t.Helper()
+	var m []string
+	waitFor(t, 30*time.Second, "ovstream to print "+re.String(), func() bool {
+		m = re.FindStringSubmatch(p.output())
+		return m != nil
+	})
+	return m[1]
+}
+
+// byTime keys table rows whose first cell is a bucket start in rollupTZ
+// ("2016-05-19 07:15:00") by its Unix seconds; the rest are the statistics.
+func byTime(t *testing.T, rows [][]cell) map[groupKey][]cell {
+	t.Helper()
+	loc, err := time.LoadLocation(rollupTZ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[groupKey][]cell{}
+	for _, r := range rows {
+		at, err := time.ParseInLocation(time.DateTime, r[0].Text, loc)
+		if err != nil {
+			t.Fatalf("bucket start %q: %v", r[0].Text, err)
+		}
+		out[groupKey{at.Unix(), "all"}] = r[1:]
+	}
+	return out
+}
+
+func sortedKeys(m map[groupKey]stats) []groupKey {
+	ks := make([]groupKey, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		if ks[i].bucket != ks[j].bucket {
+			return ks[i].bucket < ks[j].bucket
+		}
+		return ks[i].id < ks[j].id
+	})
+	return ks
+}
+
+// checkShown compares the rows a page shows with the oracle: the same groups,
+// and each row's cells (checkCells).
+func checkShown(t *testing.T, what string, got map[groupKey][]cell, want map[groupKey]stats) {
+	t.Helper()
+	if len(got) != len(want) || len(want) == 0 {
+		t.Errorf("%s: the page shows %d rows, the oracle has %d", what, len(got), len(want))
+	}
+	for k, w := range want {
+		c, ok := got[k]
+		if !ok {
+			t.Errorf("%s: the page has no row %v", what, k)
+			continue
+		}
+		checkCells(t, fmt.Sprintf("%s %v", what, k), c, w)
+	}
+}
+
+// checkCells compares the cells events, mean, P50, P90, max with the
+// oracle's count and vals (mean, min, max, p50, p90): exact in data-v, and
+// to 0.1 s in the text.
+func checkCells(t *testing.T, what string, c []cell, w stats) {
+	t.Helper()
+	if len(c) != 5 {
+		t.Fatalf("%s: %d cells, want events, mean, P50, P90, max", what, len(c))
+	}
+	if c[0].V != strconv.FormatInt(w.count, 10) || c[0].Text != c[0].V {
+		t.Errorf("%s: events %q (data-v %q), the oracle %d", what, c[0].Text, c[0].V, w.count)
+	}
+	for i, name := range []string{"mean", "P50", "P90", "max"} {
+		want := w.vals[[]int{0, 3, 4, 2}[i]]
+		exact, err1 := strconv.ParseFloat(c[i+1].V, 64)
+		shown, err2 := strconv.ParseFloat(c[i+1].Text, 64)
+		if err1 != nil || err2 != nil || math.Abs(exact-want) > 1e-9 || math.Abs(shown-want) > 0.05+1e-9 {
+			t.Errorf("%s: %s shown %q, exact %q; the oracle %v", what, name, c[i+1].Text, c[i+1].V, want)
+		}
+	}
+}
+
+// checkChart checks a chart: its series labels, one point per oracle group
+// in keys' order, series valIdx[j] of each (indexes into stats.vals), and
+// that each series was drawn.
+func checkChart(t *testing.T, b *browser, name string, series []string, keys []groupKey, want map[groupKey]stats, valIdx ...int) {
+	t.Helper()
+	c := chart(t, b, name)
+	if !c.Found || strings.Join(c.Series[1:], ",") != strings.Join(series, ",") || c.Legend != len(series)+1 {
+		t.Fatalf("chart %s: found %v, series %q, %d legend rows; want %q", name, c.Found, c.Series, c.Legend, series)
+	}
+	for j, vi := range valIdx {
+		var pts []float64
+		for _, v := range c.Data[j+1] {
+			if v != nil {
+				pts = append(pts, *v)
+			}
+		}
+		if len(pts) != len(keys) {
+			t.Errorf("chart %s: series %s has %d points, the oracle %d", name, series[j], len(pts), len(keys))
+			continue
+		}
+		for i, k := range keys {
+			if math.Abs(pts[i]-want[k].vals[vi]) > 1e-9 {
+				t.Errorf("chart %s: series %s point %d (%v) is %v, the oracle %v", name, series[j], i, k, pts[i], want[k].vals[vi])
+			}
+		}
+	}
+	checkDrawn(t, name, c, len(series))
+}
+
+// checkDrawn requires a canvas, labelled axes and, for each of the chart's n
+// series, pixels of its colour.
+func checkDrawn(t *testing.T, name string, c chartInfo, n int) {
+	t.Helper()
+	if !c.Found || !c.Canvas || len(c.Painted) != n {
+		t.Fatalf("chart %s: found %v, canvas %v, %d series drawn, want %d", name, c.Found, c.Canvas, len(c.Painted), n)
+	}
+	for i, px := range c.Painted {
+		if px < 20 {
+			t.Errorf("chart %s: series %q has %d pixels of its colour: not drawn", name, c.Series[i+1], px)
+		}
+	}
+	if len(c.Labels) < 2 || c.Labels[0] == "" || c.Labels[1] == "" {
+		t.Errorf("chart %s: axis labels %q", name, c.Labels)
+	}
+}
+
+// rankByP90 ranks the oracle's groups with at least minEvents events by
+// P90 (vals[4]), greatest first, ties by id, and keeps top.
+func rankByP90(rows map[groupKey]stats, minEvents int64, top int) []groupKey {
+	var out []groupKey
+	for k, s := range rows {
+		if s.count >= minEvents {
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := rows[out[i]].vals[4], rows[out[j]].vals[4]
+		if a != b {
+			return a > b
+		}
+		return out[i].id < out[j].id
+	})
+	return out[:min(top, len(out))]
+}
+
+// checkCard checks a health card's text and data-v.
+func checkCard(t *testing.T, b *browser, id, text, v string) {
+	t.Helper()
+	got := eval[cell](t, b, fmt.Sprintf(`(() => { const e = document.querySelector("#%s .v");
+		return e ? {text: e.textContent, v: e.dataset.v ?? ""} : {text: "(none)", v: ""}; })()`, id))
+	if got.Text != text || got.V != v {
+		t.Errorf("health card %s: %q (data-v %q), want %q (%q)", id, got.Text, got.V, text, v)
+	}
+}
+
+// checkTimeCard checks that a health card shows the instant want: data-v
+// (RFC 3339 in rollupTZ) to the microsecond, the text to the second.
+func checkTimeCard(t *testing.T, b *browser, id string, want time.Time) {
+	t.Helper()
+	got := eval[cell](t, b, fmt.Sprintf(`(() => { const e = document.querySelector("#%s .v");
+		return {text: e.textContent, v: e.dataset.v ?? ""}; })()`, id))
+	loc, _ := time.LoadLocation(rollupTZ)
+	at, err := time.Parse(time.RFC3339Nano, got.V)
+	if err != nil || !at.Equal(want) || got.Text != want.In(loc).Format(time.DateTime) {
+		t.Errorf("health card %s: %q (data-v %q), want %s", id, got.Text, got.V, want.In(loc).Format(time.RFC3339Nano))
+	}
+}
+
+// sqlRow scans one row of query into dest.
+func sqlRow(t *testing.T, db, query string, dest ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, query).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// healthDoc is the part of api/health the test waits on.
+type healthDoc struct {
+	Lag struct {
+		Total *int64 `json:"total"`
+	} `json:"lag"`
+	DeadLetters []struct {
+		Total int64 `json:"total"`
+	} `json:"dead_letters"`
+	Run *struct {
+		Assigned   bool   `json:"assigned"`
+		LastCommit string `json:"last_commit"`
+	} `json:"run"`
+}
+
+func (h healthDoc) deadLetters() (n int64) {
+	for _, d := range h.DeadLetters {
+		n += d.Total
+	}
+	return n
+}
+
+// waitHealth polls the health API until ok holds (a minute at most).
+func waitHealth(t *testing.T, url string, ok func(healthDoc) bool) {
+	t.Helper()
+	waitFor(t, time.Minute, url+" as expected", func() bool {
+		code, body := httpGet(t, url)
+		var h healthDoc
+		return code == 200 && json.Unmarshal([]byte(body), &h) == nil && ok(h)
+	})
+}
