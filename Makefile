@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/ovstream
 PKGS    := ./aggregate/... ./consumer/... ./store/... ./migrations/... ./cmd/...
 
-.PHONY: build run test unit integration fuzz vet clean check-unit check-docker
+.PHONY: build run test unit integration fuzz vet clean check-unit check-docker screenshots
 
 # .ci/postgres.sh may start a private PostgreSQL cluster and write its
 # DATABASE_URL into .ci/local.env; every command that needs the database reads
@@ -29,6 +29,14 @@ test: vet build
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
 	bash .ci/check-unit.sh $(BIN)
 	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
+
+# A PNG of each dashboard page (README "Dashboard") in screenshots/ (not committed), taken by
+# the browser test (headless Chromium, Debian's chromium) on the Auckland sample.
+screenshots:
+	@bash .ci/postgres.sh
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestDashboard$$' ./integration/ \
+	  -args -dashboard.screenshots $(CURDIR)/screenshots
+	@ls -1 screenshots/*.png
 
 # deploy/systemd/ovstream.service: systemd-analyze verify and security.
 check-unit: build

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -141,4 +142,16 @@ func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *da
 		return nil
 	}
 	return dash
+}
+
+// printDashboardHint tells how to open the dashboard on what the demo
+// wrote: the serve command (the database URL without its password) and the
+// address.
+func printDashboardHint(w io.Writer, binary, databaseURL, pipeline string) {
+	shown := describeDatabase(databaseURL)
+	fmt.Fprintf(w, "\nthe dashboard of this data (README \"Dashboard\"):\n  %s serve --database-url '%s' --pipeline %s\n", binary, shown, pipeline)
+	if len(databaseSecrets(databaseURL)) > 0 {
+		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
+	}
+	fmt.Fprintf(w, "then open http://127.0.0.1:8080/ in a browser (pages: delay, top, line, health)\n")
 }

@@ -162,6 +162,7 @@ func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {
 		return err
 	}
 	printReport(w, r, predictions, f.window)
+	printDashboardHint(w, os.Args[0], f.databaseURL, f.pipeline)
 	return nil
 }
 

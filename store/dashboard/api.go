@@ -35,16 +35,17 @@ func statsOf(s aggregate.Summary) Stats {
 // Query is what a page asked for, with the defaults filled in: the form
 // shows it.
 type Query struct {
-	Pipeline  string `json:"pipeline"`
-	TZ        string `json:"tz"`
-	From      string `json:"from,omitempty"` // RFC 3339 in TZ
-	To        string `json:"to,omitempty"`
-	Day       string `json:"day,omitempty"` // YYYY-MM-DD in TZ
-	Bucket    string `json:"bucket,omitempty"`
-	Dimension string `json:"dimension,omitempty"`
-	Line      string `json:"line,omitempty"`
-	MinEvents int64  `json:"min_events,omitempty"`
-	Top       int64  `json:"top,omitempty"`
+	Pipeline  string  `json:"pipeline"`
+	TZ        string  `json:"tz"`
+	From      string  `json:"from,omitempty"` // RFC 3339 in TZ
+	To        string  `json:"to,omitempty"`
+	Day       string  `json:"day,omitempty"` // YYYY-MM-DD in TZ
+	Bucket    string  `json:"bucket,omitempty"`
+	BucketS   float64 `json:"bucket_s,omitempty"` // the bucket's length, seconds (calendar buckets: at most)
+	Dimension string  `json:"dimension,omitempty"`
+	Line      string  `json:"line,omitempty"`
+	MinEvents int64   `json:"min_events,omitempty"`
+	Top       int64   `json:"top,omitempty"`
 }
 
 // Extent is where a pipeline's finalized windows lie, in the page's time zone.
@@ -122,11 +123,12 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 		if err != nil {
 			return err
 		}
-		bucket, name, err := chooseBucket(v.Get("bucket"), to.Sub(from), e.Window)
+		bucket, name, approx, err := chooseBucket(v.Get("bucket"), to.Sub(from), e.Window)
 		if err != nil {
 			return err
 		}
-		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339), Bucket: name}
+		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339),
+			Bucket: name, BucketS: approx.Seconds()}
 		out.Extent = e.json(loc)
 		if pipeline == "" {
 			return nil

@@ -178,45 +178,47 @@ func shortDuration(d time.Duration) string {
 }
 
 // chooseBucket returns the bucket parameter (auto, or what
-// rollup.ParseBucket reads except all) as a rollup bucket and its name. Auto
+// rollup.ParseBucket reads except all) as a rollup bucket, its name and its
+// approximate length (a month as 31 days: the longest). Auto
 // takes the window size, else the first of bucketChoices that gives at most
 // autoPoints buckets. Errors: an unknown bucket, all, a bucket shorter than
 // the window, or more than maxPoints buckets.
-func chooseBucket(param string, span, window time.Duration) (rollup.Bucket, string, error) {
+func chooseBucket(param string, span, window time.Duration) (rollup.Bucket, string, time.Duration, error) {
 	param = strings.TrimSpace(param)
 	points := func(d time.Duration) int64 { return int64((span + d - 1) / d) }
 	if param == "" || param == "auto" {
-		name := shortDuration(window)
+		param = shortDuration(window)
 		if points(window) > autoPoints {
 			for _, c := range bucketChoices {
-				name = c.name
+				param = c.name
 				if c.approx >= window && points(c.approx) <= autoPoints {
 					break
 				}
 			}
 		}
-		b, err := rollup.ParseBucket(name)
-		return b, name, err
 	}
 	b, err := rollup.ParseBucket(param)
 	if err != nil {
-		return b, "", badParam("bucket", "%v", err)
+		return b, "", 0, badParam("bucket", "%v", err)
 	}
 	if b == rollup.All {
-		return b, "", badParam("bucket", "want a bucket such as 15m, hour or day, or auto")
+		return b, "", 0, badParam("bucket", "want a bucket such as 15m, hour or day, or auto")
 	}
 	approx, ok := calendarApprox[b.String()]
 	if !ok {
 		approx, _ = time.ParseDuration(b.String()) // fixed bins: Every(d).String() is d
 	}
 	if approx > 0 && approx < window {
-		return b, "", badParam("bucket", "%s is shorter than the window size %s", param, shortDuration(window))
+		return b, "", 0, badParam("bucket", "%s is shorter than the window size %s", param, shortDuration(window))
 	}
 	if approx > 0 && points(approx) > maxPoints {
-		return b, "", badParam("bucket", "%s over %s gives %d points, more than %d: choose a larger bucket or a shorter range",
+		return b, "", 0, badParam("bucket", "%s over %s gives %d points, more than %d: choose a larger bucket or a shorter range",
 			param, span, points(approx), maxPoints)
 	}
-	return b, param, nil
+	if b.String() == "month" {
+		approx = 31 * 24 * time.Hour
+	}
+	return b, param, approx, nil
 }
 
 // calendarApprox are the calendar buckets' approximate lengths, by their

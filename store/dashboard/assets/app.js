@@ -152,13 +152,13 @@
   const wholeIncrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
 
   // timeChart draws the delay over time: P90, P50 and mean lines, the band
-  // between P50 and P90 filled. A gap in the buckets breaks the lines.
-  function timeChart(name, box, points, tz) {
+  // between P50 and P90 filled, over the range asked for. A bucket without
+  // events breaks the lines.
+  function timeChart(name, box, points, q) {
+    const tz = q.tz;
     const xs = [], p90 = [], p50 = [], mean = [];
-    let step = Infinity;
-    for (let i = 1; i < points.length; i++) step = Math.min(step, points[i].t - points[i - 1].t);
     points.forEach((p, i) => {
-      if (i > 0 && p.t - points[i - 1].t > 1.5 * step) {
+      if (i > 0 && p.t - points[i - 1].t > 1.5 * q.bucket_s) {
         xs.push((p.t + points[i - 1].t) / 2);
         p90.push(null), p50.push(null), mean.push(null);
       }
@@ -170,12 +170,13 @@
       width: width(box),
       height: 380,
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), tz),
-      scales: { x: { time: true } },
+      // The range asked for; a calendar bucket may start before it.
+      scales: { x: { time: true, range: [Math.min(Date.parse(q.from) / 1e3, xs[0]), Date.parse(q.to) / 1e3] } },
       series: [
         { label: "bucket start", value: (u, ts) => tf.full(ts) },
-        { label: "P90 (s)", stroke: colors.p90, width: 2, value, points: { show: points.length < 60 } },
-        { label: "P50 (s)", stroke: colors.p50, width: 2, value, points: { show: points.length < 60 } },
-        { label: "mean (s)", stroke: colors.mean, width: 1.5, dash: [6, 4], value, points: { show: false } },
+        { label: "P90 (s)", stroke: colors.p90, width: 2, value, points: { show: points.length < 60, size: 7 } },
+        { label: "P50 (s)", stroke: colors.p50, width: 2, value, points: { show: points.length < 60, size: 7 } },
+        { label: "mean (s)", stroke: colors.mean, width: 1.5, dash: [6, 4], value, points: { show: points.length < 60, size: 7 } },
       ],
       bands: [{ series: [1, 2], fill: "rgba(192, 57, 43, 0.13)" }],
       axes: [
@@ -274,7 +275,7 @@
     }
     const box = chartBox("delay-chart");
     c.append(box);
-    timeChart("delay", box, d.points, q.tz);
+    timeChart("delay", box, d.points, q);
     c.append(
       el("h2", {}, `Per bucket (${q.tz})`),
       table("delay-table", [{ title: "bucket start", get: (r) => localTime(r.start) }, ...statCols], d.points)
@@ -381,7 +382,8 @@
     const c = $("content");
     const dead = d.dead_letters.reduce((s, r) => s + r.total, 0);
     const lag = d.lag;
-    const lagSub = lag.known ? (lag.source === "run" ? "this instance's partitions, at its last poll" : "from Kafka's high water marks") : lag.note;
+    const lagSub = lag.known ? (lag.source === "run" ? "this instance's partitions, at its last poll" : "from Kafka's high water marks")
+      : (lag.note || "").replace(/^unknown: /, "");
     $("subtitle").textContent = d.claimed
       ? `Pipeline ${q.pipeline}: what the database holds of its progress${d.run ? ", and this instance's own view" : ""}. Times in ${q.tz}.`
       : `Pipeline ${q.pipeline} was never claimed: no run has started.`;
@@ -433,7 +435,9 @@
       left.append(noData("No dead letters."));
     }
     const known = lag.partitions.filter((p) => p.lag != null);
-    if (known.length > 0) {
+    if (known.length > 0 && known.every((p) => p.lag === 0)) {
+      right.append(noData(`Every partition is caught up (lag 0).`));
+    } else if (known.length > 0) {
       const box = chartBox("lag-chart");
       right.append(box);
       barChart("lag", box, known.map((p) => p.partition),
