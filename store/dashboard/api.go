@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -103,22 +104,37 @@ type Delay struct {
 	WithoutDistribution int64        `json:"without_distribution"` // rows written before migration 5, left out
 }
 
-func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
-	v := r.URL.Query()
-	loc, err := h.location(v)
-	if err != nil {
-		return nil, err
+// page is what every page's request starts from.
+type page struct {
+	v        url.Values
+	loc      *time.Location // the tz parameter's, else Config.Location
+	pipeline string         // "" when the database has none
+	extent   extent         // where the pipeline's windows lie
+}
+
+// withPage reads r's time zone, then, on a connection of the pool, its
+// pipeline and where that pipeline's windows lie, and runs f.
+func (h *Handler) withPage(ctx context.Context, r *http.Request, f func(s *store.Store, p page) error) error {
+	p := page{v: r.URL.Query()}
+	var err error
+	if p.loc, err = h.location(p.v); err != nil {
+		return err
 	}
+	return h.pool.do(ctx, func(s *store.Store) error {
+		if p.pipeline, err = h.pipelineParam(ctx, s, p.v); err != nil {
+			return err
+		}
+		if p.extent, err = pipelineExtent(ctx, s, p.pipeline); err != nil {
+			return err
+		}
+		return f(s, p)
+	})
+}
+
+func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 	out := &Delay{Points: []DelayPoint{}}
-	err = h.pool.do(ctx, func(s *store.Store) error {
-		pipeline, err := h.pipelineParam(ctx, s, v)
-		if err != nil {
-			return err
-		}
-		e, err := pipelineExtent(ctx, s, pipeline)
-		if err != nil {
-			return err
-		}
+	err := h.withPage(ctx, r, func(s *store.Store, p page) error {
+		v, loc, pipeline, e := p.v, p.loc, p.pipeline, p.extent
 		from, to, err := timeRange(v, loc, e, 24*time.Hour)
 		if err != nil {
 			return err
@@ -176,10 +192,6 @@ type Top struct {
 
 func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
 	v := r.URL.Query()
-	loc, err := h.location(v)
-	if err != nil {
-		return nil, err
-	}
 	dim := strings.TrimSpace(v.Get("dimension"))
 	switch dim {
 	case "":
@@ -197,15 +209,8 @@ func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	out := &Top{Rows: []Ranked{}}
-	err = h.pool.do(ctx, func(s *store.Store) error {
-		pipeline, err := h.pipelineParam(ctx, s, v)
-		if err != nil {
-			return err
-		}
-		e, err := pipelineExtent(ctx, s, pipeline)
-		if err != nil {
-			return err
-		}
+	err = h.withPage(ctx, r, func(s *store.Store, p page) error {
+		loc, pipeline, e := p.loc, p.pipeline, p.extent
 		day, err := dayParam(v.Get("day"), loc, e)
 		if err != nil {
 			return err
@@ -299,21 +304,9 @@ WHERE pipeline = $1 AND dimension = 'line' AND window_start >= $2 AND window_sta
 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 500`
 
 func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
-	v := r.URL.Query()
-	loc, err := h.location(v)
-	if err != nil {
-		return nil, err
-	}
 	out := &Line{Lines: []LineChoice{}, Hours: []HourStats{}}
-	err = h.pool.do(ctx, func(s *store.Store) error {
-		pipeline, err := h.pipelineParam(ctx, s, v)
-		if err != nil {
-			return err
-		}
-		e, err := pipelineExtent(ctx, s, pipeline)
-		if err != nil {
-			return err
-		}
+	err := h.withPage(ctx, r, func(s *store.Store, p page) error {
+		v, loc, pipeline, e := p.v, p.loc, p.pipeline, p.extent
 		from, to, err := timeRange(v, loc, e, 7*24*time.Hour)
 		if err != nil {
 			return err
