@@ -130,6 +130,7 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 	}
 
 	checkREADMEQueries(t, db)
+	checkGrafanaSQL(t, db)
 	t.Logf("done in %v", time.Since(started).Round(time.Second))
 }
 
