@@ -62,8 +62,9 @@ func noArgs(c *cobra.Command, args []string) error {
 	return nil
 }
 
-// newRoot builds the ovstream command with every registered command.
-func newRoot() *cobra.Command {
+// newRoot builds the ovstream command with every registered command, writing
+// to stdout and stderr.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ovstream",
 		Short: "Kafka streams of transit predictions into exact delay statistics in PostgreSQL",
@@ -82,9 +83,12 @@ func newRoot() *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().String(configFlag, "", "TOML `file` of settings: keys are flag names, at the top or under [COMMAND] (env OVSTREAM_CONFIG)")
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	for _, build := range builders {
 		root.AddCommand(build())
 	}
+	root.InitDefaultCompletionCmd() // ovstream completion bash|zsh|fish|powershell; after SetOut, which it keeps
 	root.SetFlagErrorFunc(flagError)
 	root.SetUsageTemplate(strings.TrimSuffix(root.UsageTemplate(), "\n") + "\n\n" +
 		"Every flag can also be set as OVSTREAM_<FLAG> in the environment or in the --config file\n" +
@@ -163,10 +167,8 @@ func editDistance(a, b string) int {
 // 3 fenced. A command reports its own failures; execute only prints usage
 // errors.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot()
+	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	c, err := root.ExecuteContextC(ctx)
 	var code exitCode
 	switch {

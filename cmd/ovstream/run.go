@@ -156,8 +156,16 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	if f.progress == 0 {
 		cfg.ProgressInterval = -1 // none
 	}
-	if f.progress < 0 {
-		return cfg, fmt.Errorf("--progress-interval %v: want a positive duration, or 0 for none", f.progress)
+	// Durations are checked for every command (checkValues); these take more.
+	switch {
+	case f.window < time.Second:
+		return cfg, fmt.Errorf("--window %v: want at least 1s", f.window)
+	case f.lease < time.Second:
+		return cfg, fmt.Errorf("--lease %v: want at least 1s", f.lease)
+	case f.startOffset != "earliest" && f.startOffset != "latest":
+		return cfg, fmt.Errorf("--start-offset %q: want earliest or latest", f.startOffset)
+	case f.onOutOfRange != "fail" && f.onOutOfRange != "earliest" && f.onOutOfRange != "latest":
+		return cfg, fmt.Errorf("--on-offset-out-of-range %q: want fail, earliest or latest", f.onOutOfRange)
 	}
 	if f.maxUncommitted <= 0 {
 		return cfg, fmt.Errorf("--max-uncommitted-messages %d: want a positive number", f.maxUncommitted)
@@ -182,6 +190,9 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	cfg.PredictionsTopic = strings.TrimSpace(topics[0])
 	if len(topics) == 2 {
 		cfg.PositionsTopic = strings.TrimSpace(topics[1])
+	}
+	if cfg.PredictionsTopic == cfg.PositionsTopic {
+		return cfg, fmt.Errorf("--topics %q: want PREDICTIONS_TOPIC,POSITIONS_TOPIC, two different topics or one of them", f.topics)
 	}
 	for _, s := range splitList(f.partitions) {
 		topic, n, ok := strings.Cut(s, ":")
