@@ -469,3 +469,46 @@ func TestCompletionScripts(t *testing.T) {
 		t.Errorf("__complete st: exit %d, %q", code, out)
 	}
 }
+
+// The config file example of README.md "Configuration" is valid for run
+// and status, and sets what it says.
+func TestReadmeConfigExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "## Configuration")
+	_, block, ok2 := strings.Cut(after, "```toml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no ```toml block under ## Configuration")
+	}
+	file := filepath.Join(t.TempDir(), "ovstream.toml")
+	if err := os.WriteFile(file, []byte(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for cmd, want := range map[string]map[string]string{
+		"run":    {"pipeline": "nl-ovapi", "allowed-lateness": "5m0s", "log-format": "json", "kafka-sasl-password": "...", "window": "5m0s"},
+		"status": {"pipeline": "nl-ovapi", "lease": "15s", "brokers": "kafka-1:9092,kafka-2:9092"},
+	} {
+		c, _, err := newRoot(io.Discard, io.Discard).Find([]string{cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ParseFlags([]string{"--config", file}); err != nil {
+			t.Fatal(err)
+		}
+		from, err := settle(c, func(string) (string, bool) { return "", false })
+		if err == nil {
+			err = checkValues(c.Flags(), from)
+		}
+		if err != nil {
+			t.Fatalf("%s with the README's config: %v", cmd, err)
+		}
+		for name, v := range want {
+			if got := c.Flags().Lookup(name).Value.String(); got != v {
+				t.Errorf("%s --%s = %q from the README's config, want %q", cmd, name, got, v)
+			}
+		}
+	}
+}
