@@ -83,3 +83,10 @@ clean:
 bench:
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) run ./integration/bench $(BENCHFLAGS)
+
+# deploy/prometheus/alerts.yml with promtool (Debian package prometheus): the
+# rules parse and their unit tests pass. make test runs the same checks.
+.PHONY: check-alerts
+check-alerts:
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml

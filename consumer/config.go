@@ -34,8 +34,10 @@ type Config struct {
 	// holds them (that instance is fenced at its next commit and exits).
 	Takeover bool
 
-	Window          time.Duration // tumbling window size; default 5m
-	AllowedLateness time.Duration // watermark = min partition max event time - this; default 2m
+	Window time.Duration // tumbling window size; default 5m
+	// AllowedLateness: watermark = min partition max event time - this;
+	// default 2m, NoLateness for none (Lateness returns the one in force).
+	AllowedLateness time.Duration
 	IdleTimeout     time.Duration // a caught-up partition quiet this long stops holding the watermark; default 30s
 	MaxFutureSkew   time.Duration // events later than wall clock + this are dead-lettered; default 5m
 	FlushInterval   time.Duration // time between commits; default 5s
@@ -90,6 +92,21 @@ type Config struct {
 	Now     func() time.Time // wall clock; nil = time.Now
 }
 
+// NoLateness is Config.AllowedLateness for an allowed lateness of zero: the
+// watermark is the minimum partition max event time itself. (A zero
+// AllowedLateness takes the default, so zero needs a value of its own; Run
+// validates its Config again, so the marker stays in the Config.)
+const NoLateness time.Duration = -1
+
+// Lateness returns the allowed lateness in force: AllowedLateness, or 0 for
+// NoLateness.
+func (c *Config) Lateness() time.Duration {
+	if c.AllowedLateness == NoLateness {
+		return 0
+	}
+	return c.AllowedLateness
+}
+
 // Validate fills in defaults and reports the first invalid setting.
 func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
@@ -107,13 +124,15 @@ func (c *Config) Validate() error {
 		}
 	}
 	def(&c.Window, 5*time.Minute)
-	def(&c.AllowedLateness, 2*time.Minute)
+	if c.AllowedLateness != NoLateness {
+		def(&c.AllowedLateness, 2*time.Minute)
+	}
 	def(&c.IdleTimeout, 30*time.Second)
 	def(&c.MaxFutureSkew, 5*time.Minute)
 	def(&c.FlushInterval, 5*time.Second)
 	def(&c.MetadataRefresh, time.Minute)
 	def(&c.ProgressInterval, DefaultProgressInterval)
-	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.AllowedLateness,
+	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.Lateness(),
 		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval,
 		"metadata refresh": c.MetadataRefresh} {
 		if d < 0 {

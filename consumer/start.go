@@ -85,7 +85,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 		return err
 	}
 	l.win = l.sp.newWindower(cfg.Window)
-	l.wm = aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, seed)
+	l.wm = aggregate.NewWatermark(cfg.Lateness(), cfg.IdleTimeout, seed)
 	l.wm.IdleFinalize(cfg.IdleFinalize)
 	l.led = NewLedger()
 	l.replayUntil = map[aggregate.PartitionID]int64{}

@@ -190,6 +190,7 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 			t.Errorf("%s = %v (present %t), want %v", k, got, ok, want)
 		}
 	}
+	checkDeployMetricNames(t, m) // deploy/prometheus and deploy/grafana name only these
 	if m["ovstream_commits_total"] < 1 || m["ovstream_windows_finalized_total"] < 1 || m["ovstream_open_windows"] < 1 {
 		t.Errorf("commits %v, windows finalized %v, open windows %v: want each >= 1", m["ovstream_commits_total"],
 			m["ovstream_windows_finalized_total"], m["ovstream_open_windows"])

@@ -124,6 +124,7 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 	}
 
 	checkREADMEQueries(t, db)
+	checkGrafanaSQL(t, db)
 	t.Logf("done in %v", time.Since(started).Round(time.Second))
 }
 
@@ -366,7 +367,7 @@ func TestReportFlags(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"report", "--help"}, 0, "usage: ovstream report"},
+		{[]string{"report", "--help"}, 0, "Usage:\n  ovstream report"},
 		{[]string{"report"}, 2, "--from and --to are required"},
 		{append(base, "--dimension", "route"), 2, `dimension "route"`},
 		{append(base, "--bucket", "fortnight"), 2, "--bucket"},
@@ -377,7 +378,7 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--json", "--csv"), 2, "choose one"},
 		{append(base, "--from", "yesterday"), 2, "--from"},
 		{append(base, "--to", "2016-05-18"), 2, "want from < to"},
-		{append(base, "--no-such-flag"), 2, "flag provided but not defined"},
+		{append(base, "--no-such-flag"), 2, "unknown flag: --no-such-flag"},
 		{base, 1, "ovstream report:"}, // good flags, no database there
 	} {
 		p := startOvstream(t, nil, tc.args...)

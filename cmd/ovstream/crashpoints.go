@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ovstream/ovstream/consumer/crashpoint"
 )
@@ -12,17 +15,16 @@ import (
 // binary knows, one per line, for the tests to check against what they drive.
 func init() {
 	if crashpoint.Enabled {
-		register("crashpoints", "list the crash points compiled in (tests only; see OVSTREAM_CRASHPOINT)", cmdCrashpoints)
+		register(newCrashpointsCmd)
 	}
 }
 
-func cmdCrashpoints(_ context.Context, args []string) int {
-	if len(args) > 0 {
-		fmt.Println("usage: ovstream crashpoints")
-		return exitUsage
-	}
-	for _, name := range crashpoint.Names {
-		fmt.Println(name)
-	}
-	return exitOK
+func newCrashpointsCmd() *cobra.Command {
+	return &cobra.Command{Use: "crashpoints", Short: "list the crash points compiled in (tests only; see OVSTREAM_CRASHPOINT)",
+		Args: noArgs, RunE: run(func(_ context.Context, stdout, _ io.Writer, _ []string) int {
+			for _, name := range crashpoint.Names {
+				fmt.Fprintln(stdout, name)
+			}
+			return exitOK
+		})}
 }

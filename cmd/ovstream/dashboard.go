@@ -3,64 +3,65 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/dashboard"
 )
 
-func init() {
-	register("serve", "the dashboard in the browser: delay charts, rankings, pipeline health", cmdServe)
-}
+func init() { register(newServeCmd) }
 
-const serveUsage = `usage: ovstream serve [--database-url URL] [--addr 127.0.0.1:8080] [--pipeline P] [--tz ZONE] [--brokers ADDRS]
-
-Serves the dashboard (README "Dashboard"): per pipeline the network delay over time
+const serveLong = `Serves the dashboard (README "Dashboard"): per pipeline the network delay over time
 (mean, P50, P90), the most delayed lines and stations of a day, one line's delay by
 hour of day, and the pipeline's health (lag, watermark, merge lag, dead letters, last
 commit). Every number is an exact rollup of the stored distributions; the pages and
 their charting library are in the binary and work offline. --brokers lets the health
-page read the lag from Kafka (else it says unknown). Until SIGINT or SIGTERM.
+page read the lag from Kafka (else it says unknown). Until SIGINT or SIGTERM.`
 
-flags:`
+// serveFlags are the flags of serve.
+type serveFlags struct {
+	ops      opsFlags
+	addr, tz string
+}
 
-func cmdServe(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	var o opsFlags
-	o.register(fs, false)
-	addr := fs.String("addr", "127.0.0.1:8080", "`host:port` to serve on (port 0: a free port, printed)")
-	tz := fs.String("tz", "UTC", "IANA time `zone` the pages start in, e.g. Pacific/Auckland (each page can change it)")
-	fs.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", ""), "Kafka bootstrap brokers for the health page's lag, comma-separated host:port (env KAFKA_BROKERS; empty: lag unknown)")
-	o.kafka.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), serveUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	stdout := newRedactingWriter(os.Stdout, o.secrets())
-	stderr := newRedactingWriter(os.Stderr, o.secrets())
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
-	loc, err := time.LoadLocation(*tz)
+func (f *serveFlags) register(fs *pflag.FlagSet) {
+	f.ops.register(fs, false)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to serve on (port 0: a free port, printed)")
+	fs.StringVar(&f.tz, "tz", "UTC", "IANA time `zone` the pages start in, e.g. Pacific/Auckland (each page can change it)")
+	fs.StringVar(&f.ops.brokers, "brokers", "", "Kafka bootstrap brokers for the health page's lag, comma-separated host:port (env KAFKA_BROKERS; empty: lag unknown)")
+	f.ops.kafka.register(fs)
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	c := &cobra.Command{Use: "serve", Short: "the dashboard in the browser: delay charts, rankings, pipeline health",
+		Long: serveLong, Args: noArgs,
+		Example: "  ovstream serve --pipeline demo --tz Pacific/Auckland   # then open http://127.0.0.1:8080/"}
+	f.register(c.Flags())
+	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+		return cmdServe(ctx, &f, stdout, stderr)
+	})
+	return c
+}
+
+// cmdServe serves the dashboard until the context is cancelled (SIGINT/SIGTERM).
+func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int {
+	o := &f.ops
+	stdout = newRedactingWriter(stdout, o.secrets())
+	stderr = newRedactingWriter(stderr, o.secrets())
+	loc, err := time.LoadLocation(f.tz)
 	if err != nil {
-		fmt.Fprintf(stderr, "serve: --tz %q: %v\n", *tz, err)
+		fmt.Fprintf(stderr, "serve: --tz %q: %v\n", f.tz, err)
 		return exitUsage
 	}
 	if _, err := o.kafka.consumerConfig(); err != nil {
@@ -85,9 +86,9 @@ func cmdServe(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream serve: PostgreSQL:", err)
 		return exitError
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		fmt.Fprintf(stderr, "ovstream serve: --addr %s: %v\n", *addr, err)
+		fmt.Fprintf(stderr, "ovstream serve: --addr %s: %v\n", f.addr, err)
 		return exitError
 	}
 	srv := &http.Server{Handler: dash, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 2 * time.Minute,

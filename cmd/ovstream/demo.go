@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/consumer/embedded"
 	"github.com/ovstream/ovstream/consumer/gtfsrt"
@@ -20,8 +21,44 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-func init() {
-	register("demo", "embedded broker + bundled real sample + run --drain + summary", cmdDemo)
+func init() { register(newDemoCmd) }
+
+// demoOmits are the run flags demo sets itself (the embedded broker, which
+// speaks plaintext only; --drain; --migrate): they are not demo's flags.
+var demoOmits = map[string]bool{"brokers": true, "drain": true, "migrate": true, "kafka-tls": true, "kafka-tls-ca": true,
+	"kafka-tls-cert": true, "kafka-tls-key": true, "kafka-tls-server-name": true, "kafka-sasl-mechanism": true,
+	"kafka-sasl-user": true, "kafka-sasl-password": true}
+
+// demoDefaults are run flags whose default the demo changes: the sample is
+// out of order by up to 294 s, so with 10m no event is late.
+var demoDefaults = map[string]string{"pipeline": "demo", "allowed-lateness": "10m", "flush-interval": "1s", "log-level": "warn"}
+
+func newDemoCmd() *cobra.Command {
+	var f runFlags
+	var data string
+	c := &cobra.Command{Use: "demo", Short: "embedded broker + bundled real sample + run --drain + summary", Args: noArgs,
+		Long: "Starts the embedded broker on a free port, produces the bundled real GTFS-realtime sample,\n" +
+			"applies migrations, runs with --drain and prints a summary. The flags are run's, with the\n" +
+			"demo's defaults; the broker, --drain and --migrate are the demo's own."}
+	all := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	f.register(all)
+	all.VisitAll(func(fl *pflag.Flag) {
+		if demoOmits[fl.Name] {
+			return
+		}
+		if def, ok := demoDefaults[fl.Name]; ok {
+			if err := fl.Value.Set(def); err != nil {
+				panic(err)
+			}
+			fl.DefValue = def
+		}
+		c.Flags().AddFlag(fl)
+	})
+	c.Flags().StringVar(&data, "data", "testdata", "folder holding the bundled samples")
+	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+		return cmdDemo(ctx, &f, data, stdout, stderr)
+	})
+	return c
 }
 
 // demoFeeds are the bundled real samples (testdata/README.md has their provenance).
@@ -36,46 +73,20 @@ var demoFeeds = []struct {
 	{"halifax-20251106", "HFX", "google_transit_trimmed.zip"},
 }
 
-func cmdDemo(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	var f runFlags
-	f.register(fs)
-	data := fs.String("data", "testdata", "folder holding the bundled samples")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ovstream demo [flags]\n\nStarts the embedded broker on a free port, produces the bundled real GTFS-realtime\n"+
-			"sample, applies migrations, runs with --drain and prints a summary. The run flags apply;\n"+
-			"the demo sets --pipeline demo, --allowed-lateness 10m (the sample is out of order by up to\n"+
-			"294 s, so no event is late) and --flush-interval 1s unless given.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if !set["pipeline"] {
-		f.pipeline = "demo"
-	}
-	if !set["allowed-lateness"] {
-		f.lateness = 10 * time.Minute
-	}
-	if !set["flush-interval"] {
-		f.flush = time.Second
-	}
-	if !set["log-level"] {
-		f.logLevel = "warn"
-	}
+// cmdDemo runs the demo with the settled flags f and the sample folder data.
+func cmdDemo(ctx context.Context, f *runFlags, data string, stdout, stderr io.Writer) int {
 	f.drain, f.migrate = true, true
 	if err := f.check(); err != nil { // before the broker starts and the sample is produced
-		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
+		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitUsage
 	}
+	stderr = newRedactingWriter(stderr, f.secrets())
 	if err := demoDatabase(ctx, f.databaseURL); err != nil { // before anything is produced
-		fmt.Fprintln(newRedactingWriter(os.Stderr, f.secrets()), "ovstream demo:", err)
+		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitError
 	}
-	if err := demo(ctx, os.Stdout, &f, *data); err != nil {
-		fmt.Fprintln(os.Stderr, "ovstream demo:", err)
+	if err := demo(ctx, stdout, stderr, f, data); err != nil {
+		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitError
 	}
 	return exitOK
@@ -101,7 +112,7 @@ func demoDatabase(ctx context.Context, databaseURL string) error {
 	return nil
 }
 
-func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {
+func demo(ctx context.Context, w, stderr io.Writer, f *runFlags, data string) error {
 	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0",
 		Topics: map[string]int32{"arrival_predictions": 6, "vehicle_positions": 3}})
 	if err != nil {
@@ -135,7 +146,7 @@ func demo(ctx context.Context, w io.Writer, f *runFlags, data string) error {
 			feed.dir, with, len(res.Predictions), len(res.Positions), res.Files, res.SkipSummary())
 	}
 
-	log, err := f.logger(os.Stderr)
+	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}

@@ -3,28 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/ovstream/ovstream/consumer/produce"
 	"github.com/ovstream/ovstream/store"
 )
 
-func init() {
-	register("dlq", "dead letters: list them, or replay them to a topic", cmdDLQ)
-}
+func init() { register(newDLQCmd) }
 
-const dlqUsage = `usage: ovstream dlq list   [--pipeline P] [--reason R] [--topic T] [--pending] [--limit N] [--json]
-       ovstream dlq replay [--pipeline P] --to TOPIC [--reason R] [--topic T] [--limit N]
-
-Both read the dead letters of one pipeline (--pipeline, default ovstream).
+const dlqLong = `Both read the dead letters of one pipeline (--pipeline, default ovstream).
 list prints the dead_letters rows by topic, partition and offset: reason, error,
 when stored and when replayed, the key and a preview of the value (--json: every
 column, key and value base64-encoded, byte for byte).
@@ -34,62 +29,65 @@ yet (idempotent producer, acks=all), with headers ovstream-dlq-source
 (topic/partition/offset) and ovstream-dlq-reason, and marks the rows replayed
 (dead_letters.replayed_at, replayed_to) once Kafka acknowledged them, so a second
 replay does not send them again. A crash between the acknowledgement and the
-database commit sends those rows again at the next replay (at least once).
+database commit sends those rows again at the next replay (at least once).`
 
-flags:`
+// dlqFlags are the flags of dlq list and dlq replay.
+type dlqFlags struct {
+	ops           opsFlags
+	reason, topic string
+	limit         int
+	pending, json bool   // list
+	to            string // replay
+}
 
-func cmdDLQ(ctx context.Context, args []string) int {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(os.Stderr, dlqUsage)
-			return exitOK
-		}
-		fmt.Fprintln(os.Stderr, dlqUsage)
-		return exitUsage
-	}
-	sub := args[0]
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
-	var o opsFlags
-	o.register(fs, sub == "replay")
-	reason := fs.String("reason", "", "only this `reason`: decode, future, late or rejected")
-	topic := fs.String("topic", "", "only dead letters of this source `topic`")
-	limit := fs.Int("limit", 0, "at most `N` rows (list: default 100; replay: default all)")
-	var pending, asJSON *bool
-	var to *string
+// register defines the flags of dlq SUB (list or replay).
+func (f *dlqFlags) register(fs *pflag.FlagSet, sub string) {
+	f.ops.register(fs, sub == "replay")
+	fs.StringVar(&f.reason, "reason", "", "only this `reason`: decode, future, late or rejected")
+	fs.StringVar(&f.topic, "topic", "", "only dead letters of this source `topic`")
+	fs.IntVar(&f.limit, "limit", 0, "at most `N` rows (list: default 100; replay: default all)")
 	if sub == "list" {
-		pending = fs.Bool("pending", false, "only rows not replayed yet")
-		asJSON = fs.Bool("json", false, "print one JSON object per line")
+		fs.BoolVar(&f.pending, "pending", false, "only rows not replayed yet")
+		fs.BoolVar(&f.json, "json", false, "print one JSON object per line")
 	} else {
-		to = fs.String("to", "", "`topic` to re-produce to (required)")
+		fs.StringVar(&f.to, "to", "", "`topic` to re-produce to (required)")
 	}
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), dlqUsage)
-		fs.PrintDefaults()
+}
+
+func newDLQCmd() *cobra.Command {
+	sub := func(name, short string) *cobra.Command {
+		var f dlqFlags
+		c := &cobra.Command{Use: name, Short: short, Long: dlqLong, Args: noArgs}
+		f.register(c.Flags(), name)
+		c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+			return cmdDLQ(ctx, name, &f, stdout, stderr)
+		})
+		return c
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	stdout := newRedactingWriter(os.Stdout, o.secrets())
-	stderr := newRedactingWriter(os.Stderr, o.secrets())
+	return group("dlq", "dead letters: list them, or replay them to a topic", dlqLong,
+		sub("list", "list the dead letters: reason, error, key, a value preview (--json: every column)"),
+		sub("replay", "re-produce the dead letters not replayed yet to --to TOPIC, and mark them replayed"))
+}
+
+// cmdDLQ lists (sub "list") or replays (sub "replay") dead letters.
+func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writer) int {
+	o := &f.ops
+	stdout = newRedactingWriter(stdout, o.secrets())
+	stderr = newRedactingWriter(stderr, o.secrets())
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "dlq %s: "+format+"\n", append([]any{sub}, a...)...)
 		return exitUsage
 	}
 	switch {
-	case fs.NArg() > 0:
-		return usageErr("unexpected arguments %q", fs.Args())
-	case *reason != "" && *reason != store.ReasonDecode && *reason != store.ReasonFuture && *reason != store.ReasonLate &&
-		*reason != store.ReasonRejected:
-		return usageErr("--reason %q: want decode, future, late or rejected", *reason)
-	case *limit < 0:
-		return usageErr("--limit %d: want 0 or more", *limit)
-	case sub == "replay" && *to == "":
+	case f.reason != "" && f.reason != store.ReasonDecode && f.reason != store.ReasonFuture && f.reason != store.ReasonLate &&
+		f.reason != store.ReasonRejected:
+		return usageErr("--reason %q: want decode, future, late or rejected", f.reason)
+	case f.limit < 0:
+		return usageErr("--limit %d: want 0 or more", f.limit)
+	case sub == "replay" && f.to == "":
 		return usageErr("--to TOPIC is required")
 	}
-	filter := store.DeadLetterFilter{Pipeline: o.pipeline, Reason: *reason, Topic: *topic, Limit: *limit}
+	filter := store.DeadLetterFilter{Pipeline: o.pipeline, Reason: f.reason, Topic: f.topic, Limit: f.limit}
 	st, err := openStoreQuick(ctx, o.databaseURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream dlq %s: %v\n", sub, err)
@@ -100,13 +98,13 @@ func cmdDLQ(ctx context.Context, args []string) int {
 		if filter.Limit == 0 {
 			filter.Limit = 100
 		}
-		filter.Pending = *pending
+		filter.Pending = f.pending
 		dls, err := st.DeadLetters(ctx, filter)
 		if err != nil {
 			fmt.Fprintln(stderr, "ovstream dlq list:", err)
 			return exitError
 		}
-		if *asJSON {
+		if f.json {
 			err = listJSON(stdout, dls)
 		} else {
 			listText(stdout, dls)
@@ -127,7 +125,7 @@ func cmdDLQ(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream dlq replay:", err)
 		return exitError
 	}
-	n, err := st.ReplayDeadLetters(ctx, filter, *to, func(dls []store.StoredDeadLetter) ([]bool, error) {
+	n, err := st.ReplayDeadLetters(ctx, filter, f.to, func(dls []store.StoredDeadLetter) ([]bool, error) {
 		acked := make([]bool, len(dls))
 		var mu sync.Mutex
 		i := 0
@@ -137,7 +135,7 @@ func cmdDLQ(ctx context.Context, args []string) int {
 			}
 			d, idx := dls[i], i
 			i++
-			return produce.Message{Topic: *to, Key: d.Key, Value: d.Value,
+			return produce.Message{Topic: f.to, Key: d.Key, Value: d.Value,
 				Headers: []produce.Header{
 					{Key: []byte("ovstream-dlq-source"), Value: []byte(d.Topic + "/" + strconv.Itoa(int(d.Partition)) + "/" + strconv.FormatInt(d.Offset, 10))},
 					{Key: []byte("ovstream-dlq-reason"), Value: []byte(d.Reason)},
@@ -152,7 +150,7 @@ func cmdDLQ(ctx context.Context, args []string) int {
 		defer mu.Unlock()
 		return acked, err
 	})
-	fmt.Fprintf(stdout, "replayed %d dead letters to %s\n", n, *to)
+	fmt.Fprintf(stdout, "replayed %d dead letters to %s\n", n, f.to)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream dlq replay:", err)
 		return exitError

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,11 +11,14 @@ import (
 	"syscall"
 
 	"github.com/IBM/sarama"
+	"github.com/spf13/pflag"
 	"github.com/xdg-go/scram"
 )
 
-// saslPasswordEnv holds the SASL password: never a flag, so it shows up in
-// neither `ps` nor shell history, and it is never logged.
+// saslPasswordEnv holds the SASL password (so does OVSTREAM_KAFKA_SASL_PASSWORD,
+// which wins, and the key kafka-sasl-password of the --config file): never the
+// command line, so it shows up in neither `ps` nor shell history, and it is
+// never logged.
 const saslPasswordEnv = "KAFKA_SASL_PASSWORD"
 
 // kafkaFlags are the Kafka security flags shared by run, demo, produce,
@@ -27,9 +29,10 @@ type kafkaFlags struct {
 	tlsServerName          string
 	saslMechanism          string
 	saslUser               string
+	saslPassword           string // environment or config file only (secretFlag)
 }
 
-func (k *kafkaFlags) register(fs *flag.FlagSet) {
+func (k *kafkaFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&k.tls, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
 	fs.StringVar(&k.tlsCA, "kafka-tls-ca", "", "PEM `file` of the CA certificates that sign the brokers' certificates (default: the system pool)")
 	fs.StringVar(&k.tlsCert, "kafka-tls-cert", "", "PEM `file` of the client certificate, for mutual TLS (with --kafka-tls-key)")
@@ -37,10 +40,12 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.tlsServerName, "kafka-tls-server-name", "", "`name` the brokers' certificates must carry (default: the host of each broker address)")
 	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from env "+saslPasswordEnv+" only)")
 	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL `user` name")
+	fs.StringVar(&k.saslPassword, "kafka-sasl-password", "", "SASL password: from env "+saslPasswordEnv+" or the --config file only")
+	secretFlag(fs, "kafka-sasl-password")
 }
 
-// password returns the SASL password from the environment.
-func (k *kafkaFlags) password() string { return os.Getenv(saslPasswordEnv) }
+// password returns the SASL password (from the environment or the config file).
+func (k *kafkaFlags) password() string { return k.saslPassword }
 
 // apply adds TLS and SASL to c. Errors name flags and files, never the password.
 func (k *kafkaFlags) apply(c *sarama.Config) error {
@@ -64,7 +69,7 @@ func (k *kafkaFlags) apply(c *sarama.Config) error {
 	}
 	pw := k.password()
 	if pw == "" {
-		return fmt.Errorf("--kafka-sasl-mechanism %s needs the password in env %s", mech, saslPasswordEnv)
+		return fmt.Errorf("--kafka-sasl-mechanism %s needs the password in env %s (or kafka-sasl-password in the --config file)", mech, saslPasswordEnv)
 	}
 	c.Net.SASL.Enable = true
 	c.Net.SASL.Handshake = true
@@ -164,7 +169,7 @@ func kafkaPreflight(brokers []string, c *sarama.Config) error {
 	for _, addr := range brokers {
 		b := sarama.NewBroker(addr)
 		if err := b.Open(c); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", addr, unprefixed{err}))
 			continue
 		}
 		ok, err := b.Connected() // waits for the dial, the TLS handshake and SASL
@@ -181,7 +186,15 @@ func kafkaPreflight(brokers []string, c *sarama.Config) error {
 			err = fmt.Errorf("%w (the broker closed the connection during TLS or SASL %s authentication: "+
 				"check --kafka-sasl-user, %s and the --kafka-tls-* flags)", err, c.Net.SASL.Mechanism, saslPasswordEnv)
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		errs = append(errs, fmt.Errorf("%s: %w", addr, unprefixed{err}))
 	}
 	return fmt.Errorf("kafka: cannot connect: %w", errors.Join(errs...))
 }
+
+// unprefixed is a sarama error without its leading "kafka: ", for wrapping in
+// a message that already starts with it (no "kafka: ...: kafka: ...").
+type unprefixed struct{ error }
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.error.Error(), "kafka: ") }
+
+func (u unprefixed) Unwrap() error { return u.error }

@@ -3,127 +3,123 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/migrations"
 )
 
-func init() {
-	register("migrate", "apply or inspect the schema: migrate up|down|version|force", cmdMigrate)
-}
+func init() { register(newMigrateCmd) }
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"
 
-const migrateUsage = `usage: ovstream migrate [flags] up|down|version|force V
+// migrateFlags are the flags of migrate's subcommands.
+type migrateFlags struct {
+	databaseURL string
+	yes         bool // down only
+}
 
-  up        apply every migration this binary holds (an up-to-date schema is a success)
-  version   print the schema version and whether it is dirty (0 = no migration applied)
-  down      revert every migration: DROPS ALL ovstream TABLES AND THEIR DATA; needs --yes
-  force V   record version V as applied and clean WITHOUT running SQL (0 = none applied):
-            the repair after a migration failed half-way; check the tables first
+// register defines the flag every migrate subcommand takes (before or after
+// the subcommand's name).
+func (f *migrateFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
+}
 
-flags:
-`
+func newMigrateCmd() *cobra.Command {
+	var f migrateFlags
+	sub := func(use, short string, args cobra.PositionalArgs, a func(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, args []string) int) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, Args: args,
+			RunE: run(func(ctx context.Context, stdout, stderr io.Writer, args []string) int {
+				return a(ctx, &f, stdout, newRedactingWriter(stderr, databaseSecrets(f.databaseURL)), args)
+			})}
+	}
+	down := sub("down", "revert every migration: DROPS ALL ovstream TABLES AND THEIR DATA; needs --yes", noArgs, migrateDown)
+	down.Flags().BoolVar(&f.yes, "yes", false, "confirm `down`, which drops all data (command line only)")
+	cliOnly(down.Flags(), "yes")
+	c := group("migrate", "apply or inspect the schema: migrate up|down|version|force",
+		"The schema, from the migrations embedded in the binary.",
+		sub("up", "apply every migration this binary holds (an up-to-date schema is a success)", noArgs, migrateUp),
+		down,
+		sub("version", "print the schema version and whether it is dirty (0 = no migration applied)", noArgs, migrateVersion),
+		sub("force V", "record version V as applied and clean WITHOUT running SQL (0 = none applied): the repair "+
+			"after a migration failed half-way; check the tables first", versionArg, migrateForce))
+	f.register(c.PersistentFlags())
+	return c
+}
 
-func cmdMigrate(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), migrateUsage)
-		fs.PrintDefaults()
+// versionArg is the one argument of migrate force.
+func versionArg(c *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want one argument, the version V (got %d)", len(args))
 	}
-	dbURL := fs.String("database-url", envOr("DATABASE_URL", defaultDatabaseURL),
-		"PostgreSQL URL (env DATABASE_URL)")
-	yes := fs.Bool("yes", false, "confirm `down`, which drops all data")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if _, err := strconv.ParseUint(args[0], 10, 0); err != nil {
+		return fmt.Errorf("version %q is not a number >= 0", args[0])
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return exitUsage
-	}
-	sub := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil { // flags may follow the subcommand
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	rest := fs.Args()
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "ovstream migrate %s: %v\n", sub, err)
-		return exitError
-	}
-	wantArgs := 0
-	if sub == "force" {
-		wantArgs = 1
-	}
-	if len(rest) != wantArgs {
-		fmt.Fprintf(os.Stderr, "ovstream migrate %s: unexpected arguments %q\n", sub, rest)
-		fs.Usage()
-		return exitUsage
-	}
+	return nil
+}
 
-	switch sub {
-	case "up":
-		before, _, err := migrations.Version(ctx, *dbURL)
-		if err != nil {
-			return fail(err)
-		}
-		if err := migrations.Up(ctx, *dbURL); err != nil {
-			return fail(err)
-		}
-		after, _, err := migrations.Version(ctx, *dbURL)
-		if err != nil {
-			return fail(err)
-		}
-		if after == before {
-			fmt.Printf("schema at version %d (no change)\n", after)
-		} else {
-			fmt.Printf("schema at version %d (was %d)\n", after, before)
-		}
-	case "down":
-		if !*yes {
-			fmt.Fprintln(os.Stderr, "ovstream migrate down: this drops every ovstream table and ALL data; add --yes to confirm")
-			return exitUsage
-		}
-		if err := migrations.Down(ctx, *dbURL); err != nil {
-			return fail(err)
-		}
-		fmt.Println("schema at version 0 (every ovstream table dropped)")
-	case "version":
-		v, dirty, err := migrations.Version(ctx, *dbURL)
-		if err != nil {
-			return fail(err)
-		}
-		fmt.Printf("schema at version %d, dirty=%t (this binary needs %d)\n", v, dirty, migrations.Latest())
-		if err := migrations.Check(ctx, *dbURL); err != nil {
-			var se *migrations.SchemaError
-			if errors.As(err, &se) {
-				fmt.Println(se.Error())
-			} else {
-				return fail(err)
-			}
-		}
-	case "force":
-		v, err := strconv.ParseUint(rest[0], 10, 0)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ovstream migrate force: version %q is not a number >= 0\n", rest[0])
-			return exitUsage
-		}
-		if err := migrations.Force(ctx, *dbURL, uint(v)); err != nil {
-			return fail(err)
-		}
-		fmt.Printf("schema marked as version %d, clean; now run `ovstream migrate up`\n", v)
-	default:
-		fmt.Fprintf(os.Stderr, "ovstream migrate: unknown subcommand %q\n", sub)
-		fs.Usage()
-		return exitUsage
+func migrateUp(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, _ []string) int {
+	before, _, err := migrations.Version(ctx, f.databaseURL)
+	if err == nil {
+		err = migrations.Up(ctx, f.databaseURL)
+	}
+	var after uint
+	if err == nil {
+		after, _, err = migrations.Version(ctx, f.databaseURL)
+	}
+	if err != nil {
+		return migrateFailed(stderr, "up", err)
+	}
+	if after == before {
+		fmt.Fprintf(stdout, "schema at version %d (no change)\n", after)
+	} else {
+		fmt.Fprintf(stdout, "schema at version %d (was %d)\n", after, before)
 	}
 	return exitOK
+}
+
+func migrateDown(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, _ []string) int {
+	if !f.yes {
+		fmt.Fprintln(stderr, "ovstream migrate down: this drops every ovstream table and ALL data; add --yes to confirm")
+		return exitUsage
+	}
+	if err := migrations.Down(ctx, f.databaseURL); err != nil {
+		return migrateFailed(stderr, "down", err)
+	}
+	fmt.Fprintln(stdout, "schema at version 0 (every ovstream table dropped)")
+	return exitOK
+}
+
+func migrateVersion(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, _ []string) int {
+	v, dirty, err := migrations.Version(ctx, f.databaseURL)
+	if err != nil {
+		return migrateFailed(stderr, "version", err)
+	}
+	fmt.Fprintf(stdout, "schema at version %d, dirty=%t (this binary needs %d)\n", v, dirty, migrations.Latest())
+	if err := migrations.Check(ctx, f.databaseURL); err != nil {
+		var se *migrations.SchemaError
+		if !errors.As(err, &se) {
+			return migrateFailed(stderr, "version", err)
+		}
+		fmt.Fprintln(stdout, se.Error())
+	}
+	return exitOK
+}
+
+func migrateForce(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, args []string) int {
+	v, _ := strconv.ParseUint(args[0], 10, 0) // checked by versionArg
+	if err := migrations.Force(ctx, f.databaseURL, uint(v)); err != nil {
+		return migrateFailed(stderr, "force", err)
+	}
+	fmt.Fprintf(stdout, "schema marked as version %d, clean; now run `ovstream migrate up`\n", v)
+	return exitOK
+}
+
+func migrateFailed(stderr io.Writer, sub string, err error) int {
+	fmt.Fprintf(stderr, "ovstream migrate %s: %v\n", sub, err)
+	return exitError
 }

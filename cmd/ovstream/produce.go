@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,24 +10,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/ovstream/ovstream/consumer/gtfsrt"
 	"github.com/ovstream/ovstream/consumer/gtfsstatic"
 	"github.com/ovstream/ovstream/consumer/produce"
 )
 
-func init() {
-	register("produce", "load GTFS-realtime files or JSONL lines into the topics", cmdProduce)
-}
+func init() { register(newProduceCmd) }
 
-// pathsFlag collects a repeatable path flag.
-type pathsFlag []string
+const produceExample = `  ovstream produce [flags] [--gtfs-static ZIP_OR_DIR] --gtfs-rt PATH [PATH...]
+  ovstream produce [flags] [--gtfs-static ZIP_OR_DIR] --gtfs-rt-url URL [--gtfs-rt-url URL...] [--interval 30s] [--polls N]
+  ovstream produce [flags] --jsonl FILE --topic TOPIC`
 
-func (p *pathsFlag) String() string     { return strings.Join(*p, ",") }
-func (p *pathsFlag) Set(s string) error { *p = append(*p, s); return nil }
-
-const produceUsage = `usage: ovstream produce [flags] [--gtfs-static ZIP_OR_DIR] --gtfs-rt PATH [PATH...]
-       ovstream produce [flags] [--gtfs-static ZIP_OR_DIR] --gtfs-rt-url URL [--gtfs-rt-url URL...] [--interval 30s] [--polls N]
-       ovstream produce [flags] --jsonl FILE --topic TOPIC
+const produceLong = `Loads GTFS-realtime files, live GTFS-realtime feeds or JSONL lines into the topics.
 
 GTFS-realtime: each PATH is a FeedMessage file or a folder searched recursively
 for *.pb files; --gtfs-rt may be repeated, and paths given without a flag are
@@ -67,111 +63,112 @@ not, to TOPIC; its key is the line's trip_id (vehicle_id first when TOPIC is the
 positions topic), or none.
 
 The producer is idempotent with acks=all; the command returns once every record
-is acknowledged. Exit 1 when something is refused or fails.
+is acknowledged. Exit 1 when something is refused or fails.`
 
-flags:`
+// produceFlags are the flags of produce.
+type produceFlags struct {
+	brokers                      string
+	gtfsPaths, feedURLs, headers []string
+	interval, httpTimeout        time.Duration
+	httpAttempts, polls          int
+	retention, progressEvery     time.Duration
+	operator, staticPath         string
+	predTopic, posTopic          string
+	jsonlFile, topic             string
+	kafka                        kafkaFlags
+}
+
+func (f *produceFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated `host:port` (env KAFKA_BROKERS)")
+	fs.StringArrayVar(&f.gtfsPaths, "gtfs-rt", nil, "GTFS-realtime `path` (file or folder of *.pb), repeatable")
+	fs.StringArrayVar(&f.feedURLs, "gtfs-rt-url", nil, "live GTFS-realtime feed `URL` to poll, repeatable")
+	fs.DurationVar(&f.interval, "interval", 30*time.Second, "time between the starts of two polls (--gtfs-rt-url)")
+	fs.DurationVar(&f.httpTimeout, "http-timeout", 20*time.Second, "timeout of one HTTP request, body included (--gtfs-rt-url)")
+	fs.IntVar(&f.httpAttempts, "http-attempts", 3, "tries per URL and poll on network errors, timeouts, 5xx, 429 (--gtfs-rt-url)")
+	fs.IntVar(&f.polls, "polls", 0, "stop after `N` polls (0: until SIGTERM) (--gtfs-rt-url)")
+	fs.DurationVar(&f.retention, "retention", gtfsrt.DefaultRetention, "how long a key absent from the feed is remembered for the once-only rule (--gtfs-rt-url)")
+	fs.StringArrayVar(&f.headers, "http-header", nil, "`'Name: value'` header for every feed request (API keys), repeatable; never printed")
+	f.kafka.register(fs)
+	fs.StringVar(&f.operator, "operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
+	fs.StringVar(&f.staticPath, "gtfs-static", "", "the agency's static GTFS feed (`zip or folder`): delays for updates that give only a predicted time, and names")
+	fs.StringVar(&f.predTopic, "predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
+	fs.StringVar(&f.posTopic, "positions-topic", "vehicle_positions", "`topic` for vehicle positions")
+	fs.StringVar(&f.jsonlFile, "jsonl", "", "JSONL `file` to produce line by line (\"-\" = stdin)")
+	fs.StringVar(&f.topic, "topic", "", "`topic` for --jsonl")
+	fs.DurationVar(&f.progressEvery, "progress-interval", 10*time.Second, "--gtfs-rt: time between two progress lines on stderr, one per file read (0: every file)")
+	zeroMeans(fs, "progress-interval", "a line for every file")
+}
+
+func newProduceCmd() *cobra.Command {
+	var f produceFlags
+	c := &cobra.Command{Use: "produce [PATH...]", Short: "load GTFS-realtime files or JSONL lines into the topics",
+		Long: produceLong, Example: produceExample, Args: cobra.ArbitraryArgs}
+	f.register(c.Flags())
+	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, args []string) int {
+		f.gtfsPaths = append(f.gtfsPaths, args...) // paths given without a flag are --gtfs-rt paths
+		return cmdProduce(ctx, &f, stdout, stderr)
+	})
+	return c
+}
 
 // cmdProduce produces GTFS-realtime files or JSONL lines.
-func cmdProduce(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), produceUsage)
-		fs.PrintDefaults()
-	}
-	var gtfsPaths pathsFlag
-	brokers := fs.String("brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka bootstrap brokers, comma-separated `host:port` (env KAFKA_BROKERS)")
-	fs.Var(&gtfsPaths, "gtfs-rt", "GTFS-realtime `path` (file or folder of *.pb), repeatable")
-	var feedURLs, httpHeaders pathsFlag
-	fs.Var(&feedURLs, "gtfs-rt-url", "live GTFS-realtime feed `URL` to poll, repeatable")
-	interval := fs.Duration("interval", 30*time.Second, "time between the starts of two polls (--gtfs-rt-url)")
-	httpTimeout := fs.Duration("http-timeout", 20*time.Second, "timeout of one HTTP request, body included (--gtfs-rt-url)")
-	httpAttempts := fs.Int("http-attempts", 3, "tries per URL and poll on network errors, timeouts, 5xx, 429 (--gtfs-rt-url)")
-	polls := fs.Int("polls", 0, "stop after `N` polls (0: until SIGTERM) (--gtfs-rt-url)")
-	retention := fs.Duration("retention", gtfsrt.DefaultRetention, "how long a key absent from the feed is remembered for the once-only rule (--gtfs-rt-url)")
-	fs.Var(&httpHeaders, "http-header", "`'Name: value'` header for every feed request (API keys), repeatable; never printed")
-	var kafka kafkaFlags
-	kafka.register(fs)
-	operator := fs.String("operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
-	staticPath := fs.String("gtfs-static", "", "the agency's static GTFS feed (`zip or folder`): delays for updates that give only a predicted time, and names")
-	predTopic := fs.String("predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
-	posTopic := fs.String("positions-topic", "vehicle_positions", "`topic` for vehicle positions")
-	jsonlFile := fs.String("jsonl", "", "JSONL `file` to produce line by line (\"-\" = stdin)")
-	topic := fs.String("topic", "", "`topic` for --jsonl")
-	progressEvery := fs.Duration("progress-interval", 10*time.Second, "--gtfs-rt: time between two progress lines on stderr, one per file read (0: every file)")
-
-	// Flags may follow paths: parse, take one positional, go on.
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
-			}
-			return exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		gtfsPaths = append(gtfsPaths, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-
+func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) int {
 	var brokerList []string
-	for _, b := range strings.Split(*brokers, ",") {
+	for _, b := range strings.Split(f.brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			brokerList = append(brokerList, b)
 		}
 	}
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "produce: "+format+"\n", a...)
-		fmt.Fprintln(os.Stderr, "Run 'ovstream produce -h' for usage.")
+		fmt.Fprintf(stderr, "produce: "+format+"\n", a...)
 		return exitUsage
 	}
 	switch {
 	case len(brokerList) == 0:
 		return usageErr("no brokers (--brokers or KAFKA_BROKERS)")
-	case btoi(*jsonlFile != "")+btoi(len(gtfsPaths) > 0)+btoi(len(feedURLs) > 0) > 1:
+	case btoi(f.jsonlFile != "")+btoi(len(f.gtfsPaths) > 0)+btoi(len(f.feedURLs) > 0) > 1:
 		return usageErr("give one of --gtfs-rt paths, --gtfs-rt-url or --jsonl")
-	case *jsonlFile == "" && len(gtfsPaths) == 0 && len(feedURLs) == 0:
+	case f.jsonlFile == "" && len(f.gtfsPaths) == 0 && len(f.feedURLs) == 0:
 		return usageErr("nothing to produce: give --gtfs-rt PATH, --gtfs-rt-url URL or --jsonl FILE --topic TOPIC")
-	case *progressEvery < 0:
-		return usageErr("--progress-interval %v: want 0 (every file) or a positive duration", *progressEvery)
-	case *interval <= 0 || *httpTimeout <= 0 || *httpAttempts < 1 || *polls < 0:
-		return usageErr("--interval and --http-timeout must be positive, --http-attempts at least 1, --polls 0 or more")
-	case *jsonlFile != "" && *topic == "":
+	case f.httpAttempts < 1:
+		return usageErr("--http-attempts %d: want 1 or more", f.httpAttempts)
+	case f.polls < 0:
+		return usageErr("--polls %d: want 0 (until SIGTERM) or more", f.polls)
+	case f.jsonlFile != "" && f.topic == "":
 		return usageErr("--jsonl needs --topic")
-	case *jsonlFile == "" && *topic != "":
+	case f.jsonlFile == "" && f.topic != "":
 		return usageErr("--topic is for --jsonl; GTFS-realtime uses --predictions-topic and --positions-topic")
-	case *jsonlFile != "" && *staticPath != "":
+	case f.jsonlFile != "" && f.staticPath != "":
 		return usageErr("--gtfs-static is for --gtfs-rt and --gtfs-rt-url")
 	}
-	opt := gtfsrt.Options{Operator: *operator}
-	if *staticPath != "" {
-		sched, err := gtfsstatic.Load(*staticPath)
+	opt := gtfsrt.Options{Operator: f.operator}
+	if f.staticPath != "" {
+		sched, err := gtfsstatic.Load(f.staticPath)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "ovstream produce:", err)
+			fmt.Fprintln(stderr, "ovstream produce:", err)
 			return exitError
 		}
 		st := sched.Stats()
-		fmt.Printf("static GTFS %s: %d trips, %d stop times, %d services, time zone %s\n",
-			*staticPath, st.Trips, st.StopTimes, st.Services, st.TimeZone)
+		fmt.Fprintf(stdout, "static GTFS %s: %d trips, %d stop times, %d services, time zone %s\n",
+			f.staticPath, st.Trips, st.StopTimes, st.Services, st.TimeZone)
 		opt.Schedule = sched
 	}
 	sc := produce.NewSaramaConfig("")
-	if err := kafka.apply(sc); err != nil {
+	if err := f.kafka.apply(sc); err != nil {
 		return usageErr("%v", err)
 	}
 	cfg := produce.Config{Brokers: brokerList, Sarama: sc}
-	stderr := newRedactingWriter(os.Stderr, spellings(kafka.secrets()))
-	if len(feedURLs) == 0 { // a live poller starts anyway: it keeps records until Kafka is back
+	stderr = newRedactingWriter(stderr, spellings(f.kafka.secrets()))
+	if len(f.feedURLs) == 0 { // a live poller starts anyway: it keeps records until Kafka is back
 		if err := kafkaPreflight(brokerList, sc); err != nil {
 			fmt.Fprintln(stderr, "ovstream produce:", err)
 			return exitError
 		}
 	}
 
-	if len(feedURLs) > 0 {
+	if len(f.feedURLs) > 0 {
 		header := http.Header{}
-		for _, h := range httpHeaders {
+		for _, h := range f.headers {
 			name, value, ok := strings.Cut(h, ":")
 			if !ok || strings.TrimSpace(name) == "" {
 				return usageErr("--http-header: want 'Name: value'")
@@ -179,10 +176,10 @@ func cmdProduce(ctx context.Context, args []string) int {
 			header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 		}
 		err := produce.Poll(ctx, produce.PollConfig{
-			URLs: feedURLs, Interval: *interval, Timeout: *httpTimeout, Attempts: *httpAttempts, Polls: *polls,
-			Header: header, Options: opt, Retention: *retention,
-			Topics: produce.Topics{Predictions: *predTopic, Positions: *posTopic}, Producer: cfg,
-			Progress: func(r produce.PollReport) { fmt.Println(pollLine(r)) },
+			URLs: f.feedURLs, Interval: f.interval, Timeout: f.httpTimeout, Attempts: f.httpAttempts, Polls: f.polls,
+			Header: header, Options: opt, Retention: f.retention,
+			Topics: produce.Topics{Predictions: f.predTopic, Positions: f.posTopic}, Producer: cfg,
+			Progress: func(r produce.PollReport) { fmt.Fprintln(stdout, pollLine(r)) },
 		})
 		if err != nil && !errors.Is(err, context.Canceled) {
 			fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
@@ -191,44 +188,44 @@ func cmdProduce(ctx context.Context, args []string) int {
 		return exitOK
 	}
 
-	if *jsonlFile != "" {
+	if f.jsonlFile != "" {
 		var r io.Reader = os.Stdin
-		if *jsonlFile != "-" {
-			f, err := os.Open(*jsonlFile)
+		if f.jsonlFile != "-" {
+			file, err := os.Open(f.jsonlFile)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "produce: %v\n", err)
+				fmt.Fprintf(stderr, "produce: %v\n", err)
 				return exitError
 			}
-			defer f.Close()
-			r = f
+			defer file.Close()
+			r = file
 		}
-		jc, err := produce.JSONL(ctx, cfg, r, *topic, produce.KeyFields(*topic == *posTopic))
-		fmt.Printf("produced %d lines of %s to %s; skipped: %d empty lines; %d produced without a key (no trip_id/vehicle_id string or not JSON)",
-			jc.Produced, *jsonlFile, *topic, jc.Empty, jc.NoKey)
+		jc, err := produce.JSONL(ctx, cfg, r, f.topic, produce.KeyFields(f.topic == f.posTopic))
+		fmt.Fprintf(stdout, "produced %d lines of %s to %s; skipped: %d empty lines; %d produced without a key (no trip_id/vehicle_id string or not JSON)",
+			jc.Produced, f.jsonlFile, f.topic, jc.Empty, jc.NoKey)
 		if jc.Failed > 0 {
-			fmt.Printf("; %d failed", jc.Failed)
+			fmt.Fprintf(stdout, "; %d failed", jc.Failed)
 		}
-		fmt.Println()
+		fmt.Fprintln(stdout)
 		if err != nil {
-			fmt.Fprintf(stderr, "ovstream produce: %s: %v\n", *jsonlFile, err)
+			fmt.Fprintf(stderr, "ovstream produce: %s: %v\n", f.jsonlFile, err)
 			return exitError
 		}
 		return exitOK
 	}
 
-	opt.OnFile = fileProgress(os.Stderr, *progressEvery)
-	res, err := gtfsrt.Load(gtfsPaths, opt)
+	opt.OnFile = fileProgress(stderr, f.progressEvery)
+	res, err := gtfsrt.Load(f.gtfsPaths, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
 		return exitError
 	}
-	counts, err := produce.GTFSRT(ctx, cfg, res, produce.Topics{Predictions: *predTopic, Positions: *posTopic})
-	fmt.Printf("produced %d predictions to %s, %d positions to %s from %d files; skipped: %s",
-		counts.Produced(*predTopic), *predTopic, counts.Produced(*posTopic), *posTopic, res.Files, res.SkipSummary())
+	counts, err := produce.GTFSRT(ctx, cfg, res, produce.Topics{Predictions: f.predTopic, Positions: f.posTopic})
+	fmt.Fprintf(stdout, "produced %d predictions to %s, %d positions to %s from %d files; skipped: %s",
+		counts.Produced(f.predTopic), f.predTopic, counts.Produced(f.posTopic), f.posTopic, res.Files, res.SkipSummary())
 	if n := counts.Failed(); n > 0 {
-		fmt.Printf("; %d failed", n)
+		fmt.Fprintf(stdout, "; %d failed", n)
 	}
-	fmt.Println()
+	fmt.Fprintln(stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
 		return exitError

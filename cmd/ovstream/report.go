@@ -3,27 +3,22 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 	"time"
 	_ "time/tzdata" // --tz works where the system has no zoneinfo
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/store/rollup"
 )
 
-func init() {
-	register("report", "exact rollups of the stored distributions: count, mean, min, max, quantiles per bucket", cmdReport)
-}
+func init() { register(newReportCmd) }
 
-const reportUsage = `usage: ovstream report --from T1 --to T2 [--pipeline P] [--dimension line|station|operator|network]
-         [--ids A,B] [--bucket all|hour|day|week|month|year|DURATION] [--tz ZONE]
-         [--quantiles 0.5,0.9,0.99] [--min-events N] [--by p90 [--top N]] [--json|--csv]
-
-Per bucket and dimension id, the count, mean, min, max and quantiles of the events of
+const reportLong = `Per bucket and dimension id, the count, mean, min, max and quantiles of the events of
 the finalized windows whose window_start is in [--from, --to), merged exactly from the
 distributions stored with each row: the numbers percentile_cont, avg, min and max give
 over the events themselves (README.md "Analysing the numbers"; SQL: ovs_rollup).
@@ -31,71 +26,80 @@ Buckets hour, day, week (from Monday), month and year are calendar buckets in --
 duration (15m, 6h) gives fixed bins from --from; all (the default) one bucket. --from
 and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T07:30).
 --by orders each bucket's rows, greatest first: events, mean, min, max or a quantile
-(p90 for 0.9); --top keeps the first N. The table rounds to 0.1 s; --json and --csv are exact.
+(p90 for 0.9); --top keeps the first N. The table rounds to 0.1 s; --json and --csv are exact.`
 
-flags:`
+// reportFlags are the flags of report.
+type reportFlags struct {
+	ops                                      opsFlags
+	dimension, ids, from, to, bucket, tz, by string
+	quantiles                                string
+	minEvents                                int64
+	top                                      int
+	json, csv                                bool
+}
 
-func cmdReport(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	var o opsFlags
-	o.register(fs, false)
-	dimension := fs.String("dimension", "line", "`dimension`: line, station, operator or network")
-	ids := fs.String("ids", "", "only these dimension `ids`, comma-separated (default: all)")
-	from := fs.String("from", "", "start of the range, inclusive (`time`; required)")
-	to := fs.String("to", "", "end of the range, exclusive (`time`; required)")
-	bucket := fs.String("bucket", "all", "`bucket`: all, hour, day, week, month, year, or a duration such as 15m")
-	tz := fs.String("tz", "UTC", "IANA time `zone` of calendar buckets, local times and the output, e.g. Pacific/Auckland")
-	quantiles := fs.String("quantiles", "0.5,0.9,0.99", "comma-separated `quantiles` in [0, 1]")
-	minEvents := fs.Int64("min-events", 1, "leave out groups with fewer than `N` events")
-	by := fs.String("by", "", "order each bucket's rows by this `statistic`, greatest first: events, mean, min, max or pNN")
-	top := fs.Int("top", 0, "keep the first `N` rows of each bucket in --by order (0: all)")
-	asJSON := fs.Bool("json", false, "print JSON (exact)")
-	asCSV := fs.Bool("csv", false, "print CSV (exact)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), reportUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	stdout := newRedactingWriter(os.Stdout, o.secrets())
-	stderr := newRedactingWriter(os.Stderr, o.secrets())
+func (f *reportFlags) register(fs *pflag.FlagSet) {
+	f.ops.register(fs, false)
+	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
+	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
+	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
+	fs.StringVar(&f.to, "to", "", "end of the range, exclusive (`time`; required)")
+	fs.StringVar(&f.bucket, "bucket", "all", "`bucket`: all, hour, day, week, month, year, or a duration such as 15m")
+	fs.StringVar(&f.tz, "tz", "UTC", "IANA time `zone` of calendar buckets, local times and the output, e.g. Pacific/Auckland")
+	fs.StringVar(&f.quantiles, "quantiles", "0.5,0.9,0.99", "comma-separated `quantiles` in [0, 1]")
+	fs.Int64Var(&f.minEvents, "min-events", 1, "leave out groups with fewer than `N` events")
+	fs.StringVar(&f.by, "by", "", "order each bucket's rows by this `statistic`, greatest first: events, mean, min, max or pNN")
+	fs.IntVar(&f.top, "top", 0, "keep the first `N` rows of each bucket in --by order (0: all)")
+	fs.BoolVar(&f.json, "json", false, "print JSON (exact)")
+	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact)")
+}
+
+func newReportCmd() *cobra.Command {
+	var f reportFlags
+	c := &cobra.Command{Use: "report --from T1 --to T2", Short: "exact rollups of the stored distributions: count, mean, min, max, quantiles per bucket",
+		Long: reportLong, Args: noArgs,
+		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5"}
+	f.register(c.Flags())
+	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+		return cmdReport(ctx, &f, stdout, stderr)
+	})
+	return c
+}
+
+func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) int {
+	o := &f.ops
+	stdout = newRedactingWriter(stdout, o.secrets())
+	stderr = newRedactingWriter(stderr, o.secrets())
 	usageErr := func(err error) int {
 		fmt.Fprintln(stderr, "report:", err)
 		return exitUsage
 	}
-	if fs.NArg() > 0 {
-		return usageErr(fmt.Errorf("unexpected arguments %q", fs.Args()))
-	}
-	if *asJSON && *asCSV {
+	if f.json && f.csv {
 		return usageErr(errors.New("--json and --csv: choose one"))
 	}
-	if *from == "" || *to == "" {
+	if f.from == "" || f.to == "" {
 		return usageErr(errors.New("--from and --to are required"))
 	}
-	loc, err := time.LoadLocation(*tz)
+	loc, err := time.LoadLocation(f.tz)
 	if err != nil {
-		return usageErr(fmt.Errorf("--tz %q: %v", *tz, err))
+		return usageErr(fmt.Errorf("--tz %q: %v", f.tz, err))
 	}
-	q := rollup.Query{Pipeline: o.pipeline, Dimension: *dimension, Location: loc, MinEvents: *minEvents, By: *by, Top: *top}
-	for _, id := range strings.Split(*ids, ",") {
+	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc, MinEvents: f.minEvents, By: f.by, Top: f.top}
+	for _, id := range strings.Split(f.ids, ",") {
 		if id = strings.TrimSpace(id); id != "" {
 			q.IDs = append(q.IDs, id)
 		}
 	}
-	if q.From, err = rollup.ParseTime(*from, loc); err != nil {
+	if q.From, err = rollup.ParseTime(f.from, loc); err != nil {
 		return usageErr(fmt.Errorf("--from: %v", err))
 	}
-	if q.To, err = rollup.ParseTime(*to, loc); err != nil {
+	if q.To, err = rollup.ParseTime(f.to, loc); err != nil {
 		return usageErr(fmt.Errorf("--to: %v", err))
 	}
-	if q.Bucket, err = rollup.ParseBucket(*bucket); err != nil {
+	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
 		return usageErr(fmt.Errorf("--bucket: %v", err))
 	}
-	if q.Quantiles, err = rollup.ParseQuantiles(*quantiles); err != nil {
+	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
 		return usageErr(fmt.Errorf("--quantiles: %v", err))
 	}
 	if err := q.Validate(); err != nil {
@@ -118,9 +122,9 @@ func cmdReport(ctx context.Context, args []string) int {
 	}
 	write := rollup.WriteTable
 	switch {
-	case *asJSON:
+	case f.json:
 		write = rollup.WriteJSON
-	case *asCSV:
+	case f.csv:
 		write = rollup.WriteCSV
 	}
 	if err := write(stdout, q, res); err != nil {

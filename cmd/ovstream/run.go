@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/consumer"
@@ -25,8 +26,20 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-func init() {
-	register("run", "consume Kafka into PostgreSQL: the service", cmdRun)
+func init() { register(newRunCmd) }
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	c := &cobra.Command{Use: "run", Short: "consume Kafka into PostgreSQL: the service", Args: noArgs,
+		Long: "The service: reads the topics, writes exact delay statistics per tumbling window, the latest\n" +
+			"state, dead letters and the offsets in one PostgreSQL transaction (README.md). Exit 0 on\n" +
+			"SIGINT/SIGTERM or a finished --drain, 1 on an error, 2 on bad flags, 3 when fenced by another\n" +
+			"instance of the pipeline."}
+	f.register(c.Flags())
+	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+		return cmdRun(ctx, &f, stdout, stderr)
+	})
+	return c
 }
 
 // runFlags are the flags of `run`; demo reuses them.
@@ -48,14 +61,15 @@ type runFlags struct {
 	kafka                                               kafkaFlags
 }
 
-func (f *runFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
-	fs.StringVar(&f.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&f.pipeline, "pipeline", envOr("OVSTREAM_PIPELINE", "ovstream"), "pipeline name: key of stream_positions and the fencing epoch (env OVSTREAM_PIPELINE)")
+// register defines the flags of run (demo takes most of them, demoOmits).
+func (f *runFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
+	fs.StringVar(&f.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&f.pipeline, "pipeline", "ovstream", "pipeline name: key of stream_positions and the fencing epoch")
 	fs.StringVar(&f.topics, "topics", "arrival_predictions,vehicle_positions", "PREDICTIONS_TOPIC,POSITIONS_TOPIC (leave one empty to skip it, e.g. 'arrival_predictions,')")
 	fs.StringVar(&f.partitions, "partitions", "", "manual assignment TOPIC:N,... (default: every partition of the topics)")
 	fs.DurationVar(&f.window, "window", 5*time.Minute, "tumbling window size")
-	fs.DurationVar(&f.lateness, "allowed-lateness", 2*time.Minute, "watermark = min over active partitions of their max event time, minus this")
+	fs.DurationVar(&f.lateness, "allowed-lateness", 2*time.Minute, "watermark = min over active partitions of their max event time, minus this (0: none)")
 	fs.DurationVar(&f.idle, "idle-timeout", 30*time.Second, "a caught-up partition quiet this long stops holding the watermark")
 	fs.BoolVar(&f.idleFinalize, "idle-finalize", false, "for live feeds whose event times follow the wall clock: when every partition is idle, the watermark advances to wall clock minus the allowed lateness, so a quiet feed's last window is written (later events for it are late)")
 	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
@@ -77,6 +91,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.fetchBytes, "fetch-bytes", consumer.DefaultFetchBytes, "bytes one Kafka fetch asks for per partition (max.partition.fetch.bytes); larger records are still read")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "", "soft memory limit of the Go runtime, e.g. 224MiB, 1GiB or off; the garbage collector runs more often near it (default 224MiB, or GOMEMLIMIT when set)")
 	f.kafka.register(fs)
+	zeroMeans(fs, "allowed-lateness", "no lateness")
+	zeroMeans(fs, "progress-interval", "no progress lines")
+	notEmpty(fs, "pipeline")
 }
 
 // secrets returns what must never appear in a log line, an error or output:
@@ -133,11 +150,22 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		ProgressInterval:   f.progress,
 		Logger:             log,
 	}
+	if f.lateness == 0 {
+		cfg.AllowedLateness = consumer.NoLateness // 0 in Config takes the default
+	}
 	if f.progress == 0 {
 		cfg.ProgressInterval = -1 // none
 	}
-	if f.progress < 0 {
-		return cfg, fmt.Errorf("--progress-interval %v: want a positive duration, or 0 for none", f.progress)
+	// Durations are checked for every command (checkValues); these take more.
+	switch {
+	case f.window < time.Second:
+		return cfg, fmt.Errorf("--window %v: want at least 1s", f.window)
+	case f.lease < time.Second:
+		return cfg, fmt.Errorf("--lease %v: want at least 1s", f.lease)
+	case f.startOffset != "earliest" && f.startOffset != "latest":
+		return cfg, fmt.Errorf("--start-offset %q: want earliest or latest", f.startOffset)
+	case f.onOutOfRange != "fail" && f.onOutOfRange != "earliest" && f.onOutOfRange != "latest":
+		return cfg, fmt.Errorf("--on-offset-out-of-range %q: want fail, earliest or latest", f.onOutOfRange)
 	}
 	if f.maxUncommitted <= 0 {
 		return cfg, fmt.Errorf("--max-uncommitted-messages %d: want a positive number", f.maxUncommitted)
@@ -163,6 +191,9 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	if len(topics) == 2 {
 		cfg.PositionsTopic = strings.TrimSpace(topics[1])
 	}
+	if cfg.PredictionsTopic == cfg.PositionsTopic {
+		return cfg, fmt.Errorf("--topics %q: want PREDICTIONS_TOPIC,POSITIONS_TOPIC, two different topics or one of them", f.topics)
+	}
 	for _, s := range splitList(f.partitions) {
 		topic, n, ok := strings.Cut(s, ":")
 		p, err := strconv.ParseInt(n, 10, 32)
@@ -184,14 +215,9 @@ func splitList(s string) []string {
 	return out
 }
 
-func cmdRun(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var f runFlags
-	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	stderr := newRedactingWriter(os.Stderr, f.secrets())
+// cmdRun runs the service with the settled flags f.
+func cmdRun(ctx context.Context, f *runFlags, stdout, stderr io.Writer) int {
+	stderr = newRedactingWriter(stderr, f.secrets())
 	log, err := f.logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream run:", err)
@@ -202,8 +228,8 @@ func cmdRun(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream run:", err)
 		return exitUsage
 	}
-	logStart(log, &f, cfg)
-	sum, err := runService(ctx, &f, cfg)
+	logStart(log, f, cfg)
+	sum, err := runService(ctx, f, cfg)
 	if err != nil && ctx.Err() != nil && (sum == nil || errors.Is(err, context.Canceled)) {
 		// SIGTERM while starting (connecting, checking the schema, claiming):
 		// nothing was written after it, and stopping is what was asked
@@ -211,7 +237,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		cfg.Logger.Info("stopped during start-up", "err", err)
 		err = nil
 	}
-	code := reportRun(os.Stdout, stderr, cfg, sum, err)
+	code := reportRun(stdout, stderr, cfg, sum, err)
 	logStop(ctx, log, cfg, sum, err, code)
 	return code
 }

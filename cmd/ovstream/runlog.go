@@ -51,7 +51,7 @@ func logStart(log *slog.Logger, f *runFlags, cfg consumer.Config) {
 	}
 	log.Info("starting", "pipeline", cfg.Pipeline, "owner", cfg.Owner, "brokers", strings.Join(cfg.Brokers, ","),
 		"topics", strings.Join([]string{cfg.PredictionsTopic, cfg.PositionsTopic}, ","), "partitions", parts,
-		"database", describeDatabase(f.databaseURL), "window", cfg.Window.String(), "allowed_lateness", cfg.AllowedLateness.String(),
+		"database", describeDatabase(f.databaseURL), "window", cfg.Window.String(), "allowed_lateness", cfg.Lateness().String(),
 		"idle_timeout", cfg.IdleTimeout.String(), "idle_finalize", cfg.IdleFinalize, "max_future_skew", cfg.MaxFutureSkew.String(),
 		"flush_interval", cfg.FlushInterval.String(), "start_offset", cfg.StartOffset, "on_offset_out_of_range", cfg.OnOffsetOutOfRange,
 		"drain", cfg.Drain, "lease", cfg.Lease.String(), "takeover", cfg.Takeover, "max_uncommitted_messages", cfg.MaxUncommitted,

@@ -4,38 +4,68 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/store"
 )
 
-func init() {
-	register("status", "per partition: stored offset, log start, high water, lag, owner, epoch and lease; the instances", cmdStatus)
-}
+func init() { register(newStatusCmd) }
 
-// opsFlags are the connection flags of status and dlq.
+// opsFlags are the connection flags of status, dlq and report.
 type opsFlags struct {
 	databaseURL, brokers, pipeline string
 	kafka                          kafkaFlags
 }
 
-func (o *opsFlags) register(fs *flag.FlagSet, withKafka bool) {
-	fs.StringVar(&o.databaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&o.pipeline, "pipeline", envOr("OVSTREAM_PIPELINE", "ovstream"), "pipeline name (env OVSTREAM_PIPELINE)")
+func (o *opsFlags) register(fs *pflag.FlagSet, withKafka bool) {
+	fs.StringVar(&o.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&o.pipeline, "pipeline", "ovstream", "pipeline name")
+	notEmpty(fs, "pipeline")
 	if withKafka {
-		fs.StringVar(&o.brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
+		fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
 		o.kafka.register(fs)
 	}
+}
+
+// statusFlags are the flags of status.
+type statusFlags struct {
+	ops    opsFlags
+	topics string
+	json   bool
+	lease  time.Duration
+}
+
+func (f *statusFlags) register(fs *pflag.FlagSet) {
+	f.ops.register(fs, true)
+	fs.StringVar(&f.topics, "topics", "", "topics whose partitions to show besides the stored ones (default: the pipeline's own, recorded when it claimed)")
+	fs.BoolVar(&f.json, "json", false, "print JSON")
+	fs.DurationVar(&f.lease, "lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is alive")
+}
+
+func newStatusCmd() *cobra.Command {
+	var f statusFlags
+	c := &cobra.Command{Use: "status", Short: "per partition: stored offset, log start, high water, lag, owner, epoch and lease; the instances",
+		Args: noArgs,
+		Long: "Per partition: the stored next offset, Kafka's log start and high water mark, the lag\n" +
+			"(high water - next offset) and when it was stored, its owner, fencing epoch and lease\n" +
+			"(alive, expired, released); the running instances (active and standby) and the age of\n" +
+			"their heartbeats; the newest finalized window_end; dead letters per reason.\n" +
+			"Exit 1 when the database or Kafka cannot be read (what could be read is printed)."}
+	f.register(c.Flags())
+	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+		return cmdStatus(ctx, &f, stdout, stderr)
+	})
+	return c
 }
 
 func (o *opsFlags) secrets() []string {
@@ -97,34 +127,10 @@ type StatusReport struct {
 	Unowned []string `json:"unowned_partitions"`
 }
 
-func cmdStatus(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	var o opsFlags
-	o.register(fs, true)
-	topics := fs.String("topics", "", "topics whose partitions to show besides the stored ones (default: the pipeline's own, recorded when it claimed)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	lease := fs.Duration("lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is alive")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: ovstream status [flags]\n\n"+
-			"Per partition: the stored next offset, Kafka's log start and high water mark, the lag\n"+
-			"(high water - next offset) and when it was stored, its owner, fencing epoch and lease\n"+
-			"(alive, expired, released); the running instances (active and standby) and the age of\n"+
-			"their heartbeats; the newest finalized window_end; dead letters per reason.\n"+
-			"Exit 1 when the database or Kafka cannot be read (what could be read is printed).")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	stdout := newRedactingWriter(os.Stdout, o.secrets())
-	stderr := newRedactingWriter(os.Stderr, o.secrets())
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "status: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
+func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) int {
+	o := &f.ops
+	stdout = newRedactingWriter(stdout, o.secrets())
+	stderr = newRedactingWriter(stderr, o.secrets())
 	sc, err := o.kafka.consumerConfig()
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
@@ -141,12 +147,12 @@ func cmdStatus(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	leases, err := st.Leases(ctx, o.pipeline, *lease)
+	leases, err := st.Leases(ctx, o.pipeline, f.lease)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	instances, err := st.Instances(ctx, o.pipeline, *lease)
+	instances, err := st.Instances(ctx, o.pipeline, f.lease)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
@@ -156,17 +162,17 @@ func cmdStatus(ctx context.Context, args []string) int {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	own := splitList(*topics)
-	if *topics == "" {
+	own := splitList(f.topics)
+	if f.topics == "" {
 		own = pipelineTopics(dbs)
 	}
 	kerr := kafkaOffsets(rep, splitList(o.brokers), own, sc)
 	if kerr != nil {
 		rep.KafkaError = kerr.Error()
 	}
-	addOwnership(rep, *lease, leases, instances)
+	addOwnership(rep, f.lease, leases, instances)
 	rep.Unowned = unowned(rep.Partitions, leases)
-	if *asJSON {
+	if f.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
@@ -295,7 +301,7 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 	}
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to %v: %w", brokers, err)
+		return fmt.Errorf("kafka: connect to %v: %w", brokers, unprefixed{err})
 	}
 	defer client.Close()
 	have := map[aggregate.PartitionID]bool{}
@@ -306,7 +312,7 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 	for _, topic := range topics {
 		ps, err := client.Partitions(topic)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("partitions of topic %s: %w", topic, err))
+			errs = append(errs, fmt.Errorf("partitions of topic %s: %w", topic, unprefixed{err}))
 			continue
 		}
 		for _, p := range ps {
@@ -320,12 +326,12 @@ func kafkaOffsets(r *StatusReport, brokers, topics []string, sc *sarama.Config) 
 		p := &r.Partitions[i]
 		start, err := client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, err))
+			errs = append(errs, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, unprefixed{err}))
 			continue
 		}
 		hw, err := client.GetOffset(p.Topic, p.Partition, sarama.OffsetNewest)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("high water of %s/%d: %w", p.Topic, p.Partition, err))
+			errs = append(errs, fmt.Errorf("high water of %s/%d: %w", p.Topic, p.Partition, unprefixed{err}))
 			continue
 		}
 		from := start
