@@ -459,6 +459,13 @@ func (in *inspector) hook(mode string) func(stage string, port int) {
 			if err == nil {
 				err = conn.QueryRow(ctx, `SELECT merged_until::text FROM pipelines WHERE name = 'ovstream' AND xmin::text = $1`,
 					c.xid).Scan(&c.until)
+				if errors.Is(err, pgx.ErrNoRows) {
+					// The other instance merged (and moved merged_until) since
+					// this COMMIT: this one merged at least up to the newest
+					// window it wrote.
+					err = conn.QueryRow(ctx, `SELECT max(window_end)::text FROM delay_aggregates WHERE updated_at = $1::timestamptz`,
+						c.start).Scan(&c.until)
+				}
 			}
 		}
 		if err != nil {
