@@ -157,6 +157,9 @@ func demo(ctx context.Context, w, stderr io.Writer, f *runFlags, data string) er
 	if err := migrations.Up(ctx, f.databaseURL); err != nil {
 		return err
 	}
+	if err := demoAfresh(ctx, w, f); err != nil {
+		return err
+	}
 	sum, err := runService(ctx, f, cfg)
 	if err != nil {
 		return err
@@ -174,6 +177,23 @@ func demo(ctx context.Context, w, stderr io.Writer, f *runFlags, data string) er
 	}
 	printReport(w, r, predictions, f.window)
 	printDashboardHint(w, os.Args[0], f.databaseURL, f.pipeline)
+	return nil
+}
+
+// demoAfresh drops what an earlier demo wrote under its pipeline: each demo
+// has a new embedded broker, whose topics have new topic IDs (KIP-516), so
+// the offsets stored before belong to other topics and run would refuse them
+// (README "Topic recreated"). The demo then writes the same table again.
+func demoAfresh(ctx context.Context, w io.Writer, f *runFlags) error {
+	st, err := store.Open(ctx, f.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close(context.Background())
+	if err := st.DropPipeline(ctx, f.pipeline, f.lease); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "pipeline %s: rows of earlier demos dropped (the embedded broker is new each time)\n", f.pipeline)
 	return nil
 }
 
