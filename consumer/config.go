@@ -65,6 +65,19 @@ type Config struct {
 	// had at start: every open window is finalized and committed.
 	Drain bool
 
+	// Retention, when positive, drops the partitions of delay_aggregates
+	// (whole days) that end at or before the lowest stored watermark of
+	// every pipeline of the database minus Retention: event time, not wall
+	// clock (store.DropOldPartitions). Zero: off. At least Window.
+	Retention time.Duration
+	// DeadLetterRetention, when positive, deletes this pipeline's dead
+	// letters stored more than this long ago (created_at, the database's
+	// clock), replayed or not (store.DeleteOldDeadLetters). Zero: off.
+	DeadLetterRetention time.Duration
+	// RetentionInterval is the time between two retention rounds (the first
+	// runs at start); default DefaultRetentionInterval.
+	RetentionInterval time.Duration
+
 	// MaxUncommitted pauses fetching while this many records consumed since
 	// the last successful commit wait for one (a database outage), so memory
 	// stays bounded; default 2,000,000.
@@ -141,6 +154,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Window < time.Second {
 		return fmt.Errorf("consumer: window %v is shorter than 1s", c.Window)
+	}
+	if err := c.validateRetention(); err != nil {
+		return err
 	}
 	if c.Pipeline == "" {
 		c.Pipeline = "ovstream"

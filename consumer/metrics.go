@@ -33,6 +33,8 @@ type Metrics struct {
 	LastCommit       prometheus.Gauge       // ovstream_last_commit_timestamp_seconds
 	KafkaCommitFails prometheus.Counter     // ovstream_kafka_offset_commit_failures_total
 	MergePending     prometheus.Gauge       // ovstream_merge_pending_windows
+	RetentionDropped prometheus.Counter     // ovstream_retention_dropped_partitions_total
+	RetentionDeleted prometheus.Counter     // ovstream_retention_deleted_dead_letters_total
 	all              []prometheus.Collector
 }
 
@@ -85,13 +87,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failed commits of offsets to the Kafka consumer group (monitoring only, never fatal)."}),
 		MergePending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_merge_pending_windows",
 			Help: "Split pipeline: windows with partial aggregates waiting for every partition to pass them (merge lag); 0 otherwise."}),
+		RetentionDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_retention_dropped_partitions_total",
+			Help: "delay_aggregates partitions (days) dropped by --retention."}),
+		RetentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_retention_deleted_dead_letters_total",
+			Help: "Dead letters deleted by --dead-letter-retention."}),
 	}
 	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailMergedPast, FailFenced, FailTerminal} {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
 		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit,
-		m.KafkaCommitFails, m.MergePending}
+		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)

@@ -73,6 +73,8 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
 	in := startInstance(ctx, cfg, st)
+	// Retention runs on a connection of its own, never in a commit.
+	ret := startRetention(ctx, cfg, st)
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
 	rej := &rejects{} // what PostgreSQL refused: a resync keeps it
@@ -89,6 +91,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 			cfg.Logger.Warn(re.Error())
 		}
 	}
+	ret.stop()
 	in.stop(err)
 	if stoppedEarly(err) {
 		err = nil

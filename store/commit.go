@@ -14,7 +14,9 @@ import (
 
 // Commit writes b in ONE transaction (DESIGN.md "The commit"): fencing and the
 // watermark, windows (replace), latest state (newer wins), dead letters (once),
-// stream positions (never backwards). It writes all of b or nothing.
+// stream positions (never backwards). It writes all of b or nothing. Before
+// the transaction it creates the delay_aggregates partitions b's windows
+// need (EnsurePartitions, partitions.go).
 //
 // b.Positions names the partitions the batch is fenced by (at least one): a
 // commit writes only while b.Epoch is the epoch of every one of them.
@@ -27,8 +29,14 @@ import (
 // thrown away. Retry the whole batch, never a part of it, when Retryable
 // says so.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
+	if err := s.EnsurePartitions(ctx, windowStarts(b.Windows)); err != nil {
+		return err // not a refusal of the batch's rows: retried whole, or terminal
+	}
 	if err := s.commit(ctx, &b, nil); err != nil {
 		s.discard()
+		if noPartition(err) {
+			s.parts.reset()
+		}
 		what := fmt.Sprintf("store: commit %d windows, %d vehicles, %d trips, %d dead letters, %d partitions",
 			len(b.Windows), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
 		if errors.Is(err, ErrFenced) {

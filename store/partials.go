@@ -57,8 +57,14 @@ func (s *Store) CommitSplit(ctx context.Context, b Batch) (Merged, error) {
 		return Merged{}, errors.New("store: CommitSplit of a batch without Split")
 	}
 	var m Merged
+	if err := s.ensureForSplit(ctx, &b); err != nil {
+		return Merged{}, err // not a refusal of the batch's rows: retried whole, or terminal
+	}
 	if err := s.commit(ctx, &b, &m); err != nil {
 		s.discard()
+		if noPartition(err) {
+			s.parts.reset()
+		}
 		err = fmt.Errorf("store: commit %d partials, %d vehicles, %d trips, %d dead letters, %d partitions: %w",
 			len(b.Partials), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions), err)
 		if Refused(err) {

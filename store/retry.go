@@ -15,11 +15,12 @@ import (
 // again (for Commit, the whole batch, on a new connection) may succeed.
 //
 // True: connection lost or refused, timeouts, an ambiguous COMMIT (re-read the
-// positions first), SQLSTATE class 08 (connection exception), 40001
-// (serialization failure), 40P01 (deadlock), 55P03 (lock not available),
-// 25P03 (the server ended a session idle in its transaction),
-// 57P01/57P02/57P03 (server shutting down or starting up), 53300 (too many
-// connections).
+// positions first), no partition of delay_aggregates for a row (23514 from
+// ExecFindPartition: dropped meanwhile; the next commit creates it again),
+// SQLSTATE class 08 (connection exception), 40001 (serialization failure),
+// 40P01 (deadlock), 55P03 (lock not available), 25P03 (the server ended a
+// session idle in its transaction), 57P01/57P02/57P03 (server shutting down
+// or starting up), 53300 (too many connections).
 // False: ErrFenced, context.Canceled, every other server error (a value
 // PostgreSQL refuses, see Refused; missing tables, authentication).
 //
@@ -31,6 +32,9 @@ func Retryable(err error) bool {
 	}
 	if errors.Is(err, ErrFenced) || errors.Is(err, context.Canceled) {
 		return false
+	}
+	if noPartition(err) {
+		return true // dropped meanwhile: the next commit creates it again (partitions.go)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -67,13 +71,14 @@ func Retryable(err error) bool {
 // wrote, so that running the same rows again fails the same way: SQLSTATE
 // class 22 (data exception, e.g. 22001 value too long), class 23 (integrity
 // constraint violation, e.g. 23514 check_violation) and 54000
-// (program_limit_exceeded, e.g. an index row larger than a btree page).
+// (program_limit_exceeded, e.g. an index row larger than a btree page); but
+// not a row without a partition of delay_aggregates (see Retryable).
 // Commit meets such an error by finding the refused rows (*RejectedError);
 // the unique_violation its window COPY expects never reaches it.
 // (PostgreSQL Appendix A, "PostgreSQL Error Codes".)
 func Refused(err error) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) || noPartition(err) {
 		return false
 	}
 	code := pgErr.Code

@@ -53,7 +53,8 @@ type Store struct {
 	Hooks Hooks
 
 	config *pgx.ConnConfig
-	conn   *pgx.Conn // nil after an error: the next call reconnects
+	conn   *pgx.Conn      // nil after an error: the next call reconnects
+	parts  partitionCache // the delay_aggregates partitions known to exist (partitions.go)
 }
 
 // Open connects to databaseURL (postgres://user:password@host:port/db?...).

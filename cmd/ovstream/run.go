@@ -58,6 +58,7 @@ type runFlags struct {
 	memoryLimitBytes                                    int64 // set by config
 	memoryLimitSet                                      bool  // false: leave GOMEMLIMIT's
 	progress                                            time.Duration
+	retention, deadLetterRetention                      string // consumer.ParseAge; "" = off
 	kafka                                               kafkaFlags
 }
 
@@ -90,10 +91,23 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.maxUncommitted, "max-uncommitted-messages", 2_000_000, "pause fetching while this many consumed records wait for a database commit (bounds memory during an outage)")
 	fs.IntVar(&f.fetchBytes, "fetch-bytes", consumer.DefaultFetchBytes, "bytes one Kafka fetch asks for per partition (max.partition.fetch.bytes); larger records are still read")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "", "soft memory limit of the Go runtime, e.g. 224MiB, 1GiB or off; the garbage collector runs more often near it (default 224MiB, or GOMEMLIMIT when set)")
+	fs.StringVar(&f.retention, "retention", "", "drop whole days of delay_aggregates that end this long before the lowest stored watermark of every pipeline (event time), e.g. 90d or 36h; hourly (empty: off)")
+	fs.StringVar(&f.deadLetterRetention, "dead-letter-retention", "", "delete this pipeline's dead letters stored longer ago than this, replayed or not, e.g. 30d; hourly (empty: off)")
 	f.kafka.register(fs)
 	zeroMeans(fs, "allowed-lateness", "no lateness")
 	zeroMeans(fs, "progress-interval", "no progress lines")
 	notEmpty(fs, "pipeline")
+}
+
+// ages reads --retention and --dead-letter-retention into cfg (consumer.ParseAge).
+func (f *runFlags) ages(cfg *consumer.Config) (err error) {
+	if f.retention != "" {
+		cfg.Retention, err = consumer.ParseAge("--retention", f.retention)
+	}
+	if err == nil && f.deadLetterRetention != "" {
+		cfg.DeadLetterRetention, err = consumer.ParseAge("--dead-letter-retention", f.deadLetterRetention)
+	}
+	return err
 }
 
 // secrets returns what must never appear in a log line, an error or output:
@@ -152,6 +166,9 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	}
 	if f.lateness == 0 {
 		cfg.AllowedLateness = consumer.NoLateness // 0 in Config takes the default
+	}
+	if err := f.ages(&cfg); err != nil {
+		return cfg, err
 	}
 	if f.progress == 0 {
 		cfg.ProgressInterval = -1 // none
