@@ -161,7 +161,7 @@ ALTER TABLE vehicle_latest ALTER COLUMN vehicle_id TYPE varchar(32);`)
 
 	n := loadOracleInput(t, db, addr, predictionsTopic)
 	got := dump(t, db, `SELECT topic, partition, "offset",
-		CASE WHEN error LIKE '%index row size % exceeds btree version % maximum % for index "delay_aggregates_spread"%(SQLSTATE 54000)%' THEN 'index'
+		CASE WHEN error LIKE '%index row size % exceeds btree version % maximum % for index "delay_aggregates_%spread%"%(SQLSTATE 54000)%' THEN 'index'
 		     WHEN error LIKE '%value too long for type character varying(32)%(SQLSTATE 22001)%' THEN 'varchar'
 		     ELSE error END
 		FROM dead_letters WHERE reason = 'rejected'`)
@@ -281,15 +281,18 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 	for _, r := range rej.Vehicles {
 		got = append(got, fmt.Sprintf("vehicle %s %d/%d: %s", r.Key, r.Partition, r.Offset, r.Reason))
 	}
-	check := func(table, key, constraint string) string {
+	// PostgreSQL names the relation that refused the row: for
+	// delay_aggregates, the partition of its day (migration 6).
+	check := func(table, relation, key, constraint string) string {
 		return fmt.Sprintf(`PostgreSQL refused the %s row %s: new row for relation "%s" violates check constraint "%s" (SQLSTATE 23514)`,
-			table, key, table, constraint)
+			table, key, relation, constraint)
 	}
 	want := []string{
-		"window 2026-03-01T12:00:00Z station S2: " + check("delay_aggregates", "(2026-03-01T12:00:00Z, station, S2)", "no_s2"),
-		"trip T1 0/3: " + check("trip_delay_latest", "(T1)", "small_delay"),
-		"trip T1 0/2: " + check("trip_delay_latest", "(T1)", "small_delay"),
-		"vehicle vx 0/12: " + check("vehicle_latest", "(vx)", "no_vx"),
+		"window 2026-03-01T12:00:00Z station S2: " +
+			check("delay_aggregates", "delay_aggregates_20260301", "(2026-03-01T12:00:00Z, station, S2)", "no_s2"),
+		"trip T1 0/3: " + check("trip_delay_latest", "trip_delay_latest", "(T1)", "small_delay"),
+		"trip T1 0/2: " + check("trip_delay_latest", "trip_delay_latest", "(T1)", "small_delay"),
+		"vehicle vx 0/12: " + check("vehicle_latest", "vehicle_latest", "(vx)", "no_vx"),
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("refused rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

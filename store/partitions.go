@@ -133,8 +133,10 @@ func partialStarts(ps []aggregate.Partial) []time.Time {
 // EnsurePartitions makes sure delay_aggregates has a partition holding each
 // of starts (window starts, any time zone), creating the missing days, each
 // in a short transaction of its own (never inside a commit), and, best
-// effort, the day after the latest of starts (a failure there is tried again
-// a minute later at the earliest, and is not an error). Safe against other
+// effort, the day after the latest of starts when that is the newest
+// partition (a failure there is not an error; it is tried again a minute
+// later at the earliest). The first call of a Store reads the catalog once;
+// later calls send nothing while every day is known. Safe against other
 // instances creating the same days at the same time. Commit and CommitSplit
 // call it before their transaction; a caller writing delay_aggregates rows
 // by other means calls it first.
@@ -144,14 +146,8 @@ func partialStarts(ps []aggregate.Partial) []time.Time {
 // overlaps a partition an operator made with other bounds (42P17, terminal).
 func (s *Store) EnsurePartitions(ctx context.Context, starts []time.Time) error {
 	missing, latest := s.parts.missingDays(starts)
-	var ahead time.Time
-	if !latest.IsZero() {
-		if a := DayOf(latest).Add(PartitionSpan); !s.parts.covers(a) && !time.Now().Before(s.parts.aheadNotYet) {
-			ahead = a
-		}
-	}
-	if len(missing) == 0 && ahead.IsZero() {
-		return nil
+	if len(missing) == 0 && s.parts.loaded && !s.parts.wantsAhead(latest) {
+		return nil // the common case: nothing sent
 	}
 	if err := s.loadPartitions(ctx); err != nil {
 		return fmt.Errorf("store: read the partitions of delay_aggregates: %w", err)
@@ -164,12 +160,26 @@ func (s *Store) EnsurePartitions(ctx context.Context, starts []time.Time) error 
 			return fmt.Errorf("store: create the delay_aggregates partition of %s (UTC): %w", d.Format(time.DateOnly), err)
 		}
 	}
-	if !ahead.IsZero() && !s.parts.covers(ahead) {
-		if err := s.createPartition(ctx, ahead); err != nil {
+	if s.parts.wantsAhead(latest) {
+		if err := s.createPartition(ctx, DayOf(latest).Add(PartitionSpan)); err != nil {
 			s.parts.aheadNotYet = time.Now().Add(aheadRetry)
 		}
 	}
 	return nil
+}
+
+// wantsAhead tells whether the day after latest (the newest window of a
+// commit) should be made now: latest is in the newest partition known (a
+// backfill behind it makes none), the next day has none, and no failed try
+// is recent.
+func (c *partitionCache) wantsAhead(latest time.Time) bool {
+	if latest.IsZero() || time.Now().Before(c.aheadNotYet) {
+		return false
+	}
+	if n := len(c.known); n > 0 && c.known[n-1].Start.After(latest) {
+		return false
+	}
+	return !c.covers(DayOf(latest).Add(PartitionSpan))
 }
 
 // Partitions returns the partitions of delay_aggregates, by range.

@@ -36,6 +36,7 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("store: claim: %w", &HeldError{}), false},
 		{&CommitError{Ambiguous: true, Err: io.ErrUnexpectedEOF}, true},
 		{&CommitError{Err: &pgconn.PgError{Code: "23514"}}, false},
+		{noPartitionErr, true}, // dropped meanwhile: made again by the next commit
 		{fmt.Errorf("x: %w", io.EOF), true},
 		{context.DeadlineExceeded, true},
 		{errors.New("something else"), false},
@@ -45,6 +46,11 @@ func TestRetryable(t *testing.T) {
 		}
 	}
 }
+
+// noPartitionErr is PostgreSQL's error for a row no partition of
+// delay_aggregates holds (as pgconn reports it: SQLSTATE 23514, no constraint).
+var noPartitionErr = fmt.Errorf("store: commit: upsert windows: copy: %w", &pgconn.PgError{Code: "23514",
+	Message: `no partition of relation "delay_aggregates" found for row`, TableName: "delay_aggregates", Routine: "ExecFindPartition"})
 
 func TestRefused(t *testing.T) {
 	pg := func(code string) error {
@@ -56,6 +62,7 @@ func TestRefused(t *testing.T) {
 	}{
 		{nil, false},
 		{pg("23514"), true},  // check_violation
+		{noPartitionErr, false},
 		{pg("23503"), true},  // foreign_key_violation
 		{pg("23502"), true},  // not_null_violation
 		{pg("23505"), true},  // unique_violation (not the window COPY's: it never leaves upsertWindows)
