@@ -59,8 +59,11 @@ $$;
 -- first made. Locks: the advisory lock, ACCESS SHARE then SHARE UPDATE
 -- EXCLUSIVE on delay_aggregates (ATTACH PARTITION), ACCESS EXCLUSIVE on the
 -- new, empty table only; never one that waits for a commit in flight. Call
--- it in a short transaction of its own, with lock_timeout set.
-CREATE FUNCTION ovs_create_delay_partition(ts timestamptz)
+-- it alone, in a short transaction of its own (a statement outside any
+-- BEGIN is one); max_lock_wait, when given, sets lock_timeout for the rest of
+-- that transaction, so a lock it cannot get fails it (SQLSTATE 55P03)
+-- instead of queueing every later lock request on delay_aggregates behind it.
+CREATE FUNCTION ovs_create_delay_partition(ts timestamptz, max_lock_wait interval DEFAULT NULL)
 RETURNS TABLE (partition_name regclass, range_start timestamptz, range_end timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -69,6 +72,9 @@ DECLARE
     name text := 'delay_aggregates_' || to_char(date_trunc('day', ts, 'UTC') AT TIME ZONE 'UTC', 'YYYYMMDD')
                  || CASE WHEN ts < '0001-01-01 00:00:00+00' THEN '_bc' ELSE '' END;
 BEGIN
+    IF max_lock_wait IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', (ceil(extract(epoch FROM max_lock_wait) * 1000))::bigint::text, true);
+    END IF;
     PERFORM pg_advisory_xact_lock(to_regclass('delay_aggregates')::oid::bigint);
     RETURN QUERY SELECT p.partition_name, p.range_start, p.range_end FROM ovs_delay_partitions() AS p
         WHERE p.range_start <= ts AND ts < p.range_end;
@@ -83,7 +89,7 @@ $$;
 
 -- The partitions the existing rows need, then the rows, unchanged.
 SELECT count(*) FROM (SELECT DISTINCT date_trunc('day', window_start, 'UTC') AS d FROM delay_aggregates_v5) AS days
-    CROSS JOIN LATERAL ovs_create_delay_partition(days.d);
+    CROSS JOIN LATERAL ovs_create_delay_partition(days.d) AS p;
 INSERT INTO delay_aggregates SELECT * FROM delay_aggregates_v5;
 DROP TABLE delay_aggregates_v5;
 

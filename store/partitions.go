@@ -18,8 +18,9 @@ import (
 // day in UTC (migration 0006, which says why a day). A commit never creates a
 // partition inside its transaction: before it begins, EnsurePartitions makes
 // sure that every window it writes has its partition, plus the day after the
-// newest (so no commit creates one at midnight), each created in a short
-// transaction of its own by the SQL function ovs_create_delay_partition.
+// newest (so no commit creates one at midnight), each created by the SQL
+// function ovs_create_delay_partition in a statement of its own, outside any
+// transaction block.
 // That function ATTACHes a new empty table: SHARE UPDATE EXCLUSIVE on
 // delay_aggregates, which does not conflict with the ROW EXCLUSIVE of a
 // commit (a split merge included) or the ACCESS SHARE of a reader, so it
@@ -132,7 +133,8 @@ func partialStarts(ps []aggregate.Partial) []time.Time {
 
 // EnsurePartitions makes sure delay_aggregates has a partition holding each
 // of starts (window starts, any time zone), creating the missing days, each
-// in a short transaction of its own (never inside a commit), and, best
+// in a statement of its own outside any transaction (never inside a
+// commit), and, best
 // effort, the day after the latest of starts when that is the newest
 // partition (a failure there is not an error; it is tried again a minute
 // later at the earliest). The first call of a Store reads the catalog once;
@@ -233,20 +235,17 @@ func (s *Store) loadPartitions(ctx context.Context) error {
 }
 
 // createPartition creates the partition of day (ovs_create_delay_partition)
-// in a transaction of its own, with lock_timeout, and remembers it. When
-// another session created that table at the same moment without the
+// in a statement outside any BEGIN (its own transaction, with no COMMIT to
+// lose), waiting at most partitionLockTimeout for a lock, and remembers it.
+// When another session created that table at the same moment without the
 // function's advisory lock (duplicate name or overlapping range), the
 // partitions are read again and the day counts as made if one holds it.
 func (s *Store) createPartition(ctx context.Context, day time.Time) error {
 	var r PartitionRange
 	err := s.do(ctx, func(conn *pgx.Conn) error {
-		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", partitionLockTimeout.Milliseconds())); err != nil {
-				return err
-			}
-			return tx.QueryRow(ctx, `SELECT partition_name::text, range_start, range_end FROM ovs_create_delay_partition($1)`,
-				day).Scan(&r.Name, &r.Start, &r.End)
-		})
+		return conn.QueryRow(ctx, `SELECT partition_name::text, range_start, range_end
+			FROM ovs_create_delay_partition($1, $2::bigint * interval '1 millisecond')`,
+			day, partitionLockTimeout.Milliseconds()).Scan(&r.Name, &r.Start, &r.End)
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "23505" || pgErr.Code == "42P17") {
