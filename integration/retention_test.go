@@ -393,7 +393,9 @@ func TestRetentionDuringRun(t *testing.T) {
 	if dl := dump(t, db, dumpDeadLetters); len(dl) != 0 {
 		t.Errorf("dead letters: %v", dl)
 	}
-	kept := func(oracle string) string { return `SELECT * FROM (` + oracle + `) AS o WHERE o.ws >= '2016-05-14 00:00:00+00'` }
+	kept := func(oracle string) string {
+		return `SELECT * FROM (` + oracle + `) AS o WHERE o.ws >= '2016-05-14 00:00:00+00'`
+	}
 	got := dump(t, db, dumpAggregates)
 	if len(got) != 2*72*4 {
 		t.Errorf("%d rows kept, want 576 (2 days of 72 windows of one event: 4 rows each)", len(got))

@@ -61,7 +61,7 @@ func TestRefused(t *testing.T) {
 		want bool
 	}{
 		{nil, false},
-		{pg("23514"), true},  // check_violation
+		{pg("23514"), true}, // check_violation
 		{noPartitionErr, false},
 		{pg("23503"), true},  // foreign_key_violation
 		{pg("23502"), true},  // not_null_violation
