@@ -61,23 +61,23 @@ func TestRefused(t *testing.T) {
 		want bool
 	}{
 		{nil, false},
-		{pg("23514"), true},     // check_violation
-		{noPartitionErr, false}, // no partition holds the row: Retryable
-		{pg("23503"), true},     // foreign_key_violation
-		{pg("23502"), true},     // not_null_violation
-		{pg("23505"), true},     // unique_violation (not the window COPY's: it never leaves upsertWindows)
-		{pg("22001"), true},     // string_data_right_truncation: value too long
-		{pg("22021"), true},     // character_not_in_repertoire
-		{pg("22P02"), true},     // invalid_text_representation
-		{pg("54000"), true},     // program_limit_exceeded: index row too large
-		{pg("54001"), false},    // statement_too_complex
-		{pg("21000"), false},    // cardinality_violation: a bug, not a value
-		{pg("42P01"), false},    // undefined_table
-		{pg("40001"), false},    // serialization_failure: Retryable
+		{pg("23514"), true},  // check_violation
+		{pg("23503"), true},  // foreign_key_violation
+		{pg("23502"), true},  // not_null_violation
+		{pg("23505"), true},  // unique_violation (not the window COPY's: it never leaves upsertWindows)
+		{pg("22001"), true},  // string_data_right_truncation: value too long
+		{pg("22021"), true},  // character_not_in_repertoire
+		{pg("22P02"), true},  // invalid_text_representation
+		{pg("54000"), true},  // program_limit_exceeded: index row too large
+		{pg("54001"), false}, // statement_too_complex
+		{pg("21000"), false}, // cardinality_violation: a bug, not a value
+		{pg("42P01"), false}, // undefined_table
+		{pg("40001"), false}, // serialization_failure: Retryable
 		{pg("57P01"), false},
 		{&CommitError{Err: &pgconn.PgError{Code: "23503"}}, true}, // a deferred constraint, at COMMIT
 		{fmt.Errorf("x: %w", ErrFenced), false},
 		{io.EOF, false},
+		{noPartitionErr, false}, // no partition holds the row: Retryable
 	} {
 		if got := Refused(c.err); got != c.want {
 			t.Errorf("Refused(%v) = %t, want %t", c.err, got, c.want)
