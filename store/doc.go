@@ -35,6 +35,15 @@
 //     in the transaction of the commit that finds it so, under the
 //     pipeline's row lock; its partials are deleted in that transaction, and
 //     no partial of a merged window is written again (ErrMergedPast).
+//   - delay_aggregates is partitioned by day (migration 6). Commit and
+//     CommitSplit create the days their windows need before their
+//     transaction, never inside it (EnsurePartitions, partitions.go); a day
+//     dropped meanwhile fails the commit retryably (never as a refusal that
+//     would dead-letter its records), and the retry makes it again.
+//   - Retention (retention.go) drops whole days, each ending at or before the
+//     lowest watermark stored by any pipeline minus the retention, read again
+//     under the table's ACCESS EXCLUSIVE lock: never a day that holds a window
+//     still to be written. Dead letters age out by created_at, in batches.
 //   - Retryable tells transient failures (connection lost, serialization
 //     failure, deadlock, server shutting down) from terminal ones (fenced).
 //   - A batch PostgreSQL refuses for a value it holds (Refused: SQLSTATE
