@@ -81,9 +81,9 @@ func (c *partitionCache) add(r PartitionRange) {
 // dropped it, or someone else did), so the next commit reads them again.
 func (c *partitionCache) reset() { *c = partitionCache{} }
 
-// DayOf returns the start of the UTC day that holds t: the start of t's
+// dayOf returns the start of the UTC day that holds t: the start of t's
 // partition.
-func DayOf(t time.Time) time.Time {
+func dayOf(t time.Time) time.Time {
 	const day = int64(PartitionSpan / time.Second)
 	s := t.Unix()
 	d := s / day
@@ -105,7 +105,7 @@ func (c *partitionCache) missingDays(starts []time.Time) (missing []time.Time, l
 			continue // rows of one window come together
 		}
 		last = t
-		if d := DayOf(t); !c.covers(t) && !slices.ContainsFunc(missing, d.Equal) {
+		if d := dayOf(t); !c.covers(t) && !slices.ContainsFunc(missing, d.Equal) {
 			missing = append(missing, d)
 		}
 	}
@@ -134,10 +134,9 @@ func partialStarts(ps []aggregate.Partial) []time.Time {
 // EnsurePartitions makes sure delay_aggregates has a partition holding each
 // of starts (window starts, any time zone), creating the missing days, each
 // in a statement of its own outside any transaction (never inside a
-// commit), and, best
-// effort, the day after the latest of starts when that is the newest
-// partition (a failure there is not an error; it is tried again a minute
-// later at the earliest). The first call of a Store reads the catalog once;
+// commit), and, best effort, the day after the latest of starts when that
+// is the newest partition (a failure there is not an error; it is tried
+// again a minute later at the earliest). The first call of a Store reads the catalog once;
 // later calls send nothing while every day is known. Safe against other
 // instances creating the same days at the same time. Commit and CommitSplit
 // call it before their transaction; a caller writing delay_aggregates rows
@@ -163,7 +162,7 @@ func (s *Store) EnsurePartitions(ctx context.Context, starts []time.Time) error 
 		}
 	}
 	if s.parts.wantsAhead(latest) {
-		if err := s.createPartition(ctx, DayOf(latest).Add(PartitionSpan)); err != nil {
+		if err := s.createPartition(ctx, dayOf(latest).Add(PartitionSpan)); err != nil {
 			s.parts.aheadNotYet = time.Now().Add(aheadRetry)
 		}
 	}
@@ -181,20 +180,7 @@ func (c *partitionCache) wantsAhead(latest time.Time) bool {
 	if n := len(c.known); n > 0 && c.known[n-1].Start.After(latest) {
 		return false
 	}
-	return !c.covers(DayOf(latest).Add(PartitionSpan))
-}
-
-// Partitions returns the partitions of delay_aggregates, by range.
-func (s *Store) Partitions(ctx context.Context) ([]PartitionRange, error) {
-	var out []PartitionRange
-	err := s.do(ctx, func(conn *pgx.Conn) (err error) {
-		out, err = readPartitions(ctx, conn, "")
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: read the partitions of delay_aggregates: %w", err)
-	}
-	return out, nil
+	return !c.covers(dayOf(latest).Add(PartitionSpan))
 }
 
 // readPartitions reads the partitions of delay_aggregates (ovs_delay_partitions)

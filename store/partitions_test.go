@@ -25,8 +25,8 @@ func TestDayOf(t *testing.T) {
 		"9999-12-31T23:55:00Z":             "9999-12-31T00:00:00Z",
 		"2026-03-29T01:30:00.123456+01:00": "2026-03-29T00:00:00Z",
 	} {
-		if got := DayOf(utc(in)).Format(time.RFC3339); got != want {
-			t.Errorf("DayOf(%s) = %s, want %s", in, got, want)
+		if got := dayOf(utc(in)).Format(time.RFC3339); got != want {
+			t.Errorf("dayOf(%s) = %s, want %s", in, got, want)
 		}
 	}
 }

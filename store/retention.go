@@ -50,10 +50,10 @@ const (
 // holds a partition never committed.
 const retentionFloor = `SELECT CASE WHEN count(*) > 0 AND count(*) = count(watermark) THEN min(watermark) END FROM stream_positions`
 
-// RetentionFloor returns the event time retention counts back from (see
+// retentionFloorOf returns the event time retention counts back from (see
 // above), UTC; ok is false when nothing may be dropped (no stored position,
 // or a partition of some pipeline without a stored watermark).
-func (s *Store) RetentionFloor(ctx context.Context) (floor time.Time, ok bool, err error) {
+func (s *Store) retentionFloorOf(ctx context.Context) (floor time.Time, ok bool, err error) {
 	var f *time.Time
 	err = s.do(ctx, func(conn *pgx.Conn) error { return conn.QueryRow(ctx, retentionFloor).Scan(&f) })
 	if err != nil {
@@ -66,7 +66,7 @@ func (s *Store) RetentionFloor(ctx context.Context) (floor time.Time, ok bool, e
 }
 
 // DropOldPartitions drops every partition of delay_aggregates whose range
-// ends at or before RetentionFloor - retention (whole tables: DROP TABLE),
+// ends at or before the retention floor (above) minus retention (whole tables: DROP TABLE),
 // oldest first, at most 16 per transaction. It returns what it dropped and
 // the floor it measured against (zero when nothing may be dropped).
 //
@@ -77,7 +77,7 @@ func (s *Store) DropOldPartitions(ctx context.Context, retention time.Duration) 
 	if retention <= 0 {
 		return nil, time.Time{}, fmt.Errorf("store: retention %v is not positive", retention)
 	}
-	floor, ok, err := s.RetentionFloor(ctx)
+	floor, ok, err := s.retentionFloorOf(ctx)
 	if err != nil || !ok {
 		return nil, time.Time{}, err
 	}
