@@ -11,6 +11,7 @@ import (
 // Ranked is one row of a top-N list: a dimension id in one window, delays in seconds.
 type Ranked struct {
 	ID    string
+	Name  string // from the names table, "" when the id has none
 	Count int64
 	Mean  float64
 	P90   float64
@@ -30,15 +31,16 @@ type Report struct {
 	Events        map[string]int64 // sum of event_count per dimension
 	BusiestWindow time.Time        // window_start of the window with the most events (network row); zero if none
 	BusiestCount  int64
-	TopLines      []Ranked // the ten lines with the highest mean delay in the busiest window
-	TopStations   []Ranked // the same for stations
+	TopLines      []Ranked         // the ten lines with the highest mean delay in the busiest window
+	TopStations   []Ranked         // the same for stations
+	Names         map[string]int64 // rows of the names table per dimension
 	Positions     []StoredPosition
 	DeadLetters   map[string]int64 // per reason
 }
 
 // Report reads the summary the demo and drain print, for pipeline.
 func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
-	r := &Report{Rows: map[string]int64{}, Events: map[string]int64{}, DeadLetters: map[string]int64{}}
+	r := &Report{Rows: map[string]int64{}, Events: map[string]int64{}, DeadLetters: map[string]int64{}, Names: map[string]int64{}}
 	err := s.do(ctx, func(c *pgx.Conn) error {
 		rows, err := c.Query(ctx, `SELECT dimension, count(*), coalesce(sum(event_count), 0)::bigint
 			FROM delay_aggregates WHERE pipeline = $1 GROUP BY dimension`, pipeline)
@@ -62,14 +64,17 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 			dim string
 			out *[]Ranked
 		}{{"line", &r.TopLines}, {"station", &r.TopStations}} {
-			rows, err := c.Query(ctx, `SELECT dimension_id, event_count, mean_delay_s, p90_delay_s, max_delay_s
-				FROM delay_aggregates WHERE pipeline = $3 AND window_start = $1 AND dimension = $2
-				ORDER BY mean_delay_s DESC, dimension_id LIMIT 10`, r.BusiestWindow, top.dim, pipeline)
+			rows, err := c.Query(ctx, `SELECT a.dimension_id, coalesce(n.name, ''), a.event_count, a.mean_delay_s,
+				a.p90_delay_s, a.max_delay_s
+				FROM delay_aggregates AS a LEFT JOIN names AS n
+				    ON n.pipeline = a.pipeline AND n.dimension = a.dimension AND n.dimension_id = a.dimension_id
+				WHERE a.pipeline = $3 AND a.window_start = $1 AND a.dimension = $2
+				ORDER BY a.mean_delay_s DESC, a.dimension_id LIMIT 10`, r.BusiestWindow, top.dim, pipeline)
 			if err != nil {
 				return err
 			}
 			var k Ranked
-			if _, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
+			if _, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Name, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
 				*top.out = append(*top.out, k)
 				return nil
 			}); err != nil {
@@ -85,6 +90,16 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 		if _, err := pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &p.UpdatedAt}, func() error {
 			p.UpdatedAt = p.UpdatedAt.UTC()
 			r.Positions = append(r.Positions, p)
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = c.Query(ctx, `SELECT dimension, count(*) FROM names WHERE pipeline = $1 GROUP BY dimension`, pipeline)
+		if err != nil {
+			return err
+		}
+		if _, err := pgx.ForEachRow(rows, []any{&dim, &n}, func() error {
+			r.Names[dim] = n
 			return nil
 		}); err != nil {
 			return err
