@@ -92,6 +92,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 	var kafka kafkaFlags
 	kafka.register(fs)
 	operator := fs.String("operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
+	lineID := fs.String("line-id", gtfsrt.LineIDRouteID, "what a line is: `route_id` or route_short_name (from --gtfs-static; README: produce)")
 	staticPath := fs.String("gtfs-static", "", "the agency's static GTFS feed (`zip or folder`): delays for updates that give only a predicted time, and names")
 	predTopic := fs.String("predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
 	posTopic := fs.String("positions-topic", "vehicle_positions", "`topic` for vehicle positions")
@@ -144,7 +145,7 @@ func cmdProduce(ctx context.Context, args []string) int {
 	case *jsonlFile != "" && *staticPath != "":
 		return usageErr("--gtfs-static is for --gtfs-rt and --gtfs-rt-url")
 	}
-	opt := gtfsrt.Options{Operator: *operator}
+	opt := gtfsrt.Options{Operator: *operator, LineID: *lineID}
 	if *staticPath != "" {
 		sched, err := gtfsstatic.Load(*staticPath)
 		if err != nil {
@@ -155,6 +156,9 @@ func cmdProduce(ctx context.Context, args []string) int {
 		fmt.Printf("static GTFS %s: %d trips, %d stop times, %d services, time zone %s\n",
 			*staticPath, st.Trips, st.StopTimes, st.Services, st.TimeZone)
 		opt.Schedule = sched
+	}
+	if err := opt.Validate(); err != nil {
+		return usageErr("%v", err)
 	}
 	sc := produce.NewSaramaConfig("")
 	if err := kafka.apply(sc); err != nil {
