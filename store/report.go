@@ -34,8 +34,16 @@ type Report struct {
 	TopLines      []Ranked         // the ten lines with the highest mean delay in the busiest window
 	TopStations   []Ranked         // the same for stations
 	Names         map[string]int64 // rows of the names table per dimension
-	Positions     []StoredPosition
-	DeadLetters   map[string]int64 // per reason
+	// NamedWindow is the window_start of the window whose named lines had
+	// the most events (NamedCount); when it is not the busiest window,
+	// TopNamedLines and TopNamedStations are its ten named lines and
+	// stations with the highest mean delay (the busiest window may be of
+	// a feed without names).
+	NamedWindow                     time.Time
+	NamedCount                      int64
+	TopNamedLines, TopNamedStations []Ranked
+	Positions                       []StoredPosition
+	DeadLetters                     map[string]int64 // per reason
 }
 
 // Report reads the summary the demo and drain print, for pipeline.
@@ -60,24 +68,44 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 		if err != nil && err != pgx.ErrNoRows {
 			return err
 		}
-		for _, top := range []struct {
-			dim string
-			out *[]Ranked
-		}{{"line", &r.TopLines}, {"station", &r.TopStations}} {
+		// top returns the ten rows of dim in window with the highest mean
+		// delay, with their names; only named ones when named.
+		top := func(window time.Time, dim string, named bool) ([]Ranked, error) {
 			rows, err := c.Query(ctx, `SELECT a.dimension_id, coalesce(n.name, ''), a.event_count, a.mean_delay_s,
 				a.p90_delay_s, a.max_delay_s
 				FROM delay_aggregates AS a LEFT JOIN names AS n
 				    ON n.pipeline = a.pipeline AND n.dimension = a.dimension AND n.dimension_id = a.dimension_id
-				WHERE a.pipeline = $3 AND a.window_start = $1 AND a.dimension = $2
-				ORDER BY a.mean_delay_s DESC, a.dimension_id LIMIT 10`, r.BusiestWindow, top.dim, pipeline)
+				WHERE a.pipeline = $3 AND a.window_start = $1 AND a.dimension = $2 AND (NOT $4 OR n.name IS NOT NULL)
+				ORDER BY a.mean_delay_s DESC, a.dimension_id LIMIT 10`, window, dim, pipeline, named)
 			if err != nil {
+				return nil, err
+			}
+			var out []Ranked
+			var k Ranked
+			_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Name, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
+				out = append(out, k)
+				return nil
+			})
+			return out, err
+		}
+		if r.TopLines, err = top(r.BusiestWindow, "line", false); err != nil {
+			return err
+		}
+		if r.TopStations, err = top(r.BusiestWindow, "station", false); err != nil {
+			return err
+		}
+		err = c.QueryRow(ctx, `SELECT a.window_start, sum(a.event_count)::bigint FROM delay_aggregates AS a JOIN names AS n
+			    ON n.pipeline = a.pipeline AND n.dimension = a.dimension AND n.dimension_id = a.dimension_id
+			WHERE a.pipeline = $1 AND a.dimension = 'line' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1`, pipeline).
+			Scan(&r.NamedWindow, &r.NamedCount)
+		if err != nil && err != pgx.ErrNoRows {
+			return err
+		}
+		if r.NamedCount > 0 && !r.NamedWindow.Equal(r.BusiestWindow) {
+			if r.TopNamedLines, err = top(r.NamedWindow, "line", true); err != nil {
 				return err
 			}
-			var k Ranked
-			if _, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Name, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
-				*top.out = append(*top.out, k)
-				return nil
-			}); err != nil {
+			if r.TopNamedStations, err = top(r.NamedWindow, "station", true); err != nil {
 				return err
 			}
 		}
@@ -118,6 +146,6 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: report: %w", err)
 	}
-	r.BusiestWindow = r.BusiestWindow.UTC()
+	r.BusiestWindow, r.NamedWindow = r.BusiestWindow.UTC(), r.NamedWindow.UTC()
 	return r, nil
 }

@@ -176,17 +176,25 @@ func printReport(w io.Writer, r *store.Report, produced int, window time.Duratio
 		fmt.Fprintf(w, "  dead letters (%s): %d\n", reason, r.DeadLetters[reason])
 	}
 	fmt.Fprintf(w, "  names (table names): %d lines, %d stations\n", r.Names["line"], r.Names["station"])
-	if r.BusiestCount > 0 {
-		for _, top := range []struct {
-			what string
-			rows []store.Ranked
-		}{{"lines", r.TopLines}, {"stations", r.TopStations}} {
-			fmt.Fprintf(w, "\nten most delayed %s of the busiest window [%s, %s), %d events:\n",
-				top.what, r.BusiestWindow.Format(time.RFC3339), r.BusiestWindow.Add(window).Format("15:04:05Z"), r.BusiestCount)
-			fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "mean s", "p90 s", "max s")
-			for _, k := range top.rows {
-				fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.Mean, k.P90, k.Max)
-			}
+	for _, top := range []struct {
+		what   string
+		window time.Time
+		count  int64
+		rows   []store.Ranked
+	}{
+		{"lines of the busiest window", r.BusiestWindow, r.BusiestCount, r.TopLines},
+		{"stations of the busiest window", r.BusiestWindow, r.BusiestCount, r.TopStations},
+		{"named lines of the busiest window with names", r.NamedWindow, r.NamedCount, r.TopNamedLines},
+		{"named stations of that window", r.NamedWindow, r.NamedCount, r.TopNamedStations},
+	} {
+		if len(top.rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nten most delayed %s [%s, %s), %d events:\n",
+			top.what, top.window.Format(time.RFC3339), top.window.Add(window).Format("15:04:05Z"), top.count)
+		fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "mean s", "p90 s", "max s")
+		for _, k := range top.rows {
+			fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.Mean, k.P90, k.Max)
 		}
 	}
 	fmt.Fprintf(w, "\nstored offsets (stream_positions):\n")
