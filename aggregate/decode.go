@@ -68,8 +68,9 @@ const MaxNameBytes = 256
 // returned as a *DecodeError, e.g. "delay_s: not a finite number". It never
 // panics, whatever the input.
 func DecodePrediction(value []byte) (Prediction, error) {
-	p, n, err := DecodePredictionNames(value)
-	if err != nil {
+	var p Prediction
+	var n RawNames
+	if err := decodePrediction(value, &p, &n); err != nil {
 		return Prediction{}, err
 	}
 	p.LineName, p.LineShortName, p.StopName = string(n.Line), string(n.LineShort), string(n.Stop)
@@ -91,61 +92,68 @@ type RawNames struct {
 // of a name that changed: names cost no allocation per event. Same rules and
 // errors as DecodePrediction.
 func DecodePredictionNames(value []byte) (Prediction, RawNames, error) {
-	p, n, err := decodePrediction(value)
-	if err != nil {
+	var p Prediction
+	var n RawNames
+	if err := decodePrediction(value, &p, &n); err != nil {
 		return Prediction{}, RawNames{}, err
 	}
 	return p, n, nil
 }
 
-func decodePrediction(value []byte) (p Prediction, n RawNames, err error) {
+// decodePrediction decodes value into *p and *n (the callers' zero values,
+// on their stacks: no copy of a Prediction per layer); after an error they
+// hold what was decoded before it.
+func decodePrediction(value []byte, p *Prediction, n *RawNames) (err error) {
 	var m members
 	if err := decodeObjectInto(value, predictionFields, &m); err != nil {
-		return p, n, err
+		return err
 	}
 	obj := &m
 	if p.TripID, err = requiredString(obj, "trip_id"); err != nil {
-		return p, n, err
+		return err
 	}
 	if p.Line, err = requiredString(obj, "line"); err != nil {
-		return p, n, err
+		return err
 	}
 	if p.StopID, err = requiredString(obj, "stop_id"); err != nil {
-		return p, n, err
+		return err
 	}
 	if p.Operator, err = requiredString(obj, "operator"); err != nil {
-		return p, n, err
+		return err
 	}
 	d, ok, err := optionalNumber(obj, "delay_s")
 	if err != nil {
-		return p, n, err
+		return err
 	}
 	if !ok {
-		return p, n, &DecodeError{Field: "delay_s", Reason: ReasonMissing}
+		return &DecodeError{Field: "delay_s", Reason: ReasonMissing}
 	}
 	if math.Abs(d) > MaxAbsDelayS {
-		return p, n, &DecodeError{Field: "delay_s", Reason: ReasonDelayOutOfRange}
+		return &DecodeError{Field: "delay_s", Reason: ReasonDelayOutOfRange}
 	}
 	p.DelayS = d
 	if p.EventTime, err = requiredTime(obj, "event_time"); err != nil {
-		return p, n, err
+		return err
 	}
 	if p.VehicleID, err = optionalString(obj, "vehicle_id"); err != nil {
-		return p, n, err
+		return err
 	}
 	if p.StopSequence, p.HasStopSequence, err = optionalInteger(obj, "stop_sequence"); err != nil {
-		return p, n, err
+		return err
 	}
-	if n.Line, err = optionalName(obj, "line_name"); err != nil {
-		return p, n, err
+	if obj.raw[predLineName] == nil && obj.raw[predLineShortName] == nil && obj.raw[predStopName] == nil {
+		return nil // no names: the common case of feeds without a static feed
 	}
-	if n.LineShort, err = optionalName(obj, "line_short_name"); err != nil {
-		return p, n, err
+	if n.Line, err = optionalName(obj, predLineName); err != nil {
+		return err
 	}
-	if n.Stop, err = optionalName(obj, "stop_name"); err != nil {
-		return p, n, err
+	if n.LineShort, err = optionalName(obj, predLineShortName); err != nil {
+		return err
 	}
-	return p, n, nil
+	if n.Stop, err = optionalName(obj, predStopName); err != nil {
+		return err
+	}
+	return nil
 }
 
 // DecodePosition decodes one message value of topic vehicle_positions.
@@ -230,6 +238,14 @@ var (
 		"bearing", "speed_mps"}
 )
 
+// The positions of the names in predictionFields: optionalName reads them
+// by index, so a record without names costs no look-up of them.
+const (
+	predLineName      = 8
+	predLineShortName = 9
+	predStopName      = 10
+)
+
 // members holds the raw JSON values of the wanted members of one object.
 type members struct {
 	names []string
@@ -275,12 +291,12 @@ func decodeObject(value []byte, names []string) (*members, error) {
 	return m, nil
 }
 
-// decodeObjectInto is decodeObject filling m, which the caller may keep on
-// its stack. Valid objects, the normal case, take one pass (scanObject); the
-// rest, and anything scanObject is unsure of, the slow path below, which
-// words the error.
+// decodeObjectInto is decodeObject filling m, a zero value the caller may
+// keep on its stack. Valid objects, the normal case, take one pass
+// (scanObject); the rest, and anything scanObject is unsure of, the slow
+// path below, which words the error.
 func decodeObjectInto(value []byte, names []string, m *members) error {
-	*m = members{names: names}
+	m.names = names // m is the zero value: every caller declares it fresh
 	if !utf8.Valid(value) {
 		return &DecodeError{Reason: ReasonInvalidUTF8}
 	}
@@ -467,11 +483,12 @@ func stringValue(raw json.RawMessage, plain bool, field, wrongType string) (stri
 	return s, nil
 }
 
-// optionalName returns the bytes of the string field, nil when it is
-// missing, null or "": an alias of the value when the JSON string has no
-// escapes, else a copy. Longer than MaxNameBytes is an error.
-func optionalName(obj *members, field string) ([]byte, error) {
-	raw, plain := obj.getString(field)
+// optionalName returns the bytes of the string member at index i of
+// obj.names, nil when it is missing, null or "": an alias of the value when
+// the JSON string has no escapes, else a copy. Longer than MaxNameBytes is
+// an error.
+func optionalName(obj *members, i int) ([]byte, error) {
+	raw, plain, field := obj.raw[i], obj.plain[i], obj.names[i]
 	if !present(raw) {
 		return nil, nil
 	}

@@ -159,6 +159,10 @@ func TestDecodePredictionNames(t *testing.T) {
 			t.Errorf("stop_name %q: %v %q, want %q", in, err, p.StopName, want)
 		}
 	}
+	if predictionFields[predLineName] != "line_name" || predictionFields[predLineShortName] != "line_short_name" ||
+		predictionFields[predStopName] != "stop_name" {
+		t.Errorf("the name indexes do not point at the names: %q", predictionFields)
+	}
 	if ReasonNameTooLong != "too long: more than "+strconv.Itoa(MaxNameBytes)+" bytes" {
 		t.Errorf("ReasonNameTooLong %q does not say MaxNameBytes %d", ReasonNameTooLong, MaxNameBytes)
 	}
