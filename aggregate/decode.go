@@ -35,7 +35,14 @@ const (
 	ReasonLonOutOfRange   = "out of range: |lon| > 180"
 	ReasonBearingRange    = "out of range: not in 0..360"
 	ReasonSpeedRange      = "out of range: < 0"
+	ReasonNameTooLong     = "too long: more than 256 bytes"
 )
+
+// MaxNameBytes bounds line_name, line_short_name and stop_name, in bytes of
+// UTF-8 (DESIGN.md "Decoding rules" bounds ids the same way): a name is
+// something a person reads next to an id, and a producer's mistake must not
+// fill the names table with megabytes.
+const MaxNameBytes = 256
 
 // DecodePrediction decodes one message value of topic arrival_predictions.
 //
@@ -43,61 +50,110 @@ const (
 //
 //	{"trip_id": "t1", "line": "L1", "stop_id": "S1", "operator": "OP",
 //	 "delay_s": -30, "event_time": "2026-05-04T10:00:00+02:00",
-//	 "vehicle_id": "V7", "stop_sequence": 12}
+//	 "vehicle_id": "V7", "stop_sequence": 12,
+//	 "line_name": "Spring Garden", "line_short_name": "1", "stop_name": "Mumford Terminal"}
 //
 // trip_id, line, stop_id and operator are required non-empty strings; delay_s
 // is a required finite JSON number of seconds with |delay_s| <= 86400 (a
 // string such as "12" or "NaN" is rejected); event_time is a required RFC 3339
 // timestamp with an offset (time.RFC3339Nano), returned in UTC and truncated
 // to whole microseconds, PostgreSQL's precision; vehicle_id (string) and
-// stop_sequence (integral number) are optional, null meaning absent. Unknown
-// fields, and fields whose name differs only in case, are ignored. No string
-// may contain NUL, since PostgreSQL text cannot store it.
+// stop_sequence (integral number) are optional, null meaning absent;
+// line_name, line_short_name and stop_name are optional strings of at most
+// MaxNameBytes bytes (null or "" meaning absent), valid UTF-8 like the whole
+// value. Unknown fields, and fields whose name differs only in case, are
+// ignored. No string may contain NUL, since PostgreSQL text cannot store it.
 //
 // Fields are checked in the order of the table above and the first fault is
 // returned as a *DecodeError, e.g. "delay_s: not a finite number". It never
 // panics, whatever the input.
 func DecodePrediction(value []byte) (Prediction, error) {
+	var p Prediction
+	var n RawNames
+	if err := decodePrediction(value, &p, &n); err != nil {
+		return Prediction{}, err
+	}
+	p.LineName, p.LineShortName, p.StopName = string(n.Line), string(n.LineShort), string(n.Stop)
+	return p, nil
+}
+
+// RawNames are the optional names of one prediction as DecodePredictionNames
+// returns them: the bytes of line_name, line_short_name and stop_name (JSON
+// escapes decoded; valid UTF-8, no NUL, at most MaxNameBytes), nil when
+// absent or "". They alias the decoded message value unless the JSON string
+// held escapes: copy what you keep.
+type RawNames struct {
+	Line, LineShort, Stop []byte
+}
+
+// DecodePredictionNames is DecodePrediction that returns the names as bytes
+// instead of strings in the Prediction (whose name fields stay ""), so that a
+// caller keeping names per id (Names) compares bytes and makes a string only
+// of a name that changed: names cost no allocation per event. Same rules and
+// errors as DecodePrediction.
+func DecodePredictionNames(value []byte) (Prediction, RawNames, error) {
+	var p Prediction
+	var n RawNames
+	if err := decodePrediction(value, &p, &n); err != nil {
+		return Prediction{}, RawNames{}, err
+	}
+	return p, n, nil
+}
+
+// decodePrediction decodes value into *p and *n (the callers' zero values,
+// on their stacks: no copy of a Prediction per layer); after an error they
+// hold what was decoded before it.
+func decodePrediction(value []byte, p *Prediction, n *RawNames) (err error) {
 	var m members
 	if err := decodeObjectInto(value, predictionFields, &m); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	obj := &m
-	var err error
-	var p Prediction
 	if p.TripID, err = requiredString(obj, "trip_id"); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	if p.Line, err = requiredString(obj, "line"); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	if p.StopID, err = requiredString(obj, "stop_id"); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	if p.Operator, err = requiredString(obj, "operator"); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	d, ok, err := optionalNumber(obj, "delay_s")
 	if err != nil {
-		return Prediction{}, err
+		return err
 	}
 	if !ok {
-		return Prediction{}, &DecodeError{Field: "delay_s", Reason: ReasonMissing}
+		return &DecodeError{Field: "delay_s", Reason: ReasonMissing}
 	}
 	if math.Abs(d) > MaxAbsDelayS {
-		return Prediction{}, &DecodeError{Field: "delay_s", Reason: ReasonDelayOutOfRange}
+		return &DecodeError{Field: "delay_s", Reason: ReasonDelayOutOfRange}
 	}
 	p.DelayS = d
 	if p.EventTime, err = requiredTime(obj, "event_time"); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	if p.VehicleID, err = optionalString(obj, "vehicle_id"); err != nil {
-		return Prediction{}, err
+		return err
 	}
 	if p.StopSequence, p.HasStopSequence, err = optionalInteger(obj, "stop_sequence"); err != nil {
-		return Prediction{}, err
+		return err
 	}
-	return p, nil
+	if obj.raw[predLineName] == nil && obj.raw[predLineShortName] == nil && obj.raw[predStopName] == nil {
+		return nil // no names: the common case of feeds without a static feed
+	}
+	if n.Line, err = optionalName(obj, predLineName); err != nil {
+		return err
+	}
+	if n.LineShort, err = optionalName(obj, predLineShortName); err != nil {
+		return err
+	}
+	if n.Stop, err = optionalName(obj, predStopName); err != nil {
+		return err
+	}
+	return nil
 }
 
 // DecodePosition decodes one message value of topic vehicle_positions.
@@ -177,20 +233,28 @@ func DecodePosition(value []byte) (Position, error) {
 // the decoders read; every other member is ignored.
 var (
 	predictionFields = []string{"trip_id", "line", "stop_id", "operator", "delay_s", "event_time",
-		"vehicle_id", "stop_sequence"}
+		"vehicle_id", "stop_sequence", "line_name", "line_short_name", "stop_name"}
 	positionFields = []string{"vehicle_id", "lat", "lon", "event_time", "trip_id", "line", "operator",
 		"bearing", "speed_mps"}
+)
+
+// The positions of the names in predictionFields: optionalName reads them
+// by index, so a record without names costs no look-up of them.
+const (
+	predLineName      = 8
+	predLineShortName = 9
+	predStopName      = 10
 )
 
 // members holds the raw JSON values of the wanted members of one object.
 type members struct {
 	names []string
-	raw   [9][]byte // raw[i] is the value of names[i]; nil when absent
-	next  int       // get's guess: the decoders ask for the fields in the order of names
-	guess int       // scanObject's guess: producers mostly write the members in that order too
+	raw   [11][]byte // raw[i] is the value of names[i]; nil when absent
+	next  int        // get's guess: the decoders ask for the fields in the order of names
+	guess int        // scanObject's guess: producers mostly write the members in that order too
 	// plain[i] is true when raw[i] is a JSON string without escapes (so
 	// without NUL): its value is its bytes. Only scanObject sets it.
-	plain [9]bool
+	plain [11]bool
 }
 
 // get returns the raw JSON value of field, nil when absent.
@@ -216,7 +280,7 @@ func (m *members) getString(field string) (raw json.RawMessage, plain bool) {
 }
 
 // decodeObject checks that value is valid UTF-8 holding one JSON object and
-// returns the raw values of its members named in names (at most 9). Member
+// returns the raw values of its members named in names (at most 11). Member
 // names match exactly (encoding/json's struct decoding would also match
 // "Trip_ID"); of duplicate members the last wins, as with encoding/json.
 func decodeObject(value []byte, names []string) (*members, error) {
@@ -227,12 +291,12 @@ func decodeObject(value []byte, names []string) (*members, error) {
 	return m, nil
 }
 
-// decodeObjectInto is decodeObject filling m, which the caller may keep on
-// its stack. Valid objects, the normal case, take one pass (scanObject); the
-// rest, and anything scanObject is unsure of, the slow path below, which
-// words the error.
+// decodeObjectInto is decodeObject filling m, a zero value the caller may
+// keep on its stack. Valid objects, the normal case, take one pass
+// (scanObject); the rest, and anything scanObject is unsure of, the slow
+// path below, which words the error.
 func decodeObjectInto(value []byte, names []string, m *members) error {
-	*m = members{names: names}
+	m.names = names // m is the zero value: every caller declares it fresh
 	if !utf8.Valid(value) {
 		return &DecodeError{Reason: ReasonInvalidUTF8}
 	}
@@ -417,6 +481,34 @@ func stringValue(raw json.RawMessage, plain bool, field, wrongType string) (stri
 		return "", &DecodeError{Field: field, Reason: ReasonNUL}
 	}
 	return s, nil
+}
+
+// optionalName returns the bytes of the string member at index i of
+// obj.names, nil when it is missing, null or "": an alias of the value when
+// the JSON string has no escapes, else a copy. Longer than MaxNameBytes is
+// an error.
+func optionalName(obj *members, i int) ([]byte, error) {
+	raw, plain, field := obj.raw[i], obj.plain[i], obj.names[i]
+	if !present(raw) {
+		return nil, nil
+	}
+	var b []byte
+	if plain {
+		b = raw[1 : len(raw)-1]
+	} else {
+		s, err := stringValue(raw, false, field, ReasonString)
+		if err != nil {
+			return nil, err
+		}
+		b = []byte(s)
+	}
+	if len(b) > MaxNameBytes {
+		return nil, &DecodeError{Field: field, Reason: ReasonNameTooLong}
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	return b, nil
 }
 
 func requiredNumber(obj *members, field string) (float64, error) {

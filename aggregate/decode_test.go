@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,57 @@ func TestDecodePredictionValid(t *testing.T) {
 	// Surrounding whitespace is fine.
 	if _, err := DecodePrediction([]byte(" \n" + validPrediction + "\t ")); err != nil {
 		t.Errorf("whitespace: %v", err)
+	}
+}
+
+// Names (line_name, line_short_name, stop_name) are optional strings of at
+// most MaxNameBytes bytes; DecodePredictionNames returns the same bytes that
+// DecodePrediction returns as strings, aliasing the value when unescaped.
+func TestDecodePredictionNames(t *testing.T) {
+	p, err := DecodePrediction([]byte(validPrediction))
+	if err != nil || p.LineName != "" || p.LineShortName != "" || p.StopName != "" {
+		t.Fatalf("no names: %v %+v", err, p)
+	}
+	v := withField(withField(withField(validPrediction, "line_name", `"Airport - Fall River \"Express\""`),
+		"line_short_name", `"320"`), "stop_name", `"Bridge Terminal Bay 10 (7610)"`)
+	p, err = DecodePrediction([]byte(v))
+	if err != nil || p.LineName != `Airport - Fall River "Express"` || p.LineShortName != "320" || p.StopName != "Bridge Terminal Bay 10 (7610)" {
+		t.Fatalf("names: %v %+v", err, p)
+	}
+	q, raw, err := DecodePredictionNames([]byte(v))
+	if err != nil || q.LineName != "" || string(raw.Line) != p.LineName || string(raw.LineShort) != "320" || string(raw.Stop) != p.StopName {
+		t.Fatalf("raw names: %v %+v %q", err, q, raw)
+	}
+	q.LineName, q.LineShortName, q.StopName = p.LineName, p.LineShortName, p.StopName
+	if q != p {
+		t.Fatalf("DecodePredictionNames %+v, DecodePrediction %+v", q, p)
+	}
+	buf := []byte(v)
+	_, raw, _ = DecodePredictionNames(buf)
+	if i := bytes.Index(buf, []byte(`"320"`)) + 1; &raw.LineShort[0] != &buf[i] {
+		t.Error("an unescaped name is not an alias of the value")
+	}
+	for _, absent := range []string{``, `null`, `""`} {
+		p, raw, err := DecodePredictionNames([]byte(withField(withField(validPrediction, "line_name", absent), "stop_name", absent)))
+		if err != nil || raw.Line != nil || raw.Stop != nil || p.LineName != "" {
+			t.Errorf("absent name %q: %v %q", absent, err, raw)
+		}
+	}
+	// The bound is inclusive; UTF-8 and escapes are fine.
+	for _, in := range []string{strings.Repeat("x", MaxNameBytes), "Gare de l'Est à Paris – 東京", `Caf\u00e9 \ud83d\ude8c`} {
+		p, err := DecodePrediction([]byte(withField(validPrediction, "stop_name", `"`+in+`"`)))
+		var want string
+		_ = json.Unmarshal([]byte(`"`+in+`"`), &want)
+		if err != nil || p.StopName != want {
+			t.Errorf("stop_name %q: %v %q, want %q", in, err, p.StopName, want)
+		}
+	}
+	if predictionFields[predLineName] != "line_name" || predictionFields[predLineShortName] != "line_short_name" ||
+		predictionFields[predStopName] != "stop_name" {
+		t.Errorf("the name indexes do not point at the names: %q", predictionFields)
+	}
+	if ReasonNameTooLong != "too long: more than "+strconv.Itoa(MaxNameBytes)+" bytes" {
+		t.Errorf("ReasonNameTooLong %q does not say MaxNameBytes %d", ReasonNameTooLong, MaxNameBytes)
 	}
 }
 
@@ -245,6 +297,17 @@ func TestDecodePredictionErrors(t *testing.T) {
 		{"stop_sequence too large", set("stop_sequence", `9223372036854775808`), "stop_sequence: not an integer"},
 		{"stop_sequence overflow", set("stop_sequence", `1e400`), "stop_sequence: not an integer"},
 
+		{"line_name number", set("line_name", `7`), "line_name: must be a string"},
+		{"line_name object", set("line_name", `{"en":"x"}`), "line_name: must be a string"},
+		{"line_short_name bool", set("line_short_name", `true`), "line_short_name: must be a string"},
+		{"stop_name NUL", set("stop_name", `"Main\u0000St"`), "stop_name: contains NUL"},
+		{"stop_name invalid UTF-8", set("stop_name", "\"Caf\xe9\""), "invalid UTF-8"},
+		{"line_name too long", set("line_name", `"`+strings.Repeat("x", MaxNameBytes+1)+`"`), "line_name: too long: more than 256 bytes"},
+		// 86 three-byte runes: 258 bytes, though 86 characters.
+		{"stop_name too long in bytes", set("stop_name", `"`+strings.Repeat("€", 86)+`"`), "stop_name: too long: more than 256 bytes"},
+		// Escapes count as the bytes they decode to: 129 x "\u00e9" are 258 bytes.
+		{"stop_name too long escaped", set("stop_name", `"`+strings.Repeat(`\u00e9`, 129)+`"`), "stop_name: too long: more than 256 bytes"},
+
 		// The first faulty field in contract order is reported.
 		{"first fault wins", withField(set("trip_id", `""`), "delay_s", `"x"`), "trip_id: must be a non-empty string"},
 	}
@@ -353,6 +416,7 @@ func FuzzDecode(f *testing.F) {
 		withField(validPrediction, "trip_id", `"\u0000"`),
 		withField(validPrediction, "stop_sequence", `1e19`),
 		"{\"trip_id\":\"\xff\"}",
+		withField(withField(validPrediction, "line_name", `"L\u00e9"`), "stop_name", `"S"`),
 		`{"trip_id":"a","trip_id":null}`,
 	}
 	for _, s := range seeds {
@@ -377,6 +441,11 @@ func FuzzDecode(f *testing.F) {
 			}
 			if strings.IndexByte(p.VehicleID, 0) >= 0 {
 				t.Fatalf("prediction: NUL in vehicle_id %q", p.VehicleID)
+			}
+			for _, s := range []string{p.LineName, p.LineShortName, p.StopName} {
+				if len(s) > MaxNameBytes || strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
+					t.Fatalf("prediction: bad name %q", s)
+				}
 			}
 			if math.IsNaN(p.DelayS) || math.IsInf(p.DelayS, 0) || math.Abs(p.DelayS) > MaxAbsDelayS {
 				t.Fatalf("prediction: bad delay %v", p.DelayS)

@@ -26,9 +26,10 @@ type Prediction struct {
 	StopSequence    int64
 	HasStopSequence bool
 	// LineName, LineShortName and StopName are optional names from static
-	// GTFS (route_long_name, route_short_name, stop_name), "" when absent.
-	// Producers write them (line_name, line_short_name, stop_name);
-	// DecodePrediction does not read them yet (unknown fields are ignored).
+	// GTFS (route_long_name, route_short_name, stop_name), "" when absent:
+	// line_name, line_short_name and stop_name of the data contract, at most
+	// MaxNameBytes each. DecodePredictionNames leaves them "" and returns
+	// them as bytes (RawNames); the run loop keeps them in Names.
 	LineName, LineShortName, StopName string
 }
 

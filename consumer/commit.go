@@ -74,7 +74,10 @@ func (l *loop) startCommit(ctx context.Context) {
 func (l *loop) takeBatch() *pendingCommit {
 	wm := l.wm.Current()
 	p := &pendingCommit{wm: wm, set: l.win.ClosedSet(wm), records: l.consumed}
-	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm}
+	// The names changed since the last batch: a failed commit is retried
+	// with them, so they stay until they are written (aggregate.Names).
+	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm,
+		Names: l.names.Take()}
 	for _, t := range l.trips {
 		p.batch.Trips = append(p.batch.Trips, t)
 	}
@@ -170,7 +173,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	}
 	l.backoff = 0
 	l.nextCommit = now.Add(cfg.FlushInterval)
-	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles),
+	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles), "names", len(b.Names),
 		"dead_letters", len(b.DeadLetters), "watermark", p.wm.Format(time.RFC3339), "took", res.took)
 	return nil
 }

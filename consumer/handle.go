@@ -45,6 +45,9 @@ func (l *loop) handle(r *record, now time.Time) {
 			return
 		}
 		l.wm.Observe(r.tp, p.EventTime, now)
+		// Names count whatever the verdict below (late, replayed, rejected):
+		// the name of a line is a fact about the line, not about the window.
+		l.names.Observe(&p, r.names)
 		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
 		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
 		switch classify(r.offset, end, l.wm.Current(), l.replayUntil[r.tp], l.sp.storedAt(r.tp, end)) {

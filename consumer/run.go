@@ -65,6 +65,9 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	st.OnNameRefused = func(n aggregate.Name, reason string) {
+		cfg.Logger.Warn("name left out: "+reason, "dimension", n.Dimension, "id", n.ID)
+	}
 	if crashpoint.Enabled {
 		st.Hooks.AfterWindows = func() { crashpoint.Hit(crashpoint.MidCommit) }
 		st.Hooks.BeforeCommit = func() { crashpoint.Hit(crashpoint.BeforeCommit) }
@@ -124,6 +127,7 @@ type loop struct {
 
 	trips    map[string]store.Trip
 	vehicles map[string]store.Vehicle
+	names    *aggregate.Names // the lines' and stations' names; changed ones go into the next batch
 	dead     []store.DeadLetter
 	stored   map[aggregate.PartitionID]store.Position
 

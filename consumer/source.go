@@ -17,9 +17,10 @@ type record struct {
 	key    []byte
 	value  []byte
 	// Decoded by the partition's reader goroutine, off the run loop:
-	pred aggregate.Prediction // when tp.Topic is the predictions topic
-	pos  aggregate.Position   // otherwise
-	derr error                // the decode error, if any
+	pred  aggregate.Prediction // when tp.Topic is the predictions topic
+	names aggregate.RawNames   // pred's names: aliases of value (Names.Observe copies what changed)
+	pos   aggregate.Position   // otherwise
+	derr  error                // the decode error, if any
 }
 
 // maxBatch bounds how many records a partition reader hands over at once.
@@ -225,7 +226,7 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage) record {
 	r := record{tp: tp, offset: m.Offset, key: m.Key, value: m.Value}
 	if tp.Topic == s.predTopic {
-		r.pred, r.derr = aggregate.DecodePrediction(m.Value)
+		r.pred, r.names, r.derr = aggregate.DecodePredictionNames(m.Value)
 	} else {
 		r.pos, r.derr = aggregate.DecodePosition(m.Value)
 	}

@@ -95,6 +95,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.probed = map[aggregate.PartitionID]int64{}
 	l.trips = map[string]store.Trip{}
 	l.vehicles = map[string]store.Vehicle{}
+	l.names = aggregate.NewNames() // a resync starts with none: it writes again the names it meets (no-ops)
 	l.stored = map[aggregate.PartitionID]store.Position{}
 
 	for _, tp := range assigned {

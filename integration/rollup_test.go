@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -244,18 +245,17 @@ func reportRollup(t *testing.T, db string, args ...string) map[groupKey]stats {
 // header, each as "[bucket id events p90]" with the bucket in Unix seconds.
 func reportRows(t *testing.T, db string, args ...string) []string {
 	t.Helper()
-	lines := strings.Split(strings.TrimSpace(string(report(t, db, args...))), "\n")
-	if len(lines) == 0 || !strings.HasPrefix(lines[0], "bucket_start,") {
-		t.Fatalf("report --csv: no header: %q", lines)
+	recs, err := csv.NewReader(bytes.NewReader(report(t, db, args...))).ReadAll()
+	if err != nil || len(recs) == 0 || recs[0][0] != "bucket_start" || recs[0][2] != "name" || recs[0][8] != "p90" {
+		t.Fatalf("report --csv: %v, no header bucket_start,ID,name,events,mean,min,max,p50,p90: %q", err, recs)
 	}
 	var out []string
-	for _, l := range lines[1:] {
-		f := strings.Split(l, ",")
+	for _, f := range recs[1:] {
 		b, err := time.Parse(time.RFC3339, f[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, fmt.Sprintf("[%d %s %s %s]", b.Unix(), f[1], f[2], f[7]))
+		out = append(out, fmt.Sprintf("[%d %s %s %s]", b.Unix(), f[1], f[3], f[8]))
 	}
 	return out
 }

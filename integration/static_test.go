@@ -11,7 +11,7 @@ import (
 // The Halifax pair produced by `ovstream produce --gtfs-static` into a
 // standalone broker, then `run --drain`: delay_aggregates equals the SQL
 // oracle over the records in the topic, nothing is dead-lettered (the
-// names the records carry are fields the decoder ignores), and the network
+// names the records carry meet the data contract), and the network
 // rows count the 4,936 updates that gave only a time on top of the 11,638
 // of a produce without the static feed, drained into a database of its own.
 func TestDrainHalifaxStaticFeedEqualsSQLOracle(t *testing.T) {

@@ -13,10 +13,12 @@ import (
 )
 
 // Commit writes b in ONE transaction (DESIGN.md "The commit"): fencing and the
-// watermark, windows (replace), latest state (newer wins), dead letters (once),
-// stream positions (never backwards). It writes all of b or nothing. Before
-// the transaction it creates the delay_aggregates partitions b's windows
-// need (EnsurePartitions, partitions.go).
+// watermark, windows (replace), latest state (newer wins), names (newer
+// wins; writeNames), dead letters (once), stream positions (never
+// backwards). It writes all of b or nothing (but a name PostgreSQL refuses,
+// which is left out and reported to OnNameRefused). Before the transaction
+// it creates the delay_aggregates partitions b's windows need
+// (EnsurePartitions, partitions.go).
 //
 // b.Positions names the partitions the batch is fenced by (at least one): a
 // commit writes only while b.Epoch is the epoch of every one of them.
@@ -101,6 +103,9 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	}
 	if err := upsertTrips(ctx, tx, b.Pipeline, b.Trips); err != nil {
 		return fmt.Errorf("upsert trip_delay_latest: %w", err)
+	}
+	if err := s.writeNames(ctx, tx, b.Pipeline, b.Names); err != nil {
+		return fmt.Errorf("upsert names: %w", err)
 	}
 	if h := s.Hooks.AfterWindows; h != nil {
 		h()

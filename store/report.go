@@ -11,6 +11,7 @@ import (
 // Ranked is one row of a top-N list: a dimension id in one window, delays in seconds.
 type Ranked struct {
 	ID    string
+	Name  string // from the names table, "" when the id has none
 	Count int64
 	Mean  float64
 	P90   float64
@@ -30,15 +31,24 @@ type Report struct {
 	Events        map[string]int64 // sum of event_count per dimension
 	BusiestWindow time.Time        // window_start of the window with the most events (network row); zero if none
 	BusiestCount  int64
-	TopLines      []Ranked // the ten lines with the highest mean delay in the busiest window
-	TopStations   []Ranked // the same for stations
-	Positions     []StoredPosition
-	DeadLetters   map[string]int64 // per reason
+	TopLines      []Ranked         // the ten lines with the highest mean delay in the busiest window
+	TopStations   []Ranked         // the same for stations
+	Names         map[string]int64 // rows of the names table per dimension
+	// NamedWindow is the window_start of the window whose named lines had
+	// the most events (NamedCount); when it is not the busiest window,
+	// TopNamedLines and TopNamedStations are its ten named lines and
+	// stations with the highest mean delay (the busiest window may be of
+	// a feed without names).
+	NamedWindow                     time.Time
+	NamedCount                      int64
+	TopNamedLines, TopNamedStations []Ranked
+	Positions                       []StoredPosition
+	DeadLetters                     map[string]int64 // per reason
 }
 
 // Report reads the summary the demo and drain print, for pipeline.
 func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
-	r := &Report{Rows: map[string]int64{}, Events: map[string]int64{}, DeadLetters: map[string]int64{}}
+	r := &Report{Rows: map[string]int64{}, Events: map[string]int64{}, DeadLetters: map[string]int64{}, Names: map[string]int64{}}
 	err := s.do(ctx, func(c *pgx.Conn) error {
 		rows, err := c.Query(ctx, `SELECT dimension, count(*), coalesce(sum(event_count), 0)::bigint
 			FROM delay_aggregates WHERE pipeline = $1 GROUP BY dimension`, pipeline)
@@ -58,21 +68,44 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 		if err != nil && err != pgx.ErrNoRows {
 			return err
 		}
-		for _, top := range []struct {
-			dim string
-			out *[]Ranked
-		}{{"line", &r.TopLines}, {"station", &r.TopStations}} {
-			rows, err := c.Query(ctx, `SELECT dimension_id, event_count, mean_delay_s, p90_delay_s, max_delay_s
-				FROM delay_aggregates WHERE pipeline = $3 AND window_start = $1 AND dimension = $2
-				ORDER BY mean_delay_s DESC, dimension_id LIMIT 10`, r.BusiestWindow, top.dim, pipeline)
+		// top returns the ten rows of dim in window with the highest mean
+		// delay, with their names; only named ones when named.
+		top := func(window time.Time, dim string, named bool) ([]Ranked, error) {
+			rows, err := c.Query(ctx, `SELECT a.dimension_id, coalesce(n.name, ''), a.event_count, a.mean_delay_s,
+				a.p90_delay_s, a.max_delay_s
+				FROM delay_aggregates AS a LEFT JOIN names AS n
+				    ON n.pipeline = a.pipeline AND n.dimension = a.dimension AND n.dimension_id = a.dimension_id
+				WHERE a.pipeline = $3 AND a.window_start = $1 AND a.dimension = $2 AND (NOT $4 OR n.name IS NOT NULL)
+				ORDER BY a.mean_delay_s DESC, a.dimension_id LIMIT 10`, window, dim, pipeline, named)
 			if err != nil {
+				return nil, err
+			}
+			var out []Ranked
+			var k Ranked
+			_, err = pgx.ForEachRow(rows, []any{&k.ID, &k.Name, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
+				out = append(out, k)
+				return nil
+			})
+			return out, err
+		}
+		if r.TopLines, err = top(r.BusiestWindow, "line", false); err != nil {
+			return err
+		}
+		if r.TopStations, err = top(r.BusiestWindow, "station", false); err != nil {
+			return err
+		}
+		err = c.QueryRow(ctx, `SELECT a.window_start, sum(a.event_count)::bigint FROM delay_aggregates AS a JOIN names AS n
+			    ON n.pipeline = a.pipeline AND n.dimension = a.dimension AND n.dimension_id = a.dimension_id
+			WHERE a.pipeline = $1 AND a.dimension = 'line' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 1`, pipeline).
+			Scan(&r.NamedWindow, &r.NamedCount)
+		if err != nil && err != pgx.ErrNoRows {
+			return err
+		}
+		if r.NamedCount > 0 && !r.NamedWindow.Equal(r.BusiestWindow) {
+			if r.TopNamedLines, err = top(r.NamedWindow, "line", true); err != nil {
 				return err
 			}
-			var k Ranked
-			if _, err := pgx.ForEachRow(rows, []any{&k.ID, &k.Count, &k.Mean, &k.P90, &k.Max}, func() error {
-				*top.out = append(*top.out, k)
-				return nil
-			}); err != nil {
+			if r.TopNamedStations, err = top(r.NamedWindow, "station", true); err != nil {
 				return err
 			}
 		}
@@ -85,6 +118,16 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 		if _, err := pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &p.UpdatedAt}, func() error {
 			p.UpdatedAt = p.UpdatedAt.UTC()
 			r.Positions = append(r.Positions, p)
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = c.Query(ctx, `SELECT dimension, count(*) FROM names WHERE pipeline = $1 GROUP BY dimension`, pipeline)
+		if err != nil {
+			return err
+		}
+		if _, err := pgx.ForEachRow(rows, []any{&dim, &n}, func() error {
+			r.Names[dim] = n
 			return nil
 		}); err != nil {
 			return err
@@ -103,6 +146,6 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: report: %w", err)
 	}
-	r.BusiestWindow = r.BusiestWindow.UTC()
+	r.BusiestWindow, r.NamedWindow = r.BusiestWindow.UTC(), r.NamedWindow.UTC()
 	return r, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
 )
 
 // ErrFenced means another instance claimed one of the batch's partitions (its
@@ -51,6 +53,10 @@ type Hooks struct {
 // safe for concurrent use: one goroutine owns it.
 type Store struct {
 	Hooks Hooks
+	// OnNameRefused, when set, is called by a commit (on the goroutine that
+	// commits) for each names row PostgreSQL refuses, with the database's
+	// message; the commit writes the other names and goes on (writeNames).
+	OnNameRefused func(n aggregate.Name, reason string)
 
 	config *pgx.ConnConfig
 	conn   *pgx.Conn      // nil after an error: the next call reconnects

@@ -73,6 +73,10 @@ type Batch struct {
 	DeadLetters []DeadLetter
 	Positions   []Position
 	Watermark   time.Time // the watermark this commit reached (stream_positions.watermark of each partition)
+	// Names are the names of lines and stations that changed since the
+	// instance's last commit (aggregate.Names.Take: one per key, in key
+	// order), written to the names table.
+	Names []aggregate.Name
 
 	// Split is set by an instance that does not own every partition of its
 	// pipeline: it writes Partials instead of Windows, and the commit merges

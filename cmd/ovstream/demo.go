@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,17 +207,26 @@ func printReport(w io.Writer, r *store.Report, produced int, window time.Duratio
 	for _, reason := range sortedKeys(r.DeadLetters) {
 		fmt.Fprintf(w, "  dead letters (%s): %d\n", reason, r.DeadLetters[reason])
 	}
-	if r.BusiestCount > 0 {
-		for _, top := range []struct {
-			what string
-			rows []store.Ranked
-		}{{"lines", r.TopLines}, {"stations", r.TopStations}} {
-			fmt.Fprintf(w, "\nten most delayed %s of the busiest window [%s, %s), %d events:\n",
-				top.what, r.BusiestWindow.Format(time.RFC3339), r.BusiestWindow.Add(window).Format("15:04:05Z"), r.BusiestCount)
-			fmt.Fprintf(w, "  %-28s %6s %9s %9s %9s\n", "id", "count", "mean s", "p90 s", "max s")
-			for _, k := range top.rows {
-				fmt.Fprintf(w, "  %-28s %6d %9.1f %9.1f %9.0f\n", k.ID, k.Count, k.Mean, k.P90, k.Max)
-			}
+	fmt.Fprintf(w, "  names (table names): %d lines, %d stations\n", r.Names["line"], r.Names["station"])
+	for _, top := range []struct {
+		what   string
+		window time.Time
+		count  int64
+		rows   []store.Ranked
+	}{
+		{"lines of the busiest window", r.BusiestWindow, r.BusiestCount, r.TopLines},
+		{"stations of the busiest window", r.BusiestWindow, r.BusiestCount, r.TopStations},
+		{"named lines of the busiest window with names", r.NamedWindow, r.NamedCount, r.TopNamedLines},
+		{"named stations of that window", r.NamedWindow, r.NamedCount, r.TopNamedStations},
+	} {
+		if len(top.rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nten most delayed %s [%s, %s), %d events:\n",
+			top.what, top.window.Format(time.RFC3339), top.window.Add(window).Format("15:04:05Z"), top.count)
+		fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "mean s", "p90 s", "max s")
+		for _, k := range top.rows {
+			fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.Mean, k.P90, k.Max)
 		}
 	}
 	fmt.Fprintf(w, "\nstored offsets (stream_positions):\n")
@@ -224,6 +234,14 @@ func printReport(w io.Writer, r *store.Report, produced int, window time.Duratio
 		fmt.Fprintf(w, "  %-24s next %6d  consumed %6d  updated %s\n", p.PartitionID.String(), p.NextOffset, p.ConsumedOffset,
 			p.UpdatedAt.Format(time.RFC3339))
 	}
+}
+
+// shorten cuts s to at most n characters, the last one "…" when cut.
+func shorten(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func produceResult(ctx context.Context, brokers []string, res *gtfsrt.Result) error {

@@ -72,7 +72,7 @@ type produceFlags struct {
 	interval, httpTimeout        time.Duration
 	httpAttempts, polls          int
 	retention, progressEvery     time.Duration
-	operator, staticPath         string
+	operator, staticPath, lineID string
 	predTopic, posTopic          string
 	jsonlFile, topic             string
 	kafka                        kafkaFlags
@@ -90,6 +90,7 @@ func (f *produceFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.headers, "http-header", nil, "`'Name: value'` header for every feed request (API keys), repeatable; never printed")
 	f.kafka.register(fs)
 	fs.StringVar(&f.operator, "operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
+	fs.StringVar(&f.lineID, "line-id", gtfsrt.LineIDRouteID, "what a line is: `route_id` or route_short_name (from --gtfs-static; README: produce)")
 	fs.StringVar(&f.staticPath, "gtfs-static", "", "the agency's static GTFS feed (`zip or folder`): delays for updates that give only a predicted time, and names")
 	fs.StringVar(&f.predTopic, "predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
 	fs.StringVar(&f.posTopic, "positions-topic", "vehicle_positions", "`topic` for vehicle positions")
@@ -141,7 +142,7 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 	case f.jsonlFile != "" && f.staticPath != "":
 		return usageErr("--gtfs-static is for --gtfs-rt and --gtfs-rt-url")
 	}
-	opt := gtfsrt.Options{Operator: f.operator}
+	opt := gtfsrt.Options{Operator: f.operator, LineID: f.lineID}
 	if f.staticPath != "" {
 		sched, err := gtfsstatic.Load(f.staticPath)
 		if err != nil {
@@ -152,6 +153,9 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "static GTFS %s: %d trips, %d stop times, %d services, time zone %s\n",
 			f.staticPath, st.Trips, st.StopTimes, st.Services, st.TimeZone)
 		opt.Schedule = sched
+	}
+	if err := opt.Validate(); err != nil {
+		return usageErr("%v", err)
 	}
 	sc := produce.NewSaramaConfig("")
 	if err := f.kafka.apply(sc); err != nil {

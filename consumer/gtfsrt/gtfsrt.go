@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/MobilityData/gtfs-realtime-bindings/golang/gtfs"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -47,6 +48,9 @@ const (
 	SkipNoPosition          = "no position"
 	SkipNoVehicleID         = "no vehicle id"
 	SkipDeleted             = "deleted entity"
+	// SkipNoShortName: with Options.LineID LineIDRouteShortName, the
+	// update's route is not in routes.txt or has no route_short_name.
+	SkipNoShortName = "no route_short_name for the route_id"
 	// SkipTimeOnly prefixes the reasons why a stop time update that gives a
 	// predicted time and no delay got no delay from Options.Schedule: the
 	// text of a gtfsstatic Err value ("time only: trip not in trips.txt"),
@@ -70,8 +74,39 @@ type Options struct {
 	// the names of their line and stop. Without it such an update is
 	// skipped as "no delay".
 	Schedule *gtfsstatic.Schedule
+	// LineID says what identifies a line (the data contract's line): ""
+	// or LineIDRouteID, the route_id; LineIDRouteShortName, the route's
+	// route_short_name from Schedule's routes.txt, for feeds whose route
+	// ids carry version suffixes (Auckland: 00104-20160512154122_v40.34):
+	// routes that share a short name merge into one line, and a route
+	// whose short name changes splits in two. GTFS-realtime carries no
+	// short names, so it needs Schedule (Validate).
+	LineID string
 	// OnFile, when set, is called by Load after each file (progress).
 	OnFile func(FileDone)
+}
+
+// Values of Options.LineID.
+const (
+	LineIDRouteID        = "route_id"
+	LineIDRouteShortName = "route_short_name"
+)
+
+// Validate reports, in terms of the flags of `ovstream produce`, what is
+// wrong with o: an unknown LineID, or LineIDRouteShortName without a
+// Schedule.
+func (o Options) Validate() error {
+	switch o.LineID {
+	case "", LineIDRouteID:
+	case LineIDRouteShortName:
+		if o.Schedule == nil {
+			return errors.New("--line-id route_short_name needs the routes' short names, which GTFS-realtime does not carry " +
+				"(its TripDescriptor has a route_id only): give the agency's static feed with --gtfs-static")
+		}
+	default:
+		return fmt.Errorf("--line-id %q: want route_id or route_short_name", o.LineID)
+	}
+	return nil
 }
 
 // FileDone is what Load reports after each file.
@@ -180,6 +215,9 @@ func Files(paths []string) ([]string, error) {
 // FeedMessage, or one with an entity that has no operator when
 // opt.Operator is "" (wrapping ErrNoOperator).
 func Load(paths []string, opt Options) (*Result, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, fmt.Errorf("gtfsrt: %w", err)
+	}
 	files, err := Files(paths)
 	if err != nil {
 		return nil, err
@@ -320,6 +358,19 @@ func (l *loader) operatorLine(entityID, routeID string) (operator, line string, 
 	return l.opt.Operator, routeID, nil
 }
 
+// lineID returns the line of route routeID under opt.LineID: routeID
+// itself, or its route_short_name (ok false when routes.txt has none for it).
+func (l *loader) lineID(routeID string) (line string, ok bool) {
+	if l.opt.LineID != LineIDRouteShortName || routeID == "" {
+		return routeID, true
+	}
+	if l.opt.Schedule == nil { // Validate refuses this; a Stream made without it skips
+		return "", false
+	}
+	r, found := l.opt.Schedule.Route(routeID)
+	return r.ShortName, found && r.ShortName != ""
+}
+
 func (l *loader) feed(msg *gtfs.FeedMessage) error {
 	l.feeds++
 	headerTS := msg.GetHeader().GetTimestamp()
@@ -355,13 +406,22 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 		skip(SkipNoTripID)
 		return nil
 	}
-	operator, line, err := l.operatorLine(entityID, tu.GetTrip().GetRouteId())
+	routeID := tu.GetTrip().GetRouteId()
+	operator, route, err := l.operatorLine(entityID, routeID)
 	if err != nil {
 		return fmt.Errorf("%w (trip %s, entity %s)", err, tripID, entityID)
 	}
-	if line == "" {
+	if route == "" {
 		skip(SkipNoLine)
 		return nil
+	}
+	line, ok := l.lineID(routeID)
+	if !ok {
+		skip(SkipNoShortName)
+		return nil
+	}
+	if routeID == "" {
+		line = route // OVapi: operator:line from the entity id
 	}
 	ts := headerTS
 	if tu.Timestamp != nil && tu.GetTimestamp() != 0 {
@@ -420,7 +480,7 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 			StopSequence:    int64(stu.GetStopSequence()),
 			HasStopSequence: stu.StopSequence != nil,
 		}
-		l.name(&p)
+		l.name(&p, route)
 		l.res.Predictions = append(l.res.Predictions, p)
 	}
 	return nil
@@ -452,16 +512,35 @@ func (l *loader) scheduledDelay(td *gtfs.TripDescriptor, stu *gtfs.TripUpdate_St
 }
 
 // name fills the optional names of p from Options.Schedule: line_name is
-// route_long_name (route_short_name when that is empty), line_short_name
-// is route_short_name, stop_name is stop_name.
-func (l *loader) name(p *aggregate.Prediction) {
+// route_long_name (route_short_name when that is empty) of route,
+// line_short_name is route_short_name, stop_name is stop_name. Names are
+// made to meet the data contract (ContractName), so that a name never costs
+// an event.
+func (l *loader) name(p *aggregate.Prediction, route string) {
 	if l.opt.Schedule == nil {
 		return
 	}
-	if r, ok := l.opt.Schedule.Route(p.Line); ok {
-		p.LineName, p.LineShortName = cmp.Or(r.LongName, r.ShortName), r.ShortName
+	if r, ok := l.opt.Schedule.Route(route); ok {
+		p.LineName, p.LineShortName = ContractName(cmp.Or(r.LongName, r.ShortName)), ContractName(r.ShortName)
 	}
-	p.StopName, _ = l.opt.Schedule.StopName(p.StopID)
+	stop, _ := l.opt.Schedule.StopName(p.StopID)
+	p.StopName = ContractName(stop)
+}
+
+// ContractName returns name as the data contract accepts it (line_name,
+// line_short_name, stop_name): invalid UTF-8 (a static feed in Latin-1)
+// replaced by U+FFFD, NUL removed, and cut at a character boundary to at
+// most aggregate.MaxNameBytes bytes.
+func ContractName(name string) string {
+	name = strings.ReplaceAll(strings.ToValidUTF8(name, "\uFFFD"), "\x00", "")
+	if len(name) <= aggregate.MaxNameBytes {
+		return name
+	}
+	cut := aggregate.MaxNameBytes
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut]
 }
 
 // float32 values (bearing, speed) are carried as their shortest decimal
@@ -488,6 +567,9 @@ func (l *loader) vehiclePosition(entityID string, vp *gtfs.VehiclePosition, head
 	operator, line, err := l.operatorLine(entityID, vp.GetTrip().GetRouteId())
 	if err != nil {
 		return fmt.Errorf("%w (vehicle %s, entity %s)", err, vehicleID, entityID)
+	}
+	if routeID := vp.GetTrip().GetRouteId(); routeID != "" {
+		line, _ = l.lineID(routeID) // a position's line is optional: "" without a short name
 	}
 	ts := headerTS
 	if vp.Timestamp != nil && vp.GetTimestamp() != 0 {

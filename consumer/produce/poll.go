@@ -85,6 +85,9 @@ func Poll(ctx context.Context, cfg PollConfig) error {
 	if err := cfg.Producer.Validate(); err != nil {
 		return err
 	}
+	if err := cfg.Options.Validate(); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
 
 // header returns the column names of q's rows: bucket_start, the dimension,
-// events, mean, min, max and one per quantile (Name).
+// name (the id's name, empty when none), events, mean, min, max and one per
+// quantile (Name).
 func header(q Query) []string {
-	h := []string{"bucket_start", q.Dimension, "events", "mean", "min", "max"}
+	h := []string{"bucket_start", q.Dimension, "name", "events", "mean", "min", "max"}
 	for _, p := range q.Quantiles {
 		h = append(h, Name(p))
 	}
@@ -31,7 +33,7 @@ func WriteCSV(w io.Writer, q Query, res *Result) error {
 		return err
 	}
 	for _, r := range res.Rows {
-		rec := []string{r.Bucket.Format(time.RFC3339), r.ID, strconv.FormatInt(r.Count, 10),
+		rec := []string{r.Bucket.Format(time.RFC3339), r.ID, r.Name, strconv.FormatInt(r.Count, 10),
 			exact(r.Mean), exact(r.Min), exact(r.Max)}
 		for _, v := range r.Quantiles {
 			rec = append(rec, exact(v))
@@ -46,8 +48,9 @@ func WriteCSV(w io.Writer, q Query, res *Result) error {
 
 // WriteJSON writes res as one JSON object: the query (pipeline, dimension,
 // from, to, bucket, tz, quantiles), without_distribution, and rows, each
-// {"bucket_start", "id", "events", "mean", "min", "max", and one member per
-// quantile named by Name}, statistics in seconds, exact.
+// {"bucket_start", "id", "name" (null when the id has none), "events",
+// "mean", "min", "max", and one member per quantile named by Name},
+// statistics in seconds, exact.
 func WriteJSON(w io.Writer, q Query, res *Result) error {
 	loc := q.Location
 	if loc == nil {
@@ -75,6 +78,11 @@ func WriteJSON(w io.Writer, q Query, res *Result) error {
 		out = append(out, "\n{"...)
 		out = appendMember(out, "bucket_start", r.Bucket.Format(time.RFC3339), true)
 		out = appendMember(out, "id", r.ID, false)
+		var name any // null
+		if r.Name != "" {
+			name = r.Name
+		}
+		out = appendMember(out, "name", name, false)
 		out = appendMember(out, "events", r.Count, false)
 		out = appendMember(out, "mean", r.Mean, false)
 		out = appendMember(out, "min", r.Min, false)
@@ -87,6 +95,15 @@ func WriteJSON(w io.Writer, q Query, res *Result) error {
 	out = append(out, "]}\n"...)
 	_, err = w.Write(out)
 	return err
+}
+
+// tableCell returns s for one cell of WriteTable: tabs and line breaks
+// (which would break the columns) as spaces, and "-" for "".
+func tableCell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
 }
 
 func appendMember(b []byte, name string, v any, first bool) []byte {
@@ -111,7 +128,8 @@ func WriteTable(w io.Writer, q Query, res *Result) error {
 	}
 	fmt.Fprintln(tw)
 	for _, r := range res.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t", r.Bucket.Format("2006-01-02 15:04 -07:00"), r.ID, r.Count, r.Mean, r.Min, r.Max)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t", r.Bucket.Format("2006-01-02 15:04 -07:00"), r.ID, tableCell(r.Name),
+			r.Count, r.Mean, r.Min, r.Max)
 		for _, v := range r.Quantiles {
 			fmt.Fprintf(tw, "%.1f\t", v)
 		}

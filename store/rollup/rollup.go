@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
 )
 
 // Querier is what Run needs of a connection: *pgx.Conn and pgx.Tx have it.
@@ -103,6 +104,10 @@ func (q *Query) metric() (func(*Row) float64, error) {
 type Row struct {
 	Bucket time.Time // the bucket's start, in Query.Location
 	ID     string
+	// Name is the id's name from the pipeline's names table (a line's
+	// line_name, else line_short_name; a station's stop_name), "" when it
+	// has none (operators and the network never do).
+	Name string
 	aggregate.Summary
 }
 
@@ -193,7 +198,31 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 	}
 	flush()
 	endBucket()
+	if err := addNames(ctx, db, q, res.Rows); err != nil {
+		return nil, fmt.Errorf("rollup: %w", err)
+	}
 	return res, nil
+}
+
+// addNames sets the Name of rows from the names table: each id LEFT JOIN
+// names, so an id without a name keeps "". One query for all ids.
+func addNames(ctx context.Context, db Querier, q Query, rows []Row) error {
+	if len(rows) == 0 || (q.Dimension != aggregate.DimLine && q.Dimension != aggregate.DimStation) {
+		return nil
+	}
+	ids := make([]string, 0, len(rows))
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	names, err := store.Names(ctx, db, q.Pipeline, q.Dimension, slices.Compact(ids))
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Name = names[rows[i].ID].Name
+	}
+	return nil
 }
 
 // rank orders rows[from:] (one bucket) by metric, greatest first, ties by
