@@ -226,6 +226,9 @@ func TestDashboard(t *testing.T) {
 	if code := run.wait(t, time.Minute); code != 0 {
 		t.Errorf("run exited %d after SIGTERM:\n%s", code, run.output())
 	}
+
+	// (e) Names of lines and stations, on the Halifax sample with its static feed.
+	checkDashboardNames(t, bro, db, base)
 	t.Logf("done in %v", time.Since(started).Round(time.Millisecond))
 }
 
