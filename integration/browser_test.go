@@ -88,6 +88,19 @@ func (b *browser) open(t *testing.T, url string) {
 	}
 }
 
+// resize emulates a browser window of w x h CSS pixels for the pages
+// opened next; 0, 0 returns to the window's own size.
+func (b *browser) resize(t *testing.T, w, h int64) {
+	t.Helper()
+	a := chromedp.EmulateReset()
+	if w > 0 {
+		a = chromedp.EmulateViewport(w, h)
+	}
+	if err := chromedp.Do(b.ctx, a); err != nil {
+		t.Fatalf("resize to %dx%d: %v", w, h, err)
+	}
+}
+
 // eval evaluates a JavaScript expression in the page and decodes its value.
 func eval[T any](t *testing.T, b *browser, expr string) T {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,7 +36,8 @@ var dashboardBad = []string{"not json 1", "not json 2", `{"trip_id": 7}`, "late 
 // series and drew them (pixels of each series' colour):
 //   - delay over time (15-minute buckets) and its default view;
 //   - the most delayed lines (min. 100 events) and stations (min. 20) of
-//     2016-05-19 in Auckland, ranked by P90;
+//     2016-05-19 in Auckland, ranked by P90, labelled by their ids alone
+//     (the sample has no names);
 //   - the busiest line (the default) by hour of day;
 //   - health under `serve --brokers`: lag 4 (records produced after the
 //     drain) per partition as Kafka's high water minus the stored offset,
@@ -43,7 +45,9 @@ var dashboardBad = []string{"not json 1", "not json 2", `{"trip_id": 7}`, "late 
 //     the newest stored position, dead letters 3 decode;
 //   - the same pages under `run --metrics-addr` at /dashboard/: the health
 //     page shows the run's own state, and lag 0 and 7 dead letters once it
-//     consumed the 4 records.
+//     consumed the 4 records;
+//   - names of lines and stations on the Halifax sample produced with its
+//     static feed (checkDashboardNames).
 //
 // With -dashboard.screenshots DIR (make screenshots) it writes a PNG of
 // each page.
@@ -105,14 +109,24 @@ func TestDashboard(t *testing.T) {
 		}
 		p90s := make(map[groupKey]stats)
 		var ids []groupKey
+		labels := chartLabels(t, bro, "top-chart")
+		api := eval[[]apiNames](t, bro, `window.ovs.data.rows`)
 		for i, r := range rows {
 			w := ranked[i]
 			if r[0].Text != strconv.Itoa(i+1) || r[1].Text != w.id {
 				t.Errorf("top %ss: rank %d is %q, the oracle ranks %q there", tc.dim, i+1, r[1].Text, w.id)
 			}
+			// The Auckland sample has no names: none is made up.
+			if i >= len(labels) || labels[i].Text != w.id || labels[i].Title != w.id ||
+				i >= len(api) || api[i].Name != nil || api[i].ShortName != nil {
+				t.Errorf("top %s %s has no name, the page names it: labels %+v, api %+v", tc.dim, w.id, labels, api)
+			}
 			checkCells(t, fmt.Sprintf("top %s %s", tc.dim, w.id), r[2:], all[w])
 			k := groupKey{int64(i), w.id}
 			ids, p90s[k] = append(ids, k), all[w]
+		}
+		if h := eval[[]string](t, bro, `[...document.querySelectorAll("#top-table th")].map(th => th.textContent)`); slices.Contains(h, "name") {
+			t.Errorf("top %ss: a name column, and no id has a name: %q", tc.dim, h)
 		}
 		checkChart(t, bro, "top", []string{"P90 (s)", "P50 (s)", "mean (s)"}, ids, p90s, 4, 3, 0)
 		bro.screenshot(t, "top-"+tc.dim+"s")
@@ -226,6 +240,9 @@ func TestDashboard(t *testing.T) {
 	if code := run.wait(t, time.Minute); code != 0 {
 		t.Errorf("run exited %d after SIGTERM:\n%s", code, run.output())
 	}
+
+	// (e) Names of lines and stations, on the Halifax sample with its static feed.
+	checkDashboardNames(t, bro, db, base)
 	t.Logf("done in %v", time.Since(started).Round(time.Millisecond))
 }
 

@@ -173,16 +173,19 @@ func runRollup(ctx context.Context, s *store.Store, q rollup.Query) (*rollup.Res
 	return res, err
 }
 
-// Ranked is one id of a ranking.
+// Ranked is one id of a ranking, with its names (lines and stations; null
+// when it has none).
 type Ranked struct {
 	ID string `json:"id"`
+	Named
 	Stats
 }
 
 // Top is GET api/top?pipeline&day&dimension&min_events&top&tz: the ids of a
 // dimension with the highest P90 over one day in tz, among those with at
 // least min_events events, greatest first (ties by id), exact (rollup.Run
-// with By p90).
+// with By p90). Each row carries its id's name (and a line's short name),
+// read in one query for all rows.
 type Top struct {
 	Query               Query    `json:"query"`
 	Extent              Extent   `json:"extent"`
@@ -227,8 +230,19 @@ func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
 			return err
 		}
 		out.WithoutDistribution = res.WithoutDistribution
+		ids := make([]string, 0, len(res.Rows))
 		for _, row := range res.Rows {
-			out.Rows = append(out.Rows, Ranked{ID: row.ID, Stats: statsOf(row.Summary)})
+			ids = append(ids, row.ID)
+		}
+		var nm names
+		if err := s.Read(ctx, func(c *pgx.Conn) error {
+			nm, err = lookupNames(ctx, c, pipeline, dim, ids)
+			return err
+		}); err != nil {
+			return err
+		}
+		for _, row := range res.Rows {
+			out.Rows = append(out.Rows, Ranked{ID: row.ID, Named: nm.of(row.ID), Stats: statsOf(row.Summary)})
 		}
 		return nil
 	})
@@ -266,10 +280,12 @@ type HourStats struct {
 	Stats
 }
 
-// LineChoice is a line the line page offers, with its events in the range.
+// LineChoice is a line the line page offers, with its names (null when
+// none) and its events in the range.
 type LineChoice struct {
-	ID     string `json:"id"`
-	Events int64  `json:"events"`
+	ID string `json:"id"`
+	Named
+	Events int64 `json:"events"`
 }
 
 // Line is GET api/line?pipeline&line&from&to&tz: one line's delay by hour
@@ -277,10 +293,13 @@ type LineChoice struct {
 // window_start in tz), exact: ovs_summary over the merged distributions
 // (README "Analysing the numbers", example 2). Lines lists the lines with
 // events in the range, busiest first (at most 500); the busiest is the
-// default line.
+// default line. Line is the line shown (query.line) with its names and
+// events in the range (0 when it is not among Lines); the names of all of
+// them come from one query.
 type Line struct {
 	Query  Query        `json:"query"`
 	Extent Extent       `json:"extent"`
+	Line   LineChoice   `json:"line"`
 	Lines  []LineChoice `json:"lines"`
 	Hours  []HourStats  `json:"hours"`
 }
@@ -302,6 +321,27 @@ const linesSQL = `
 SELECT dimension_id, sum(event_count)::bigint FROM delay_aggregates
 WHERE pipeline = $1 AND dimension = 'line' AND window_start >= $2 AND window_start < $3
 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 500`
+
+// addNames sets the names of the lines offered and of the line shown, and
+// the events of the line shown.
+func (out *Line) addNames(ctx context.Context, c *pgx.Conn) error {
+	ids := []string{out.Query.Line}
+	for _, l := range out.Lines {
+		ids = append(ids, l.ID)
+	}
+	nm, err := lookupNames(ctx, c, out.Query.Pipeline, aggregate.DimLine, ids)
+	if err != nil {
+		return err
+	}
+	out.Line = LineChoice{ID: out.Query.Line, Named: nm.of(out.Query.Line)}
+	for i := range out.Lines {
+		out.Lines[i].Named = nm.of(out.Lines[i].ID)
+		if out.Lines[i].ID == out.Query.Line {
+			out.Line.Events = out.Lines[i].Events
+		}
+	}
+	return nil
+}
 
 func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 	out := &Line{Lines: []LineChoice{}, Hours: []HourStats{}}
@@ -331,6 +371,9 @@ func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 			}
 			if out.Query.Line == "" {
 				return nil
+			}
+			if err := out.addNames(ctx, c); err != nil {
+				return err
 			}
 			rows, err = c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
 			if err != nil {

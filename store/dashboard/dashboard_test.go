@@ -266,3 +266,25 @@ func TestRunSource(t *testing.T) {
 		t.Errorf("lag partitions %v", parts)
 	}
 }
+
+// The API's names: null where the names table has none (an id missing from
+// it, a line without a short name); ids stay as they are.
+func TestNamesJSON(t *testing.T) {
+	nm := names{
+		"320":  {Name: "Airport - Fall River Regional Exp", ShortName: "320"},
+		"6250": {Name: "Bedford Hwy Before Flamingo Dr (6250)"},
+	}
+	for _, tc := range []struct{ id, want string }{
+		{"320", `{"id":"320","name":"Airport - Fall River Regional Exp","short_name":"320","events":1,"mean":0,"p50":0,"p90":0,"min":0,"max":0}`},
+		{"6250", `{"id":"6250","name":"Bedford Hwy Before Flamingo Dr (6250)","short_name":null,"events":1,"mean":0,"p50":0,"p90":0,"min":0,"max":0}`},
+		{"sp6", `{"id":"sp6","name":null,"short_name":null,"events":1,"mean":0,"p50":0,"p90":0,"min":0,"max":0}`},
+	} {
+		b, err := json.Marshal(Ranked{ID: tc.id, Named: nm.of(tc.id), Stats: Stats{Events: 1}})
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%s: %s %v\nwant %s", tc.id, b, err, tc.want)
+		}
+	}
+	if got := names(nil).of("x"); got.Name != nil || got.ShortName != nil {
+		t.Errorf("no names: %+v", got)
+	}
+}

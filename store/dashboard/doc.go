@@ -13,6 +13,9 @@
 //     JSON API (api/...), which carries them exactly (shortest round-trip
 //     decimal); the pages show them rounded to 0.1 s, each cell holding the
 //     exact number in its data-v attribute.
+//   - Lines and stations are labelled by id, with the name the pipeline's
+//     names table holds (store.Names, one query per request) where it has
+//     one; an id without a name is shown alone, never given one.
 //   - The pages work offline: HTML, JavaScript, CSS and the charting library
 //     (uPlot, vendored at a pinned version: assets/vendor/uplot/README.md)
 //     are embedded in the binary; no page loads anything from elsewhere.

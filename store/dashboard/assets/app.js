@@ -36,6 +36,21 @@
   }
 
   const fmt1 = (v) => (v == null ? "–" : v.toFixed(1));
+
+  // nameOf is the name the API gives an id (r: {id, name, short_name}), as
+  // shown: a line's short name unless it is the id, then its name unless it
+  // is the short name; "" when it has none (ids without a name get none).
+  function nameOf(r) {
+    const short = r.short_name && r.short_name !== r.id ? r.short_name : "";
+    const name = r.name && r.name !== r.short_name && r.name !== r.id ? r.name : "";
+    return [short, name].filter((x) => x).join(" ");
+  }
+  // labelOf labels an id: "id — name", or the id alone. The id stays: it is
+  // the key.
+  function labelOf(r) {
+    const n = nameOf(r);
+    return n ? `${r.id} — ${n}` : r.id;
+  }
   // localTime shows an RFC 3339 time of the API (already in the page's time
   // zone) as "YYYY-MM-DD HH:MM:SS".
   const localTime = (s) => (s ? s.slice(0, 19).replace("T", " ") : "–");
@@ -187,16 +202,38 @@
     ovs.charts[name] = new uPlot(opts, [xs, p90, p50, mean], box);
   }
 
-  // barChart draws one bar per label (horizontal when labels are ids),
-  // with optional marker-only series on the same categories.
+  // placeLabels lays out the category labels of a horizontal bar chart as
+  // HTML beside the plot (uPlot draws none there): each right-aligned in the
+  // label area of width size, cut with an ellipsis when longer, its full
+  // text in its title.
+  function placeLabels(u, labels, size) {
+    const wrap = u.root.querySelector(".u-wrap");
+    let layer = wrap.querySelector(".cat-labels");
+    if (!layer) {
+      layer = el("div", { class: "cat-labels" });
+      wrap.append(layer);
+    }
+    const left = parseFloat(u.over.style.left), top = parseFloat(u.over.style.top);
+    layer.replaceChildren(
+      ...labels.map((l, i) =>
+        el("div", { class: "cat-label", title: l,
+          style: `left:${left - size + 2}px;width:${size - 10}px;top:${top + u.valToPos(i, "x") - 9}px` }, l)
+      )
+    );
+  }
+
+  // barChart draws one bar per label (horizontal when labels are ids, with
+  // the labels in HTML: placeLabels), with optional marker-only series on
+  // the same categories.
   function barChart(name, box, labels, bars, markers, opts) {
     const n = labels.length;
     const horizontal = opts.horizontal;
     const xs = labels.map((_, i) => i);
-    const short = labels.map((l) => (l.length > 34 ? l.slice(0, 32) + "…" : l));
     const ctx = document.createElement("canvas").getContext("2d");
     ctx.font = "12px DejaVu Sans, Arial, sans-serif";
-    const labelWidth = Math.ceil(Math.max(40, ...short.map((l) => ctx.measureText(l).width))) + 16;
+    // The label area fits the longest label, up to a third of the chart.
+    const maxLabel = Math.max(120, Math.round(width(box) / 3));
+    const labelWidth = Math.min(maxLabel, Math.ceil(Math.max(40, ...labels.map((l) => ctx.measureText(l).width)))) + 16;
     const value = (u, v) => (v == null ? "–" : opts.integer ? String(v) : fmt1(v));
     const series = [
       { label: opts.xLabel, value: (u, i) => (i == null ? "–" : labels[Math.round(i)] ?? "–") },
@@ -223,7 +260,7 @@
       label: opts.xLabel,
       labelSize: 24,
       splits: () => xs,
-      values: (u, splits) => splits.map((i) => short[i] ?? ""),
+      values: (u, splits) => splits.map((i) => (horizontal ? "" : labels[i] ?? "")),
       grid: { show: false },
       gap: 4,
     };
@@ -243,6 +280,7 @@
         y: { range: [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: 1 },
       },
       series,
+      hooks: horizontal ? { draw: [(u) => placeLabels(u, labels, labelWidth)] } : {},
       axes: horizontal
         ? [Object.assign(catAxis, { side: 3, size: labelWidth }), Object.assign(valAxis, { side: 2 })]
         : [Object.assign(catAxis, { side: 2, size: 40 }), Object.assign(valAxis, { side: 3 })],
@@ -317,7 +355,7 @@
     }
     const box = chartBox("top-chart");
     c.append(box);
-    barChart("top", box, d.rows.map((r) => r.id),
+    barChart("top", box, d.rows.map(labelOf),
       { label: "P90 (s)", color: colors.bar, values: d.rows.map((r) => r.p90) },
       [{ label: "P50 (s)", color: colors.p50, values: d.rows.map((r) => r.p50) },
        { label: "mean (s)", color: colors.mean, values: d.rows.map((r) => r.mean) }],
@@ -327,6 +365,8 @@
       table("top-table", [
         { title: "#", get: (r, i) => i + 1 },
         { title: q.dimension, get: (r) => r.id, cls: "id" },
+        // A column of names when the pipeline names any of them.
+        ...(d.rows.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
         ...statCols,
       ], d.rows)
     );
@@ -336,15 +376,20 @@
   async function renderLine(meta) {
     const d = await getJSON("api/line", params);
     const q = d.query;
-    const options = d.lines.map((l) => [l.id, `${l.id} (${l.events} events)`]);
-    if (q.line && !d.lines.some((l) => l.id === q.line)) options.unshift([q.line, `${q.line} (no events)`]);
+    const options = d.lines.map((l) => [l.id, `${labelOf(l)} (${l.events} events)`]);
+    if (q.line && !d.lines.some((l) => l.id === q.line)) options.unshift([q.line, `${labelOf(d.line)} (no events)`]);
+    const line = q.line ? labelOf(d.line) : "–";
+    if (q.line) {
+      $("title").textContent = `Line ${line} by hour of day`;
+      document.title = `${$("title").textContent} · ovstream`;
+    }
     controls(meta, q, [
-      select("line", "line", q.line, options, { class: "wide" }),
+      select("line", "line", q.line, options, { class: "wide", title: q.line ? line : null }),
       input("from", "from", inputTime(q.from), { type: "datetime-local" }),
       input("to", "to", inputTime(q.to), { type: "datetime-local" }),
     ]);
     const events = d.hours.reduce((s, h) => s + h.events, 0);
-    $("subtitle").textContent = `Pipeline ${q.pipeline}, line ${q.line || "–"}, ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, line ${line}, ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
       `${events} events, grouped by the hour of day (${q.tz}) of their window.`;
     const c = $("content");
     if (d.hours.length === 0) {
