@@ -31,7 +31,7 @@ test: vet build
 	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
 
 # A PNG of each dashboard page (README "Dashboard") in screenshots/ (not committed), taken by
-# the browser test (headless Chromium, Debian's chromium) on the Auckland sample.
+# the browser test (headless Chromium, Debian's chromium) on the Auckland and Halifax samples.
 screenshots:
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestDashboard$$' ./integration/ \
