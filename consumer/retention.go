@@ -14,6 +14,10 @@ import (
 // DefaultRetentionInterval is Config.RetentionInterval when it is zero.
 const DefaultRetentionInterval = time.Hour
 
+// MinRetention is the shortest --retention: a day, the span of a
+// delay_aggregates partition.
+const MinRetention = 24 * time.Hour
+
 // retentionRetry is the wait before the next round after a round failed
 // (e.g. its DROP did not get its lock within 2 s: commits were in flight).
 const retentionRetry = time.Minute
@@ -51,8 +55,13 @@ func (c *Config) validateRetention() error {
 	switch {
 	case c.Retention < 0:
 		return fmt.Errorf("consumer: --retention %v is negative", c.Retention)
+	case c.Retention > 0 && c.Retention < MinRetention:
+		// Partitions are whole UTC days; a shorter age is more likely a
+		// setting meant for something else (produce's --key-retention
+		// was once --retention) than a wish to keep under a day.
+		return fmt.Errorf("--retention %v: want at least a day (1d): delay_aggregates is kept and dropped in whole UTC days", c.Retention)
 	case c.Retention > 0 && c.Retention < c.Window:
-		return fmt.Errorf("consumer: --retention %v is shorter than the window (%v)", c.Retention, c.Window)
+		return fmt.Errorf("--retention %v is shorter than the window (%v)", c.Retention, c.Window)
 	case c.DeadLetterRetention < 0:
 		return fmt.Errorf("consumer: --dead-letter-retention %v is negative", c.DeadLetterRetention)
 	case c.RetentionInterval < 0:

@@ -32,10 +32,13 @@ func TestDemoNamesAMissingDatabaseFirst(t *testing.T) {
 // A second demo into the same database succeeds (its new embedded broker's
 // topics have other topic IDs than the offsets stored before) and writes the
 // same delay_aggregates, distributions included, as the first; another
-// pipeline's rows in that database are left alone.
+// pipeline's rows in that database are left alone, even when
+// OVSTREAM_PIPELINE names it.
 func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 	db := emptyDB(t)
-	env := []string{"DATABASE_URL=" + db, "OVSTREAM_DATABASE_URL="}
+	// The production settings of another pipeline in the environment: the
+	// demo writes and drops pipeline demo only, and drops no partitions.
+	env := []string{"DATABASE_URL=" + db, "OVSTREAM_DATABASE_URL=", "OVSTREAM_PIPELINE=other", "OVSTREAM_RETENTION=1d"}
 	var tables [2][]string
 	for i := range tables {
 		out, errOut, code := runCLI(t, env, "demo", "--data", "../testdata")

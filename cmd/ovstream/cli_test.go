@@ -94,12 +94,12 @@ func TestDemoHelpOmitsWhatDemoSets(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo --help: exit %d", code)
 	}
-	for _, gone := range []string{"--brokers", "--drain", "--migrate", "--kafka-tls", "--kafka-sasl"} {
+	for _, gone := range []string{"--brokers", "--drain", "--migrate", "--kafka-tls", "--kafka-sasl", "--pipeline", "--retention", "--dead-letter-retention"} {
 		if regexp.MustCompile(`(?m)^\s+` + gone + `\b`).MatchString(out) {
 			t.Errorf("demo --help lists %s, which the demo sets itself:\n%s", gone, out)
 		}
 	}
-	for _, want := range []string{`--pipeline string .*\(default "demo"\)`, `--allowed-lateness duration .*\(default 10m\)`,
+	for _, want := range []string{`--allowed-lateness duration .*\(default 10m\)`,
 		`--flush-interval duration .*\(default 1s\)`, `--window duration`, `--data string`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("demo --help does not match %q:\n%s", want, out)

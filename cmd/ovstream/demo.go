@@ -25,14 +25,22 @@ import (
 func init() { register(newDemoCmd) }
 
 // demoOmits are the run flags demo sets itself (the embedded broker, which
-// speaks plaintext only; --drain; --migrate): they are not demo's flags.
-var demoOmits = map[string]bool{"brokers": true, "drain": true, "migrate": true, "kafka-tls": true, "kafka-tls-ca": true,
+// speaks plaintext only; --drain; --migrate; its pipeline, demo, whose rows
+// it drops first: never another pipeline's, whatever OVSTREAM_PIPELINE or a
+// config file says) or must not take from the environment or a config file
+// (--retention, --dead-letter-retention act on the whole database): they
+// are not demo's flags.
+var demoOmits = map[string]bool{"brokers": true, "drain": true, "migrate": true, "pipeline": true,
+	"retention": true, "dead-letter-retention": true, "kafka-tls": true, "kafka-tls-ca": true,
 	"kafka-tls-cert": true, "kafka-tls-key": true, "kafka-tls-server-name": true, "kafka-sasl-mechanism": true,
 	"kafka-sasl-user": true, "kafka-sasl-password": true}
 
 // demoDefaults are run flags whose default the demo changes: the sample is
 // out of order by up to 294 s, so with 10m no event is late.
-var demoDefaults = map[string]string{"pipeline": "demo", "allowed-lateness": "10m", "flush-interval": "1s", "log-level": "warn"}
+var demoDefaults = map[string]string{"allowed-lateness": "10m", "flush-interval": "1s", "log-level": "warn"}
+
+// demoPipeline is the demo's pipeline.
+const demoPipeline = "demo"
 
 func newDemoCmd() *cobra.Command {
 	var f runFlags
@@ -40,7 +48,8 @@ func newDemoCmd() *cobra.Command {
 	c := &cobra.Command{Use: "demo", Short: "embedded broker + bundled real sample + run --drain + summary", Args: noArgs,
 		Long: "Starts the embedded broker on a free port, produces the bundled real GTFS-realtime sample,\n" +
 			"applies migrations, runs with --drain and prints a summary. The flags are run's, with the\n" +
-			"demo's defaults; the broker, --drain and --migrate are the demo's own."}
+			"demo's defaults; the broker, the pipeline (demo, whose earlier rows it drops first), --drain\n" +
+			"and --migrate are the demo's own, and it keeps no --retention."}
 	all := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	f.register(all)
 	all.VisitAll(func(fl *pflag.Flag) {
@@ -76,7 +85,7 @@ var demoFeeds = []struct {
 
 // cmdDemo runs the demo with the settled flags f and the sample folder data.
 func cmdDemo(ctx context.Context, f *runFlags, data string, stdout, stderr io.Writer) int {
-	f.drain, f.migrate = true, true
+	f.drain, f.migrate, f.pipeline = true, true, demoPipeline
 	if err := f.check(); err != nil { // before the broker starts and the sample is produced
 		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitUsage

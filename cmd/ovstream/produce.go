@@ -52,7 +52,7 @@ conditional requests (If-None-Match with the last ETag, If-Modified-Since with
 the last Last-Modified: a 304 costs nothing), and up to --http-attempts tries
 with doubling backoff on network errors, timeouts, 5xx and 429. The once-only
 rule holds across polls (per URL; a key is forgotten once the feed stopped
-carrying it and it is older than --retention), so a snapshot repeated poll after
+carrying it and it is older than --key-retention), so a snapshot repeated poll after
 poll produces each event once. One progress line per poll on stdout. Records
 the producer gave up on are produced first at the next poll. Runs until
 SIGINT/SIGTERM or --polls polls (exit 0; 1 if records are still unproduced).
@@ -86,7 +86,14 @@ func (f *produceFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.httpTimeout, "http-timeout", 20*time.Second, "timeout of one HTTP request, body included (--gtfs-rt-url)")
 	fs.IntVar(&f.httpAttempts, "http-attempts", 3, "tries per URL and poll on network errors, timeouts, 5xx, 429 (--gtfs-rt-url)")
 	fs.IntVar(&f.polls, "polls", 0, "stop after `N` polls (0: until SIGTERM) (--gtfs-rt-url)")
-	fs.DurationVar(&f.retention, "retention", gtfsrt.DefaultRetention, "how long a key absent from the feed is remembered for the once-only rule (--gtfs-rt-url)")
+	fs.DurationVar(&f.retention, "key-retention", gtfsrt.DefaultRetention, "how long a key absent from the feed is remembered for the once-only rule (--gtfs-rt-url)")
+	// The old name, from the command line only: OVSTREAM_RETENTION and a
+	// config file's retention are run's (it drops partitions).
+	fs.DurationVar(&f.retention, "retention", gtfsrt.DefaultRetention, "")
+	cliOnly(fs, "retention")
+	if err := fs.MarkDeprecated("retention", "use --key-retention"); err != nil {
+		panic(err)
+	}
 	fs.StringArrayVar(&f.headers, "http-header", nil, "`'Name: value'` header for every feed request (API keys), repeatable; never printed")
 	f.kafka.register(fs)
 	fs.StringVar(&f.operator, "operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,8 @@ func logStart(log *slog.Logger, f *runFlags, cfg consumer.Config) {
 		"drain", cfg.Drain, "lease", cfg.Lease.String(), "takeover", cfg.Takeover, "max_uncommitted_messages", cfg.MaxUncommitted,
 		"fetch_bytes", cfg.FetchBytes, "memory_limit", memory, "metrics_addr", f.metricsAddr,
 		"kafka_commit_offsets", f.kafkaCommitOffsets, "kafka_tls", cfg.Sarama.Net.TLS.Enable, "kafka_sasl", sasl,
-		"progress_interval", f.progress.String(), "log_level", f.logLevel)
+		"progress_interval", f.progress.String(), "log_level", f.logLevel,
+		"retention", cmp.Or(f.retention, "off"), "dead_letter_retention", cmp.Or(f.deadLetterRetention, "off"))
 }
 
 // describeDatabase returns the database a URL or keyword/value DSN names,
