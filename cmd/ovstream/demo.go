@@ -181,6 +181,9 @@ func demo(ctx context.Context, w, stderr io.Writer, f *runFlags, data string) er
 		return err
 	}
 	defer st.Close(context.Background())
+	if err := st.Analyze(ctx); err != nil {
+		return err
+	}
 	r, err := st.Report(ctx, f.pipeline)
 	if err != nil {
 		return err
