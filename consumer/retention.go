@@ -132,7 +132,10 @@ func retentionRound(ctx context.Context, cfg Config, rs *store.Store) error {
 		}
 		cfg.Metrics.RetentionDropped.Add(float64(len(dropped)))
 		if err == nil && floor.IsZero() {
-			cfg.Logger.Debug("retention: no partition dropped: a partition of some pipeline has no stored watermark yet")
+			// Said at info, every round: retention that never runs must
+			// not be silent (a pipeline whose partitions never committed
+			// holds it back; README "Retention").
+			cfg.Logger.Info("retention: no partition dropped: a partition of some pipeline of the database has no stored watermark yet (never committed)")
 		}
 		errs = append(errs, err)
 	}
