@@ -104,8 +104,13 @@ CROSS JOIN LATERAL (SELECT '2016-05-16 20:00:00+00'::timestamptz + (g / 8) * int
 		t.Errorf("a row the operator's CHECK refuses: %v, want SQLSTATE 23514 from operator_added", err)
 	}
 
-	if err := migrations.UpTo(ctx, db, 5); err != nil { // down, 6 -> 5
-		t.Fatal(err)
+	// Down to 5 as an operator does it, through the command line.
+	if _, errOut, code := runCLI(t, nil, "migrate", "--database-url", db, "down", "5"); code != 2 {
+		t.Fatalf("migrate down 5 without --yes: exit %d, want 2: %s", code, errOut)
+	}
+	if out, errOut, code := runCLI(t, nil, "migrate", "--database-url", db, "down", "5", "--yes"); code != 0 ||
+		out != "schema at version 5\n" {
+		t.Fatalf("migrate down 5 --yes: exit %d: %s%s", code, out, errOut)
 	}
 	if back := fingerprint(t, db); back != before {
 		t.Errorf("after down to 5:\n%q\nwant\n%q", back, before)

@@ -185,6 +185,30 @@ func Down(ctx context.Context, databaseURL string) error {
 	return err
 }
 
+// DownTo reverts the migrations above version v, newest first, never one at
+// or below it; a schema at v is a success, one below v an error. What each
+// reverted migration drops is in its .down.sql (0006 keeps every row of
+// delay_aggregates; 0007 drops the names; 0005 the distributions).
+func DownTo(ctx context.Context, databaseURL string, v uint) error {
+	err := run(ctx, databaseURL, fmt.Sprintf("down to %d", v), func(m *migrate.Migrate) error {
+		cur, _, err := m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			cur, err = 0, nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur < v {
+			return fmt.Errorf("the schema is at version %d, below %d: use migrate up", cur, v)
+		}
+		return m.Migrate(v)
+	})
+	if errors.Is(err, migrate.ErrNoChange) {
+		return nil
+	}
+	return err
+}
+
 // Force records version as applied and clean, WITHOUT running any SQL: the
 // repair after a migration failed half-way (see SchemaError). 0 = no
 // migration applied.

@@ -37,7 +37,8 @@ func newMigrateCmd() *cobra.Command {
 				return a(ctx, &f, stdout, newRedactingWriter(stderr, databaseSecrets(f.databaseURL)), args)
 			})}
 	}
-	down := sub("down", "revert every migration: DROPS ALL ovstream TABLES AND THEIR DATA; needs --yes", noArgs, migrateDown)
+	down := sub("down [V]", "revert every migration: DROPS ALL ovstream TABLES AND THEIR DATA; with V, only those above "+
+		"version V (each one's .down.sql says what it drops); needs --yes", optionalVersionArg, migrateDown)
 	down.Flags().BoolVar(&f.yes, "yes", false, "confirm `down`, which drops all data (command line only)")
 	cliOnly(down.Flags(), "yes")
 	c := group("migrate", "apply or inspect the schema: migrate up|down|version|force",
@@ -49,6 +50,14 @@ func newMigrateCmd() *cobra.Command {
 			"after a migration failed half-way; check the tables first", versionArg, migrateForce))
 	f.register(c.PersistentFlags())
 	return c
+}
+
+// optionalVersionArg is the optional argument of migrate down.
+func optionalVersionArg(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return versionArg(c, args)
 }
 
 // versionArg is the one argument of migrate force.
@@ -82,7 +91,19 @@ func migrateUp(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, _
 	return exitOK
 }
 
-func migrateDown(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, _ []string) int {
+func migrateDown(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, args []string) int {
+	if len(args) == 1 {
+		v, _ := strconv.ParseUint(args[0], 10, 0) // checked by optionalVersionArg
+		if !f.yes {
+			fmt.Fprintf(stderr, "ovstream migrate down %d: this reverts every migration above version %d, dropping what they added; add --yes to confirm\n", v, v)
+			return exitUsage
+		}
+		if err := migrations.DownTo(ctx, f.databaseURL, uint(v)); err != nil {
+			return migrateFailed(stderr, "down", err)
+		}
+		fmt.Fprintf(stdout, "schema at version %d\n", v)
+		return exitOK
+	}
 	if !f.yes {
 		fmt.Fprintln(stderr, "ovstream migrate down: this drops every ovstream table and ALL data; add --yes to confirm")
 		return exitUsage
