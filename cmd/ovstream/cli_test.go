@@ -164,7 +164,7 @@ func TestStrayArgumentsRefused(t *testing.T) {
 	cleanEnv(t)
 	for _, args := range [][]string{{"run"}, {"demo"}, {"status"}, {"dlq", "list"}, {"dlq", "replay", "--to", "t"},
 		{"report", "--from", "2016-05-19", "--to", "2016-05-20"}, {"broker"}, {"healthcheck"}, {"version"},
-		{"migrate", "up"}, {"migrate", "version"}, {"migrate", "down", "--yes"}, {"migrate", "force", "1"}} {
+		{"migrate", "up"}, {"migrate", "version"}, {"migrate", "down", "5", "--yes"}, {"migrate", "force", "1"}} {
 		_, errOut, code := ovstream(t, append(args, "stray")...)
 		if code != exitUsage || !strings.Contains(errOut, `unexpected argument "stray"`) && !strings.Contains(errOut, "want one argument") {
 			t.Errorf("%v stray: exit %d, stderr %q; want 2 naming the argument", args, code, errOut)
