@@ -11,13 +11,16 @@ import (
 
 // `ovstream healthcheck`, the Dockerfile's HEALTHCHECK (the image has no
 // curl): exit 0 while `run` serves /healthz, 1 once it stopped, 2 on a bad
-// flag.
+// flag. With --dashboard=false the ops address serves no dashboard.
 func TestHealthcheckCommand(t *testing.T) {
 	addr := startBroker(t)
 	db := freshDB(t)
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "health", "--metrics-addr", "127.0.0.1:0")...)
+	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "health", "--metrics-addr", "127.0.0.1:0", "--dashboard=false")...)
 	ops := opsAddr(t, p)
 	url := "http://" + ops + "/healthz"
+	if code, _ := httpGet(t, "http://"+ops+"/dashboard/"); code != 404 {
+		t.Errorf("--dashboard=false: /dashboard/ answers %d, want 404", code)
+	}
 	if out, errOut, code := runCLI(t, nil, "healthcheck", "--url", url); code != 0 {
 		t.Errorf("healthcheck of a running instance: exit %d: %s%s", code, out, errOut)
 	}

@@ -132,9 +132,12 @@ func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 
 // runDashboard is the dashboard `run` serves under /dashboard/ of
 // --metrics-addr: the health page of its own pipeline shows the run's own
-// health and gauges (reg). Nil when the database URL does not parse (the
-// run then fails on it by itself).
+// health and gauges (reg). Nil with --dashboard=false, or when the database
+// URL does not parse (the run then fails on it by itself).
 func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *dashboard.Handler {
+	if !f.dashboard {
+		return nil
+	}
 	dash, err := dashboard.New(dashboard.Config{DatabaseURL: f.databaseURL, Pipeline: cfg.Pipeline, MaxConns: 2,
 		QueryTimeout: 25 * time.Second, // within the ops server's WriteTimeout
 		Logger:       cfg.Logger, Live: dashboard.RunSource(cfg.Pipeline, cfg.Owner, reg, cfg.Health)})

@@ -51,6 +51,7 @@ type runFlags struct {
 	drain, migrate, idleFinalize, takeover              bool
 	logFormat, logLevel                                 string
 	metricsAddr                                         string
+	dashboard                                           bool
 	kafkaCommitOffsets                                  bool
 	maxUncommitted                                      int64
 	fetchBytes                                          int
@@ -87,6 +88,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", defaultMetricsAddr, "`host:port` serving /metrics, /healthz and /readyz (empty: none; port 0: a free port, logged)")
+	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the dashboard under /dashboard/ of --metrics-addr (it has no login: bind --metrics-addr where only operators reach it)")
 	fs.BoolVar(&f.kafkaCommitOffsets, "kafka-commit-offsets", true, "after each database commit, commit the same offsets to the Kafka consumer group named after the pipeline (monitoring only, never read back)")
 	fs.Int64Var(&f.maxUncommitted, "max-uncommitted-messages", 2_000_000, "pause fetching while this many consumed records wait for a database commit (bounds memory during an outage)")
 	fs.IntVar(&f.fetchBytes, "fetch-bytes", consumer.DefaultFetchBytes, "bytes one Kafka fetch asks for per partition (max.partition.fetch.bytes); larger records are still read")
