@@ -8,8 +8,7 @@ const DefaultProgressInterval = 10 * time.Second
 // progress is what the progress line of a run remembers between lines. It
 // lives in the Summary, so a resync (a new loop) keeps it.
 type progress struct {
-	began    time.Time // the first tick: the rate of a drain's estimate counts from here
-	base     int64     // records consumed before began
+	began    time.Time // one tick before the first: the rate of a drain's estimate counts from here
 	last     time.Time // when the previous line was logged
 	consumed int64     // records consumed then
 }
@@ -21,13 +20,17 @@ type progress struct {
 // commits, the records waiting for a commit; a split pipeline adds the
 // windows waiting for the merge and the end of the last merged window, and
 // a drain the records left to its end and an estimated time to it (records
-// left / records per second since the run's first tick; "unknown" before
+// left / records per second since the run loop began; "unknown" before
 // anything was read). It runs on the loop's tick.
 func (l *loop) logProgress(now time.Time) {
 	every, p := l.cfg.ProgressInterval, &l.sum.progress
 	consumed := l.sum.total()
 	if p.began.IsZero() {
-		p.began, p.base, p.last, p.consumed = now, consumed, now, consumed
+		// The run loop began one tick ago: what it read since counts in
+		// the drain's rate (a drain paused at --max-uncommitted-messages
+		// before its first tick had no rate, so no estimate, until the
+		// next commit).
+		p.began, p.last, p.consumed = now.Add(-tickInterval), now, consumed
 		return
 	}
 	if every <= 0 || now.Sub(p.last) < every {
@@ -52,7 +55,7 @@ func (l *loop) logProgress(now time.Time) {
 			left += max(0, target-l.led.ConsumedOffset(tp))
 		}
 		eta := "unknown"
-		if avg := float64(consumed-p.base) / now.Sub(p.began).Seconds(); avg > 0 {
+		if avg := float64(consumed) / now.Sub(p.began).Seconds(); avg > 0 {
 			eta = (time.Duration(float64(left)/avg*float64(time.Second)) + time.Second/2).Truncate(time.Second).String()
 		}
 		attrs = append(attrs, "drain_left", left, "drain_eta", eta)
