@@ -48,6 +48,13 @@ type window struct {
 	key   windowKey
 	rows  [len(dims)]map[string]*Stats // per dimension: dimension_id -> Stats
 	slab  []Stats                      // Stats are allocated from here, a chunk at a time
+	// last is, per dimension, the row of the previous event: consecutive
+	// events mostly share their line (a trip's predictions come together),
+	// their operator and always the network row, so these skip the map.
+	last [len(dims)]struct {
+		id string
+		st *Stats
+	}
 }
 
 // stats returns the Stats of (dim, id), creating it.
@@ -63,6 +70,16 @@ func (win *window) stats(dim int, id string) *Stats {
 	win.slab = win.slab[1:]
 	m[id] = st
 	return st
+}
+
+// cachedStats is stats for the dimensions whose consecutive events mostly
+// share a row: the previous event's row when id is the same.
+func (win *window) cachedStats(dim int, id string) *Stats {
+	c := &win.last[dim]
+	if c.st == nil || c.id != id {
+		c.id, c.st = id, win.stats(dim, id)
+	}
+	return c.st
 }
 
 func (win *window) rowCount() int {
@@ -126,10 +143,10 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 		}
 		w.last = win
 	}
-	win.stats(dimLine, p.Line).Add(p.DelayS, p.Operator)
+	win.cachedStats(dimLine, p.Line).Add(p.DelayS, p.Operator)
 	win.stats(dimStation, p.StopID).Add(p.DelayS, p.Operator)
-	win.stats(dimOperator, p.Operator).Add(p.DelayS, p.Operator)
-	win.stats(dimNetwork, NetworkID).Add(p.DelayS, p.Operator)
+	win.cachedStats(dimOperator, p.Operator).Add(p.DelayS, p.Operator)
+	win.cachedStats(dimNetwork, NetworkID).Add(p.DelayS, p.Operator)
 	return start
 }
 
