@@ -206,6 +206,7 @@ func (c ClosedSet) Rows() []Row {
 	rows := make([]Row, 0, c.rows)
 	slab := distSlab{chunk: min(max(2*c.rows, 256), 1<<16)}
 	var ids []string
+	var keys []uint64 // sortedValues' scratch
 	for _, win := range c.wins {
 		end := win.start.Add(c.size)
 		for d, m := range win.rows {
@@ -216,7 +217,7 @@ func (c ClosedSet) Rows() []Row {
 			slices.Sort(ids)
 			for _, id := range ids {
 				st := m[id]
-				vcs := st.sortedValues()
+				vcs := st.sortedValues(&keys)
 				n := st.Count()
 				values, counts := slab.take(vcs)
 				rows = append(rows, Row{
