@@ -84,7 +84,7 @@ func BenchmarkLoop(b *testing.B) {
 			rej: (&rejects{}).forLoop(), led: NewLedger(), win: aggregate.NewWindower(cfg.Window),
 			wm:          aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, time.Time{}),
 			replayUntil: map[aggregate.PartitionID]int64{}, lastSeen: map[aggregate.PartitionID]time.Time{},
-			trips: map[string]store.Trip{}, vehicles: map[string]store.Vehicle{},
+			trips: newLatest[store.Trip](), vehicles: newLatest[store.Vehicle](),
 			stored: map[aggregate.PartitionID]store.Position{}}
 		for _, tp := range tps {
 			l.led.Assign(tp, 0)
