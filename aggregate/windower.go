@@ -23,6 +23,9 @@ type Windower struct {
 	windows map[windowKey]*window
 	last    *window        // the window of the previous Add: consecutive events mostly share it
 	hint    [len(dims)]int // rows per dimension of the last window dropped
+	// distinct is, for the network and operator rows, how many distinct
+	// delays such a row of the last window dropped held (see reserveHint).
+	distinct [len(dims)]int
 }
 
 // windowKey identifies a window by its UTC start, without a time.Location,
@@ -48,6 +51,9 @@ type window struct {
 	key   windowKey
 	rows  [len(dims)]map[string]*Stats // per dimension: dimension_id -> Stats
 	slab  []Stats                      // Stats are allocated from here, a chunk at a time
+	// reserve is, per dimension, the distinct values a new row makes room
+	// for (Windower.distinct when the window opened).
+	reserve [len(dims)]int
 	// last is, per dimension, the row of the previous event: consecutive
 	// events mostly share their line (a trip's predictions come together),
 	// their operator and always the network row, so these skip the map.
@@ -68,6 +74,7 @@ func (win *window) stats(dim int, id string) *Stats {
 	}
 	st := &win.slab[0]
 	win.slab = win.slab[1:]
+	st.reserve(win.reserve[dim])
 	m[id] = st
 	return st
 }
@@ -134,7 +141,7 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 	if win == nil || win.key != k {
 		win = w.windows[k]
 		if win == nil {
-			win = &window{start: start, key: k}
+			win = &window{start: start, key: k, reserve: w.distinct}
 			for i := range win.rows {
 				// Sized like the last window that closed: no rehashing as it fills.
 				win.rows[i] = make(map[string]*Stats, w.hint[i])
@@ -320,6 +327,8 @@ func (w *Windower) Drop(watermark time.Time) int {
 			for i, m := range win.rows {
 				w.hint[i] = len(m)
 			}
+			w.distinct[dimNetwork] = reserveHint(win.rows[dimNetwork])
+			w.distinct[dimOperator] = reserveHint(win.rows[dimOperator])
 			if w.last == win {
 				w.last = nil
 			}
@@ -327,6 +336,23 @@ func (w *Windower) Drop(watermark time.Time) int {
 		}
 	}
 	return n
+}
+
+// reserveHint returns how many distinct delays the next window's rows of a
+// dimension make room for: the most a row of m held, when m has at most
+// smallValues rows (the network row; the operator rows of a feed with few
+// operators: rows that see a good share of all events), else 0. Making
+// room ahead saves the table's doublings, each a new allocation and a
+// rehash of everything held.
+func reserveHint(m map[string]*Stats) int {
+	if len(m) > smallValues {
+		return 0
+	}
+	most := 0
+	for _, st := range m {
+		most = max(most, st.Distinct())
+	}
+	return most
 }
 
 // OpenWindows returns the number of open windows (in a partitioned Windower,
