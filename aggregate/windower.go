@@ -26,7 +26,15 @@ type Windower struct {
 	// distinct is, for the network and operator rows, how many distinct
 	// delays such a row of the last window dropped held (see reserveHint).
 	distinct [len(dims)]int
+	// free holds dropped windows, emptied, for windows that open later:
+	// their maps keep their room and their Stats chunks are reused, so a
+	// window costs no allocation once the first few have closed.
+	free []*window
 }
+
+// maxFree bounds Windower.free: a commit mostly drops a window or two, and
+// about as many open before the next one.
+const maxFree = 4
 
 // windowKey identifies a window by its UTC start, without a time.Location,
 // and, in a partitioned Windower, its source partition (else 0).
@@ -50,7 +58,10 @@ type window struct {
 	start time.Time
 	key   windowKey
 	rows  [len(dims)]map[string]*Stats // per dimension: dimension_id -> Stats
-	slab  []Stats                      // Stats are allocated from here, a chunk at a time
+	// slabs hold the Stats of the rows, chunks of growing size; the rows
+	// use slabs[:cur] and slabs[cur][:next].
+	slabs     [][]Stats
+	cur, next int
 	// reserve is, per dimension, the distinct values a new row makes room
 	// for (Windower.distinct when the window opened).
 	reserve [len(dims)]int
@@ -69,11 +80,14 @@ func (win *window) stats(dim int, id string) *Stats {
 	if st := m[id]; st != nil {
 		return st
 	}
-	if len(win.slab) == 0 {
-		win.slab = make([]Stats, 32)
+	if win.cur == len(win.slabs) {
+		win.slabs = append(win.slabs, make([]Stats, 32<<min(win.cur, 6)))
 	}
-	st := &win.slab[0]
-	win.slab = win.slab[1:]
+	chunk := win.slabs[win.cur]
+	st := &chunk[win.next]
+	if win.next++; win.next == len(chunk) {
+		win.cur, win.next = win.cur+1, 0
+	}
 	st.reserve(win.reserve[dim])
 	m[id] = st
 	return st
@@ -87,6 +101,22 @@ func (win *window) cachedStats(dim int, id string) *Stats {
 		c.id, c.st = id, win.stats(dim, id)
 	}
 	return c.st
+}
+
+// reset empties win for reuse as another window: no row, every Stats used
+// zeroed, the maps and chunks kept.
+func (win *window) reset() {
+	for _, m := range win.rows {
+		clear(m)
+	}
+	for i := range min(win.cur+1, len(win.slabs)) {
+		clear(win.slabs[i])
+	}
+	win.cur, win.next = 0, 0
+	win.last = [len(dims)]struct {
+		id string
+		st *Stats
+	}{}
 }
 
 func (win *window) rowCount() int {
@@ -141,12 +171,7 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 	if win == nil || win.key != k {
 		win = w.windows[k]
 		if win == nil {
-			win = &window{start: start, key: k, reserve: w.distinct}
-			for i := range win.rows {
-				// Sized like the last window that closed: no rehashing as it fills.
-				win.rows[i] = make(map[string]*Stats, w.hint[i])
-			}
-			w.windows[k] = win
+			win = w.open(start, k)
 		}
 		w.last = win
 	}
@@ -155,6 +180,23 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 	win.cachedStats(dimOperator, p.Operator).Add(p.DelayS, p.Operator)
 	win.cachedStats(dimNetwork, NetworkID).Add(p.DelayS, p.Operator)
 	return start
+}
+
+// open returns a new empty window: a dropped one reused, or one whose maps
+// are sized like the last window that closed (no rehashing as it fills).
+func (w *Windower) open(start time.Time, k windowKey) *window {
+	var win *window
+	if n := len(w.free); n > 0 {
+		win, w.free = w.free[n-1], w.free[:n-1]
+	} else {
+		win = &window{}
+		for i := range win.rows {
+			win.rows[i] = make(map[string]*Stats, w.hint[i])
+		}
+	}
+	win.start, win.key, win.reserve = start, k, w.distinct
+	w.windows[k] = win
+	return win
 }
 
 // closed reports whether a window starting at start is finalized by
@@ -318,7 +360,9 @@ func (w *Windower) OpenPartitions(watermark time.Time) map[int32]bool {
 }
 
 // Drop removes every window whose end is <= watermark, after a successful
-// commit of Closed(watermark), and returns how many windows it removed.
+// commit of Closed(watermark), and returns how many windows it removed. A
+// removed window is emptied and reused by a window that opens later, so no
+// ClosedSet that holds it may be used after Drop.
 func (w *Windower) Drop(watermark time.Time) int {
 	n := 0
 	for k, win := range w.windows {
@@ -329,6 +373,10 @@ func (w *Windower) Drop(watermark time.Time) int {
 			}
 			w.distinct[dimNetwork] = reserveHint(win.rows[dimNetwork])
 			w.distinct[dimOperator] = reserveHint(win.rows[dimOperator])
+			if len(w.free) < maxFree {
+				win.reset()
+				w.free = append(w.free, win)
+			}
 			if w.last == win {
 				w.last = nil
 			}
