@@ -37,7 +37,7 @@ func loopBatches(b *testing.B) ([][]record, []aggregate.PartitionID) {
 		i := h.Sum32() % parts
 		v := produce.EncodePrediction(p)
 		r := record{tp: tps[i], offset: next[i], key: []byte(p.TripID), value: v}
-		r.pred, r.derr = aggregate.DecodePrediction(v)
+		r.pred, r.names, r.derr = aggregate.DecodePredictionNames(v)
 		next[i]++
 		open[i] = append(open[i], r)
 		if len(open[i]) == maxBatch {
@@ -84,7 +84,7 @@ func BenchmarkLoop(b *testing.B) {
 			rej: (&rejects{}).forLoop(), led: NewLedger(), win: aggregate.NewWindower(cfg.Window),
 			wm:          aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, time.Time{}),
 			replayUntil: map[aggregate.PartitionID]int64{}, lastSeen: map[aggregate.PartitionID]time.Time{},
-			trips: newLatest[store.Trip](), vehicles: newLatest[store.Vehicle](),
+			trips: newLatest[store.Trip](), vehicles: newLatest[store.Vehicle](), names: aggregate.NewNames(),
 			stored: map[aggregate.PartitionID]store.Position{}}
 		for _, tp := range tps {
 			l.led.Assign(tp, 0)

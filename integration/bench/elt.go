@@ -97,6 +97,9 @@ func eltPhase(ctx context.Context, b *broker, dbs *databases, runDB, tag string,
 	if err := execOn(ctx, db, eltRawDDL); err != nil {
 		return nil, fmt.Errorf("raw table: %w", err)
 	}
+	if err := copyPartitions(ctx, runDB, db); err != nil {
+		return nil, err
+	}
 	if err := dbs.checkpoint(ctx); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -256,6 +259,37 @@ func (s *eltSource) Values() ([]any, error) {
 }
 
 func (s *eltSource) Err() error { return s.readErr }
+
+// copyPartitions makes in dbURL the daily partitions of delay_aggregates
+// (migration 6) that (b)'s rows in runDB needed: before the clock, as T_write
+// does, since the peer's INSERT does not make partitions and ovstream makes
+// each one once per day ahead of its commit.
+func copyPartitions(ctx context.Context, runDB, dbURL string) error {
+	run, err := pgx.Connect(ctx, runDB)
+	if err != nil {
+		return err
+	}
+	defer run.Close(ctx)
+	rows, err := run.Query(ctx, "SELECT DISTINCT date_trunc('day', window_start, 'UTC') FROM delay_aggregates")
+	if err != nil {
+		return fmt.Errorf("days of delay_aggregates: %w", err)
+	}
+	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return fmt.Errorf("days of delay_aggregates: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, d := range days {
+		if _, err := conn.Exec(ctx, "SELECT ovs_create_delay_partition($1)", d); err != nil {
+			return fmt.Errorf("create the partition of %s: %w", d.Format(time.DateOnly), err)
+		}
+	}
+	return nil
+}
 
 // execOn runs one statement on dbURL.
 func execOn(ctx context.Context, dbURL, sql string) error {

@@ -472,7 +472,8 @@ func readTables(ctx context.Context, dbURL string) ([]table, error) {
 
 // relationSize returns pg_total_relation_size of table in dbURL (heap, TOAST
 // and indexes), as the run left it; of a partitioned table (delay_aggregates,
-// migration 6), the sum over its partitions.
+// migration 6), the sum over its partitions (pg_partition_tree lists none
+// for a plain table).
 func relationSize(ctx context.Context, dbURL, table string) (int64, error) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -480,7 +481,8 @@ func relationSize(ctx context.Context, dbURL, table string) (int64, error) {
 	}
 	defer conn.Close(ctx)
 	var n int64
-	err = conn.QueryRow(ctx, "SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree($1::regclass)", table).Scan(&n)
+	err = conn.QueryRow(ctx, `SELECT coalesce((SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree($1::regclass)),
+		pg_total_relation_size($1::regclass))`, table).Scan(&n)
 	return n, err
 }
 
