@@ -75,10 +75,12 @@ crash:
 clean:
 	rm -rf bin
 
-# Performance (issue 6, BENCHMARKS.md): ovstream broker as its own process, 5M predictions of the
-# Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain), T_write and T_split
-# (two split drains) in one run; ends with ratio=R and split_ratio=S. BENCHFLAGS e.g.
-# "--predictions 500000", "--scale 1,4,16" or "--split=false".
+# Performance (issues 6 and 14, BENCHMARKS.md): ovstream broker as its own process, 5M predictions
+# of the Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain), T_write,
+# T_split (two split drains) and T_elt (the ELT peer) in each of --trials trials (3), each phase
+# on a quiet machine (--max-load 1.5); ends with the medians ratio=, limit_ratio=, elt_ratio=,
+# split_ratio=. BENCHFLAGS e.g. "--predictions 500000 --trials 1", "--scale 1,4,16",
+# "--split=false" or "--elt=false".
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh

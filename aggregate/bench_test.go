@@ -1,11 +1,6 @@
 package aggregate_test
 
 import (
-	"archive/tar"
-	"compress/gzip"
-	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -20,38 +15,7 @@ import (
 // in feed order, as the run loop receives them.
 func hotPathMessages(b *testing.B) [][]byte {
 	b.Helper()
-	f, err := os.Open("../testdata/auckland-20160518-2h.tar.gz")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		out, err := os.Create(filepath.Join(dir, filepath.Base(h.Name)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.Copy(out, tr); err != nil {
-			b.Fatal(err)
-		}
-		out.Close()
-	}
-	res, err := gtfsrt.Load([]string{dir}, gtfsrt.Options{Operator: "AT"})
+	res, err := gtfsrt.LoadArchive("../testdata/auckland-20160518-2h.tar.gz", gtfsrt.Options{Operator: "AT"})
 	if err != nil {
 		b.Fatal(err)
 	}

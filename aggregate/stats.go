@@ -87,14 +87,14 @@ func (s *Stats) addValue(v float64) {
 }
 
 // valueTable maps value -> count: open addressing with linear probing, a
-// power-of-two number of slots at most half full; a count of 0 marks a free
+// power-of-two number of slots at most half full, each slot a value and its
+// count side by side (one cache line per probe); a count of 0 marks a free
 // slot. For the rows with many distinct values (network, operator, busy
 // lines) it is several times cheaper per event than a Go map.
 type valueTable struct {
-	keys   []float64
-	counts []int64
-	shift  uint // 64 - log2(len(keys))
-	n      int  // values held
+	slots []valueCount
+	shift uint // 64 - log2(len(slots))
+	n     int  // values held
 }
 
 func newValueTable(slots int) *valueTable {
@@ -103,8 +103,24 @@ func newValueTable(slots int) *valueTable {
 	return t
 }
 
+// slotsFor returns the slots a table needs to hold distinct values without
+// growing: a power of two, at least 4 * smallValues.
+func slotsFor(distinct int) int {
+	return max(4*smallValues, 1<<bits.Len(uint(2*distinct+1)))
+}
+
+// reserve makes room for distinct values ahead, when s is empty and more
+// than smallValues are expected (the Windower's hint for the rows that had
+// many in the last window): the table then does not grow one doubling at a
+// time. It changes no statistic.
+func (s *Stats) reserve(distinct int) {
+	if s.n == 0 && s.counts == nil && distinct > smallValues {
+		s.counts = newValueTable(slotsFor(distinct))
+	}
+}
+
 func (t *valueTable) resize(slots int) {
-	t.keys, t.counts = make([]float64, slots), make([]int64, slots)
+	t.slots = make([]valueCount, slots)
 	t.shift = uint(64 - bits.TrailingZeros(uint(slots)))
 	t.n = 0
 }
@@ -180,24 +196,25 @@ func selectRanks(vcs []valueCount, lo, hi int64) (loV, hiV float64) {
 
 // add adds n to the count of v.
 func (t *valueTable) add(v float64, n int64) {
-	if 2*(t.n+1) > len(t.keys) {
-		keys, counts := t.keys, t.counts
-		t.resize(2 * len(keys))
-		for i, c := range counts {
-			if c != 0 {
-				t.add(keys[i], c)
+	if 2*(t.n+1) > len(t.slots) {
+		old := t.slots
+		t.resize(2 * len(old))
+		for _, vc := range old {
+			if vc.n != 0 {
+				t.add(vc.v, vc.n)
 			}
 		}
 	}
-	mask := len(t.keys) - 1
+	mask := len(t.slots) - 1
 	for i := int((math.Float64bits(v) * 0x9e3779b97f4a7c15) >> t.shift); ; i = (i + 1) & mask {
+		sl := &t.slots[i]
 		switch {
-		case t.counts[i] == 0:
-			t.keys[i], t.counts[i] = v, n
+		case sl.n == 0:
+			*sl = valueCount{v, n}
 			t.n++
 			return
-		case t.keys[i] == v:
-			t.counts[i] += n
+		case sl.v == v:
+			sl.n += n
 			return
 		}
 	}
@@ -245,9 +262,9 @@ func (s *Stats) Sum() float64 {
 // values returns the table's values and counts, in no particular order.
 func (t *valueTable) values() []valueCount {
 	vcs := make([]valueCount, 0, t.n)
-	for i, n := range t.counts {
-		if n != 0 {
-			vcs = append(vcs, valueCount{t.keys[i], n})
+	for _, vc := range t.slots {
+		if vc.n != 0 {
+			vcs = append(vcs, vc)
 		}
 	}
 	return vcs
@@ -259,12 +276,12 @@ func (t *valueTable) wholeSum(total int64) (float64, bool) {
 		return 0, false
 	}
 	sum := 0.0
-	for i, n := range t.counts {
-		if v := t.keys[i]; n != 0 {
-			if v != math.Trunc(v) || math.Abs(v) > maxWhole {
+	for _, vc := range t.slots {
+		if vc.n != 0 {
+			if vc.v != math.Trunc(vc.v) || math.Abs(vc.v) > maxWhole {
 				return 0, false
 			}
-			sum += v * float64(n)
+			sum += vc.v * float64(vc.n)
 		}
 	}
 	return sum, true
@@ -312,7 +329,7 @@ func exactSum(vcs []valueCount, total int64) float64 {
 // Distribution returns the distinct delays in ascending order and how many
 // events had each; nil, nil when empty. -0 is held as 0.
 func (s *Stats) Distribution() (values []float64, counts []int64) {
-	vcs := s.sortedValues()
+	vcs := s.sortedValues(nil)
 	if len(vcs) == 0 {
 		return nil, nil
 	}
@@ -324,14 +341,46 @@ func (s *Stats) Distribution() (values []float64, counts []int64) {
 }
 
 // sortedValues returns the distribution sorted by value: the inline values
-// themselves (read only) or a sorted copy of the table's.
-func (s *Stats) sortedValues() []valueCount {
+// themselves (read only) or a sorted copy of the table's. keys, when not
+// nil, is scratch space that sortValues may keep for the next call.
+func (s *Stats) sortedValues(keys *[]uint64) []valueCount {
 	if s.counts == nil {
 		return s.small[:s.nSmall]
 	}
 	vcs := s.counts.values()
-	slices.SortFunc(vcs, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
+	sortValues(vcs, keys)
 	return vcs
+}
+
+// sortValues sorts vcs by value (no NaN; -0 is never held, Add keeps 0).
+//
+// Delays are whole seconds in practice: when every value is a whole number
+// in the int32 range and every count is below 2^32, each pair is packed into
+// one uint64 that orders as the value (the value's int32 with its sign bit
+// flipped above the count) and the integers are sorted, several times
+// faster than sorting the pairs through a comparison function (ClosedSet.Rows
+// sorts the distribution of every row with more than smallValues values).
+// Anything else is sorted by comparison. keys is scratch space for the
+// packed pairs (nil: allocate).
+func sortValues(vcs []valueCount, keys *[]uint64) {
+	var buf []uint64
+	if keys != nil {
+		buf = (*keys)[:0]
+	}
+	for _, vc := range vcs {
+		if vc.v != math.Trunc(vc.v) || vc.v < math.MinInt32 || vc.v > math.MaxInt32 || uint64(vc.n) >= 1<<32 {
+			slices.SortFunc(vcs, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
+			return
+		}
+		buf = append(buf, uint64(uint32(int32(vc.v))^1<<31)<<32|uint64(vc.n))
+	}
+	slices.Sort(buf)
+	for i, k := range buf {
+		vcs[i] = valueCount{float64(int32(uint32(k>>32) ^ 1<<31)), int64(k & (1<<32 - 1))}
+	}
+	if keys != nil {
+		*keys = buf
+	}
 }
 
 func cmpFloat(a, b float64) int {

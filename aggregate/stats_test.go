@@ -130,3 +130,42 @@ func TestStatsQuantileVsNaive(t *testing.T) {
 		}
 	}
 }
+
+// TestSortValues checks the packed integer sort of distributions against a
+// sort by comparison: whole values at the ends of the int32 range and counts
+// up to 2^32-1 (packed), and sets with a fractional value, a value outside
+// int32 or a count of 2^32 (sorted by comparison), with and without scratch.
+func TestSortValues(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	sets := [][]valueCount{
+		{{math.MaxInt32, 1<<32 - 1}, {math.MinInt32, 1}, {0, 7}, {-1, 2}, {1, 3}},
+		{{5, 1}, {-86400, 2}, {86400, 3}, {-0.5, 1}},       // fractional
+		{{5, 1}, {math.MaxInt32 + 1, 2}, {-3, 1}},          // beyond int32
+		{{5, 1}, {-3, 1 << 32}, {2, 1}},                    // count of 2^32
+		{{3, 1}, {2, 1}, {1, 1}, {1e300, 1}, {-1e-300, 1}}, // far beyond
+	}
+	for range 200 {
+		seen := map[float64]bool{}
+		var vcs []valueCount
+		for range 1 + rng.IntN(3000) {
+			v := float64(rng.IntN(20000) - 10000)
+			if !seen[v] {
+				seen[v] = true
+				vcs = append(vcs, valueCount{v, 1 + rng.Int64N(1<<20)})
+			}
+		}
+		sets = append(sets, vcs)
+	}
+	var keys []uint64
+	for i, vcs := range sets {
+		want := slices.Clone(vcs)
+		slices.SortFunc(want, func(a, b valueCount) int { return cmpFloat(a.v, b.v) })
+		for _, scratch := range []*[]uint64{nil, &keys} {
+			got := slices.Clone(vcs)
+			sortValues(got, scratch)
+			if !slices.Equal(got, want) {
+				t.Fatalf("set %d: sortValues = %v, want %v", i, got, want)
+			}
+		}
+	}
+}

@@ -95,9 +95,41 @@ func TestWindowStartProperty(t *testing.T) {
 			}
 		}
 	}
+	minNano := time.Unix(0, -1<<63)
 	for _, size := range sizes {
 		if got := WindowStart(minNano, size); got.After(minNano) || !minNano.Before(got.Add(size)) {
 			t.Fatalf("min: %v", got)
+		}
+	}
+}
+
+// TestWindowStartFastPathEqualsBig checks the int64 fast path of WindowStart
+// against the arbitrary-precision computation, instant for instant and
+// representation for representation (==, so map keys and equality hold),
+// over spread-out instants, those at the ends of the fast path's range, and
+// times in other zones and with a monotonic reading.
+func TestWindowStartFastPathEqualsBig(t *testing.T) {
+	sizes := []time.Duration{time.Nanosecond, 7 * time.Second, 5 * time.Minute, time.Hour, 24 * time.Hour}
+	var ts []time.Time
+	for _, sec := range []int64{minSec + 1, minSec + 2, maxSec - 1, maxSec - 2, -1, 0, 1} {
+		for _, nsec := range []int64{0, 1, 999_999_999} {
+			ts = append(ts, time.Unix(sec, nsec))
+		}
+	}
+	x := uint64(1)
+	for range 20000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		ts = append(ts, time.Unix(int64(x%uint64(maxSec-minSec-2))+minSec+1, int64(x>>40)%1e9))
+	}
+	ams := time.FixedZone("UTC+2", 2*3600)
+	ts = append(ts, time.Now(), time.Now().In(ams), time.Date(2026, 5, 4, 14, 7, 0, 0, ams))
+	for _, in := range ts {
+		for _, size := range sizes {
+			if got, want := WindowStart(in, size), windowStartBig(in, size); got != want {
+				t.Fatalf("WindowStart(%v, %v) = %#v, arbitrary precision %#v", in, size, got, want)
+			}
 		}
 	}
 }

@@ -189,3 +189,86 @@ func TestWindowerProperty(t *testing.T) {
 		}
 	}
 }
+
+// Windows dropped after a commit are emptied and reused for windows that
+// open later (Windower.free). Every row of every window, closed and dropped
+// one by one as a watermark passes, must equal the naive statistics of its
+// own events: nothing of an earlier window (rows, counts, distinct values,
+// the operator, the rows of the previous event) survives the reuse. Windows
+// alternate between many and few rows, operators between one and several,
+// and delays between few and many distinct values, so that a reused window
+// had more rows, a table and a mixed operator before.
+func TestWindowerReusesDroppedWindows(t *testing.T) {
+	type key struct {
+		start   time.Time
+		dim, id string
+	}
+	type events struct {
+		delays []float64
+		ops    map[string]bool
+	}
+	rng := rand.New(rand.NewPCG(7, 1))
+	const size = 5 * time.Minute
+	w := NewWindower(size)
+	for win := range 40 {
+		start := t0.Add(time.Duration(win) * size)
+		want := map[key]*events{}
+		stations, ops, spread := 3, 1, 3
+		if win%3 == 0 {
+			stations, ops, spread = 200, 3, 400
+		}
+		for range 50 + rng.IntN(400) {
+			p := pred(fmt.Sprintf("L%d", rng.IntN(5)), fmt.Sprintf("S%d", rng.IntN(stations)),
+				fmt.Sprintf("OP%d", rng.IntN(ops)), float64(rng.IntN(spread)-spread/2),
+				start.Add(time.Duration(rng.Int64N(int64(size)))))
+			w.Add(p)
+			for _, k := range []key{{start, DimLine, p.Line}, {start, DimStation, p.StopID},
+				{start, DimOperator, p.Operator}, {start, DimNetwork, NetworkID}} {
+				e := want[k]
+				if e == nil {
+					e = &events{ops: map[string]bool{}}
+					want[k] = e
+				}
+				e.delays = append(e.delays, p.DelayS)
+				e.ops[p.Operator] = true
+			}
+		}
+		wm := start.Add(size)
+		rows := w.Closed(wm)
+		if w.Drop(wm) != 1 || len(rows) != len(want) {
+			t.Fatalf("window %d: %d rows, want %d", win, len(rows), len(want))
+		}
+		for _, r := range rows {
+			e := want[key{r.WindowStart, r.Dimension, r.DimensionID}]
+			if e == nil {
+				t.Fatalf("window %d: row %s/%s has no events", win, r.Dimension, r.DimensionID)
+			}
+			sum, lo, hi := 0.0, e.delays[0], e.delays[0]
+			for _, d := range e.delays {
+				sum, lo, hi = sum+d, min(lo, d), max(hi, d)
+			}
+			op := ""
+			if len(e.ops) == 1 {
+				for o := range e.ops {
+					op = o
+				}
+			}
+			n := int64(len(e.delays))
+			if r.Count != n || r.Mean != sum/float64(n) || r.Min != lo || r.Max != hi ||
+				r.P90 != naiveQuantile(e.delays, 0.9) || r.Operator != op || r.WindowEnd != wm {
+				t.Fatalf("window %d: row %+v, want count %d mean %v min %v max %v p90 %v operator %q",
+					win, r, n, sum/float64(n), lo, hi, naiveQuantile(e.delays, 0.9), op)
+			}
+			var total int64
+			for i, c := range r.Counts {
+				if i > 0 && r.Values[i] <= r.Values[i-1] {
+					t.Fatalf("window %d: values not ascending: %v", win, r.Values)
+				}
+				total += c
+			}
+			if total != n {
+				t.Fatalf("window %d: counts sum to %d, want %d", win, total, n)
+			}
+		}
+	}
+}

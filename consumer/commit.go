@@ -78,12 +78,7 @@ func (l *loop) takeBatch() *pendingCommit {
 	// with them, so they stay until they are written (aggregate.Names).
 	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm,
 		Names: l.names.Take()}
-	for _, t := range l.trips {
-		p.batch.Trips = append(p.batch.Trips, t)
-	}
-	for _, v := range l.vehicles {
-		p.batch.Vehicles = append(p.batch.Vehicles, v)
-	}
+	p.batch.Trips, p.batch.Vehicles = l.trips.rows, l.vehicles.rows
 	l.olderVersions(&p.batch)
 	for _, tp := range SortedPartitions(l.led.parts) {
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
@@ -91,8 +86,8 @@ func (l *loop) takeBatch() *pendingCommit {
 	}
 	l.splitBatch(&p.batch)
 	l.dead = nil
-	l.trips = map[string]store.Trip{}
-	l.vehicles = map[string]store.Vehicle{}
+	l.trips.take()
+	l.vehicles.take()
 	return p
 }
 

@@ -141,20 +141,16 @@ func (l *loop) keepTrip(t store.Trip) {
 	if l.rej.refusedTrip(l.cfg.PredictionsTopic, t) {
 		return
 	}
-	old, ok := l.trips[t.TripID]
-	if !ok || newer(t.EventTime, t.Offset, old.EventTime, old.Offset) {
-		l.trips[t.TripID] = t
-	}
+	l.trips.put(t.TripID, t, func(old *store.Trip) bool { return newer(t.EventTime, t.Offset, old.EventTime, old.Offset) })
 }
 
 func (l *loop) keepVehicle(v store.Vehicle) {
 	if l.rej.refusedVehicle(l.cfg.PositionsTopic, v) {
 		return
 	}
-	old, ok := l.vehicles[v.VehicleID]
-	if !ok || newer(v.EventTime, v.Offset, old.EventTime, old.Offset) {
-		l.vehicles[v.VehicleID] = v
-	}
+	l.vehicles.put(v.VehicleID, v, func(old *store.Vehicle) bool {
+		return newer(v.EventTime, v.Offset, old.EventTime, old.Offset)
+	})
 }
 
 func newer(t time.Time, off int64, oldT time.Time, oldOff int64) bool {

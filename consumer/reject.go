@@ -179,12 +179,12 @@ func (x *rejects) refusedVehicle(topic string, v store.Vehicle) bool {
 func (l *loop) olderVersions(b *store.Batch) {
 	x := l.rej
 	for _, t := range x.trips {
-		if n := l.trips[t.TripID]; n.Partition != t.Partition || n.Offset != t.Offset {
+		if n, _ := l.trips.get(t.TripID); n.Partition != t.Partition || n.Offset != t.Offset {
 			b.Trips = append(b.Trips, t)
 		}
 	}
 	for _, v := range x.vehicles {
-		if n := l.vehicles[v.VehicleID]; n.Partition != v.Partition || n.Offset != v.Offset {
+		if n, _ := l.vehicles.get(v.VehicleID); n.Partition != v.Partition || n.Offset != v.Offset {
 			b.Vehicles = append(b.Vehicles, v)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestRejects(t *testing.T) {
 	cfg := Config{PredictionsTopic: preds, PositionsTopic: poss, Window: 5 * time.Minute,
 		Metrics: NewMetrics(nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	l := &loop{cfg: cfg, rej: (&rejects{}).forLoop(), led: NewLedger(), sum: &Summary{DeadLetters: map[string]int64{}},
-		trips: map[string]store.Trip{}, vehicles: map[string]store.Vehicle{}}
+		trips: newLatest[store.Trip](), vehicles: newLatest[store.Vehicle]()}
 	l.led.Assign(p0, 0)
 	l.led.Assign(v0, 0)
 
@@ -73,17 +74,15 @@ func TestRejects(t *testing.T) {
 	keep(5, w0.Add(time.Minute))
 	keep(8, w0.Add(2*time.Minute))
 	l.keepTrip(store.Trip{Prediction: pred("T2", "S1", w0), Offset: 1})
-	var b store.Batch
-	for _, tr := range l.trips {
-		b.Trips = append(b.Trips, tr)
-	}
+	b := store.Batch{Trips: slices.Clone(l.trips.rows)}
 	l.olderVersions(&b)
 	offsets := map[int64]int{}
 	for _, tr := range b.Trips {
 		offsets[tr.Offset]++
 	}
-	if len(b.Trips) != 3 || offsets[8] != 1 || offsets[5] != 1 || offsets[1] != 1 || l.trips["T1"].Offset != 8 {
-		t.Errorf("batch trips %v, newest %d; want T1 at 8 (newest) and 5, T2 at 1", offsets, l.trips["T1"].Offset)
+	t1, _ := l.trips.get("T1")
+	if len(b.Trips) != 3 || offsets[8] != 1 || offsets[5] != 1 || offsets[1] != 1 || t1.Offset != 8 {
+		t.Errorf("batch trips %v, newest %d; want T1 at 8 (newest) and 5, T2 at 1", offsets, t1.Offset)
 	}
 	if len(l.rej.trips) != 0 {
 		t.Error("olderVersions kept the versions")

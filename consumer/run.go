@@ -125,9 +125,9 @@ type loop struct {
 	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record, or of the seek
 	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe, -1 for none
 
-	trips    map[string]store.Trip
-	vehicles map[string]store.Vehicle
-	names    *aggregate.Names // the lines' and stations' names; changed ones go into the next batch
+	trips    *latest[store.Trip]    // newest prediction per trip since the last commit
+	vehicles *latest[store.Vehicle] // newest position per vehicle since the last commit
+	names    *aggregate.Names       // the lines' and stations' names; changed ones go into the next batch
 	dead     []store.DeadLetter
 	stored   map[aggregate.PartitionID]store.Position
 

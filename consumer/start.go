@@ -93,8 +93,8 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.drainTarget = map[aggregate.PartitionID]int64{}
 	l.lastSeen = map[aggregate.PartitionID]time.Time{}
 	l.probed = map[aggregate.PartitionID]int64{}
-	l.trips = map[string]store.Trip{}
-	l.vehicles = map[string]store.Vehicle{}
+	l.trips = newLatest[store.Trip]()
+	l.vehicles = newLatest[store.Vehicle]()
 	l.names = aggregate.NewNames() // a resync starts with none: it writes again the names it meets (no-ops)
 	l.stored = map[aggregate.PartitionID]store.Position{}
 

@@ -10,9 +10,20 @@
 //	                the partitions of both topics, side by side on a fresh database, from
 //	                starting both to both exited; their delay_aggregates must equal (b)'s
 //	                (row count and md5 over the rows in key order) (--split=false skips it);
+//	(e) T_elt:      the peer users would build instead ("ELT", elt.go): read the predictions,
+//	                COPY the valid ones into a raw table, then one INSERT ... SELECT ... GROUP BY
+//	                with percentile_cont(0.9); its rows must equal (b)'s (--elt=false skips it);
 //
-// and prints a table, then `ratio=R` with R = (T_read + T_write) / T_ovstream
-// and, last, `split_ratio=S` with S = T_ovstream / T_split.
+// --trials times (default 3) on the data produced once, each phase started on
+// a quiet machine (quiet.go: the load average before and after each phase is
+// printed; a trial that found the machine loaded runs again). It prints the
+// median trial's table, every trial's figures and their medians, and ends
+// with the medians:
+//
+//	ratio=R        (T_read + T_write) / T_ovstream
+//	limit_ratio=L  max(T_read, T_write) / T_ovstream (perfect overlap of reading and writing gives 1)
+//	elt_ratio=E    T_elt / T_ovstream
+//	split_ratio=S  T_ovstream / T_split
 //
 // The data is the Auckland 48 h GTFS-realtime archive (../shared/data), mapped
 // like `ovstream produce --operator AT`, repeated with event times shifted by
@@ -67,10 +78,12 @@ type options struct {
 	goBench       bool
 	keep          bool
 	logFile       string
-	repeat        int
+	trials        int
 	pgLog         bool
 	schemaSQL     string
 	split         bool
+	elt           bool
+	load          loadRule
 }
 
 func main() {
@@ -91,15 +104,23 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
 	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) and (d) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
-	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on both fresh databases after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
+	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on every fresh database after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
 	flag.Func("read-fetch", "T_read's sarama Consumer.Fetch.Default in bytes, to mirror an ovstream built with another (default: sarama's, 1 MiB)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
 		readFetchBytes = int32(n)
 		return err
 	})
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
-	flag.IntVar(&o.repeat, "repeat", 1, "trials of (a)-(d) on the data produced once; the median trial is reported")
+	flag.BoolVar(&o.elt, "elt", true, "also run (e): the ELT peer (COPY into a raw table, then one INSERT ... SELECT ... GROUP BY)")
+	flag.IntVar(&o.trials, "trials", 3, "trials of the phases on the data produced once; every trial's figures and the medians are printed")
+	flag.IntVar(&o.trials, "repeat", 3, "the same as --trials")
+	flag.Float64Var(&o.load.max, "max-load", 1.5, "a timed phase starts only at a 1-minute load average up to this (0: no rule)")
+	flag.DurationVar(&o.load.settle, "settle", 90*time.Second, "the longest wait before a phase for the load average to fall to --max-load")
+	flag.IntVar(&o.load.retries, "load-retries", 2, "attempts beyond the first of a trial that found the machine loaded; the last one runs whatever the load")
 	flag.Parse()
+	if o.trials < 1 {
+		fatalf("--trials %d: want at least 1", o.trials)
+	}
 	if scale != "" {
 		for _, s := range strings.Split(scale, ",") {
 			k, err := strconv.Atoi(strings.TrimSpace(s))
@@ -178,11 +199,10 @@ func run(o options) error {
 	if len(results) > 1 {
 		printScaling(os.Stdout, results)
 	}
-	last := results[len(results)-1].median()
-	fmt.Printf("ratio=%.2f\n", last.ratio())
-	if last.split != nil {
-		fmt.Printf("split_ratio=%.2f\n", last.splitRatio())
-	}
+	last := results[len(results)-1].medians()
+	fmt.Printf("ratio=%s\nlimit_ratio=%s\nelt_ratio=%s\nsplit_ratio=%s\n",
+		fmtRatio(last.ratio, "--trials"), fmtRatio(last.limitRatio, "--trials"),
+		fmtRatio(last.eltRatio, "--elt=false"), fmtRatio(last.splitRatio, "--split=false"))
 	return nil
 }
 
@@ -197,17 +217,17 @@ type measurement struct {
 	brokerRSS              int64
 	trials                 []*trial
 	allocs                 string
+	loadRule               loadRule
 }
 
-// trial is one (a), (b), (c) sequence.
+// trial is one sequence of the phases.
 type trial struct {
+	clock     *phaseClock // the load average before and after each phase
 	read      time.Duration
 	readMsgs  int64
 	readBusy  float64
-	readLoad  string
 	run       *runResult
 	runBusy   float64
-	runLoad   string
 	brokerCPU time.Duration
 	write     time.Duration
 	writeRows int64
@@ -215,12 +235,17 @@ type trial struct {
 	writeCPU  time.Duration // the bench's own CPU time (the CopyFrom client)
 	tableRows map[string]int
 	split     *splitResult // (d), nil with --split=false
+	elt       *eltResult   // (e), nil with --elt=false
 	// aggBytes is pg_total_relation_size of delay_aggregates after (b):
 	// heap, TOAST and indexes.
 	aggBytes int64
 }
 
 func (t *trial) ratio() float64 { return (t.read + t.write).Seconds() / t.run.elapsed.Seconds() }
+
+func (t *trial) limitRatio() float64 { return max(t.read, t.write).Seconds() / t.run.elapsed.Seconds() }
+
+func (t *trial) eltRatio() float64 { return t.elt.elapsed.Seconds() / t.run.elapsed.Seconds() }
 
 func (t *trial) splitRatio() float64 { return t.run.elapsed.Seconds() / t.split.elapsed.Seconds() }
 
@@ -233,7 +258,7 @@ func (m *measurement) median() *trial {
 }
 
 func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer) (*measurement, error) {
-	m := &measurement{predictions: n}
+	m := &measurement{predictions: n, loadRule: o.load}
 	b, err := startBroker(o.bin, topics)
 	if err != nil {
 		return nil, err
@@ -260,48 +285,81 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 	if !o.keep {
 		defer dbs.dropAll(context.Background())
 	}
-	for i := range o.repeat {
-		// A trial during which PostgreSQL restarted (the crash tests of
-		// other sessions on a shared machine do that) measured nothing: run
-		// it again.
-		for attempt := 1; ; attempt++ {
-			before, _ := dbs.serverStart(ctx)
-			t, err := runTrial(ctx, o, b, dbs, m, fmt.Sprintf("%d_%d_%d_%d", os.Getpid(), n, i, attempt), logTo)
-			after, _ := dbs.serverStart(ctx)
-			if !o.keep {
-				dbs.dropAll(context.Background())
-			}
-			if err == nil && before.Equal(after) && !before.IsZero() {
-				m.trials = append(m.trials, t)
-				if t.split != nil {
-					logf("trial %d: ratio %.2f, split_ratio %.2f", i+1, t.ratio(), t.splitRatio())
-				} else {
-					logf("trial %d: ratio %.2f", i+1, t.ratio())
-				}
-				break
-			}
-			if attempt == 3 || errors.Is(err, errInexact) {
-				if err == nil {
-					err = errors.New("PostgreSQL restarted during each attempt")
-				}
-				return nil, err
-			}
-			logf("trial %d disturbed (PostgreSQL started at %v, then %v; error: %v): once more", i+1,
-				before.Format(time.TimeOnly), after.Format(time.TimeOnly), err)
-			dbs.waitReady(ctx, time.Minute)
+	for i := range o.trials {
+		t, err := quietTrial(ctx, o, b, dbs, m, i, logTo)
+		if err != nil {
+			return nil, err
 		}
+		m.trials = append(m.trials, t)
 	}
 	return m, nil
 }
 
-// runTrial measures (a), (b), (c) and, unless --split=false, (d) once.
-func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *measurement, tag string, logTo io.Writer) (*trial, error) {
+// quietTrial runs trial i until it is measured on a quiet machine (at most
+// 1 + --load-retries attempts, the last one whatever the load) without a
+// PostgreSQL restart (at most 3 attempts).
+func quietTrial(ctx context.Context, o options, b *broker, dbs *databases, m *measurement, i int, logTo io.Writer) (*trial, error) {
+	restarts, loadedTries := 0, 0
+	for attempt := 1; ; attempt++ {
+		// A trial during which PostgreSQL restarted (the crash tests of
+		// other sessions on a shared machine do that) measured nothing: run
+		// it again.
+		clock := &phaseClock{rule: o.load, lastChance: loadedTries >= o.load.retries}
+		before, _ := dbs.serverStart(ctx)
+		t, err := runTrial(ctx, o, b, dbs, m, fmt.Sprintf("%d_%d_%d_%d", os.Getpid(), m.predictions, i, attempt), clock, logTo)
+		after, _ := dbs.serverStart(ctx)
+		if !o.keep {
+			dbs.dropAll(context.Background())
+		}
+		var loaded *loadedError
+		switch {
+		case errors.As(err, &loaded):
+			loadedTries++
+			logf("trial %d, attempt %d: %v, above --max-load %.2f: the trial starts again (%d of %d attempts left)",
+				i+1, attempt, err, o.load.max, o.load.retries+1-loadedTries, o.load.retries+1)
+			continue
+		case err == nil && before.Equal(after) && !before.IsZero():
+			if clock.loaded {
+				logf("trial %d: the machine never got quiet: in %d attempts the 1-minute load average stayed above --max-load %.2f (up to %.2f in this one, after waiting up to %v per phase); its figures are noisy",
+					i+1, loadedTries+1, o.load.max, clock.maxLoad, o.load.settle)
+			}
+			logf("trial %d: ratio %.2f, limit_ratio %.2f%s%s; load before -> after: %s", i+1, t.ratio(), t.limitRatio(),
+				optRatio(" elt_ratio", t.elt != nil, t.eltRatio), optRatio(" split_ratio", t.split != nil, t.splitRatio), clock.summary())
+			return t, nil
+		}
+		restarts++
+		if restarts == 3 || errors.Is(err, errInexact) {
+			if err == nil {
+				err = errors.New("PostgreSQL restarted during each attempt")
+			}
+			return nil, err
+		}
+		logf("trial %d disturbed (PostgreSQL started at %v, then %v; error: %v): once more", i+1,
+			before.Format(time.TimeOnly), after.Format(time.TimeOnly), err)
+		dbs.waitReady(ctx, time.Minute)
+	}
+}
+
+// optRatio formats ", name X" when ok.
+func optRatio(name string, ok bool, f func() float64) string {
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf(",%s %.2f", name, f())
+}
+
+// runTrial measures (a), (b), (c) and, unless --split=false or --elt=false,
+// (d) and (e) once; clock starts each timed phase (the quiet-machine rule).
+func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *measurement, tag string, clock *phaseClock, logTo io.Writer) (*trial, error) {
 	var err error
-	t := &trial{tableRows: map[string]int{}}
+	t := &trial{tableRows: map[string]int{}, clock: clock}
 	// (a) T_read
-	t.readLoad = loadavg()
+	if err := clock.start("(a) T_read"); err != nil {
+		return nil, err
+	}
 	c0 := sampleCPU()
 	t.readMsgs, t.read, err = readAll(b.addr, []string{predTopic, posTopic})
+	clock.stop()
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
 	}
@@ -321,10 +379,13 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 			return nil, err
 		}
 	}
-	t.runLoad = loadavg()
+	if err := clock.start("(b) T_ovstream"); err != nil {
+		return nil, err
+	}
 	c0 = sampleCPU()
 	bc0 := b.cpu()
 	t.run, err = runOvstream(o.bin, runDB, b.addr, o.runArgs, o.wrap, logTo)
+	clock.stop()
 	if err != nil {
 		return nil, err
 	}
@@ -349,9 +410,13 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 		return nil, fmt.Errorf("fresh database: %w", err)
 	}
 	runtime.GC()
+	if err := clock.start("(c) T_write"); err != nil {
+		return nil, err
+	}
 	c0 = sampleCPU()
 	self0 := selfCPU()
 	t.writeRows, t.write, err = writeAll(ctx, copyDB, tables)
+	clock.stop()
 	if err != nil {
 		return nil, fmt.Errorf("write: %w", err)
 	}
@@ -359,7 +424,12 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	t.writeBusy = busy(c0, sampleCPU())
 	logf("T_write %v (%d rows)", t.write.Round(time.Millisecond), t.writeRows)
 	if o.split {
-		if t.split, err = splitPhase(ctx, o, b, dbs, runDB, tag, logTo); err != nil {
+		if t.split, err = splitPhase(ctx, o, b, dbs, runDB, tag, clock, logTo); err != nil {
+			return nil, err
+		}
+	}
+	if o.elt {
+		if t.elt, err = eltPhase(ctx, b, dbs, runDB, tag, clock); err != nil {
 			return nil, err
 		}
 	}
@@ -386,15 +456,18 @@ func (m *measurement) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%-14s %8s %11s %11s %8s %-14s %s\n", "phase", "seconds", "msgs/s", "rows/s", "CPU busy", "load 1/5/15", "notes")
 	fmt.Fprintf(w, "%-14s %8.2f %11.0f %11s %7.0f%% %-14s %d messages counted\n", "(a) T_read", t.read.Seconds(),
-		rate(t.readMsgs, t.read), "-", 100*t.readBusy, t.readLoad, t.readMsgs)
+		rate(t.readMsgs, t.read), "-", 100*t.readBusy, t.clock.before("(a) T_read"), t.readMsgs)
 	fmt.Fprintf(w, "%-14s %8.2f %11.0f %11.0f %7.0f%% %-14s peak RSS %d MB; commits %d, p50 %v, p99 %v; CPU user %.1fs sys %.1fs; broker CPU %.1fs\n",
-		"(b) T_ovstream", r.elapsed.Seconds(), rate(m.messages, r.elapsed), rate(t.writeRows, r.elapsed), 100*t.runBusy, t.runLoad,
+		"(b) T_ovstream", r.elapsed.Seconds(), rate(m.messages, r.elapsed), rate(t.writeRows, r.elapsed), 100*t.runBusy, t.clock.before("(b) T_ovstream"),
 		r.maxRSS>>20, len(r.commits), percentile(r.commits, 0.5).Round(time.Millisecond),
 		percentile(r.commits, 0.99).Round(time.Millisecond), r.userCPU.Seconds(), r.sysCPU.Seconds(), t.brokerCPU.Seconds())
 	fmt.Fprintf(w, "%-14s %8.2f %11s %11.0f %7.0f%% %-14s %d rows (%s); client CPU %.1fs\n", "(c) T_write", t.write.Seconds(), "-",
-		rate(t.writeRows, t.write), 100*t.writeBusy, "", t.writeRows, t.tableSummary(), t.writeCPU.Seconds())
+		rate(t.writeRows, t.write), 100*t.writeBusy, t.clock.before("(c) T_write"), t.writeRows, t.tableSummary(), t.writeCPU.Seconds())
 	if t.split != nil {
 		t.split.print(w, m.messages, r)
+	}
+	if t.elt != nil {
+		t.elt.print(w, r, t.clock.before("(e) T_elt"))
 	}
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
 		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)
@@ -403,8 +476,10 @@ func (m *measurement) print(w io.Writer) {
 			float64(t.aggBytes)/1e6, float64(t.aggBytes)/float64(n))
 	}
 	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)
-	fmt.Fprintf(w, "T_read + T_write = %.2fs; T_ovstream = %.2fs; ratio %.2f\n",
-		(t.read + t.write).Seconds(), r.elapsed.Seconds(), t.ratio())
+	fmt.Fprintf(w, "T_read + T_write = %.2fs; T_ovstream = %.2fs; ratio %.2f; limit_ratio %.2f\n",
+		(t.read + t.write).Seconds(), r.elapsed.Seconds(), t.ratio(), t.limitRatio())
+	fmt.Fprintf(w, "load average before -> after each phase: %s\n", t.clock.summary())
+	m.printTrials(w)
 }
 
 func (t *trial) tableSummary() string {

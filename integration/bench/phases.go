@@ -109,14 +109,32 @@ func consumerConfig() *sarama.Config {
 // client's start-up.
 func readAll(addr string, topics []string) (int64, time.Duration, error) {
 	began := time.Now()
+	n, err := eachPartition(addr, topics, nil)
+	return n, time.Since(began), err
+}
+
+// visitor sees the messages of one partition, on that partition's reader
+// goroutine: Visit each message in offset order, then Done once the high
+// water mark is reached. An error from either stops the partition.
+type visitor interface {
+	Visit(m *sarama.ConsumerMessage) error
+	Done() error
+}
+
+// eachPartition reads every partition of topics that holds records, from the
+// oldest offset to the high water mark: one sarama ConsumePartition (the
+// configuration of consumerConfig) and one goroutine each. With open nil it
+// only counts (T_read); otherwise open(topic, partition) gives the visitor
+// of a partition. It returns the messages read and the first error.
+func eachPartition(addr string, topics []string, open func(topic string, partition int32) visitor) (int64, error) {
 	client, err := sarama.NewClient([]string{addr}, consumerConfig())
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer client.Close()
 	cons, err := sarama.NewConsumerFromClient(client)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer cons.Close()
 	var total atomic.Int64
@@ -125,37 +143,51 @@ func readAll(addr string, topics []string) (int64, time.Duration, error) {
 	for _, topic := range topics {
 		parts, err := client.Partitions(topic)
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		for _, p := range parts {
 			hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 			if err != nil {
-				return 0, 0, err
+				return 0, err
 			}
 			if hw == 0 {
 				continue
 			}
 			pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
 			if err != nil {
-				return 0, 0, err
+				return 0, err
+			}
+			var v visitor
+			if open != nil {
+				v = open(topic, p)
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer pc.AsyncClose()
 				var n int64
+				defer func() { total.Add(n) }()
 				msgs, perrs := pc.Messages(), pc.Errors()
 				for {
 					select {
 					case m := <-msgs:
 						n++
+						if v != nil {
+							if err := v.Visit(m); err != nil {
+								errs <- err
+								return
+							}
+						}
 						if m.Offset+1 >= hw {
-							total.Add(n)
+							if v != nil {
+								if err := v.Done(); err != nil {
+									errs <- err
+								}
+							}
 							return
 						}
 					case err := <-perrs:
 						errs <- err
-						total.Add(n)
 						return
 					}
 				}
@@ -165,9 +197,9 @@ func readAll(addr string, topics []string) (int64, time.Duration, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	return total.Load(), time.Since(began), nil
+	return total.Load(), nil
 }
 
 // runResult is what T_ovstream measured.
@@ -440,7 +472,8 @@ func readTables(ctx context.Context, dbURL string) ([]table, error) {
 
 // relationSize returns pg_total_relation_size of table in dbURL (heap, TOAST
 // and indexes), as the run left it; of a partitioned table (delay_aggregates,
-// migration 6), the sum over its partitions.
+// migration 6), the sum over its partitions (pg_partition_tree lists none
+// for a plain table).
 func relationSize(ctx context.Context, dbURL, table string) (int64, error) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -448,7 +481,8 @@ func relationSize(ctx context.Context, dbURL, table string) (int64, error) {
 	}
 	defer conn.Close(ctx)
 	var n int64
-	err = conn.QueryRow(ctx, "SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree($1::regclass)", table).Scan(&n)
+	err = conn.QueryRow(ctx, `SELECT coalesce((SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree($1::regclass)),
+		pg_total_relation_size($1::regclass))`, table).Scan(&n)
 	return n, err
 }
 
@@ -563,16 +597,6 @@ func busy(a, b cpuSample) float64 {
 		return 0
 	}
 	return float64(b.busy-a.busy) / float64(b.total-a.total)
-}
-
-// loadavg returns the first three fields of /proc/loadavg ("1.02/0.80/0.61").
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return f[0] + "/" + f[1] + "/" + f[2]
 }
 
 // selfCPU returns the bench process's own CPU time so far.

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strconv"
 	"strings"
@@ -61,7 +61,7 @@ func (s *splitResult) cpu() time.Duration {
 // splitPhase is phase (d) on a fresh database, after a checkpoint ((c)
 // left about as much WAL as (b) wrote, and (b) started without any); it
 // requires the result to equal (b)'s, on runDB.
-func splitPhase(ctx context.Context, o options, b *broker, dbs *databases, runDB, tag string, logTo io.Writer) (*splitResult, error) {
+func splitPhase(ctx context.Context, o options, b *broker, dbs *databases, runDB, tag string, clock *phaseClock, logTo io.Writer) (*splitResult, error) {
 	name := "ovsbench_split_" + tag
 	splitDB, err := dbs.fresh(ctx, name)
 	if err != nil {
@@ -75,12 +75,16 @@ func splitPhase(ctx context.Context, o options, b *broker, dbs *databases, runDB
 	if err := dbs.checkpoint(ctx); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	load, c0, bc0 := loadavg(), sampleCPU(), b.cpu()
+	if err := clock.start("(d) T_split"); err != nil {
+		return nil, err
+	}
+	c0, bc0 := sampleCPU(), b.cpu()
 	s, err := runSplit(o, splitDB, b.addr, logTo)
+	clock.stop()
 	if err != nil {
 		return nil, err
 	}
-	s.busy, s.load, s.brokerCPU = busy(c0, sampleCPU()), load, b.cpu()-bc0
+	s.busy, s.load, s.brokerCPU = busy(c0, sampleCPU()), clock.before("(d) T_split"), b.cpu()-bc0
 	logf("T_split %v, peak RSS %d MB and %d MB", s.elapsed.Round(time.Millisecond), s.instances[0].maxRSS>>20, s.instances[1].maxRSS>>20)
 	if err := checkSplit(ctx, s, runDB, splitDB); err != nil {
 		return nil, err
@@ -117,37 +121,96 @@ func runSplit(o options, dbURL, brokers string, logTo io.Writer) (*splitResult, 
 	return s, nil
 }
 
-// aggregatesDigest returns the count of delay_aggregates rows and an md5
-// over their text, in key order, without updated_at (the time of the
-// commit, which differs between runs).
-func aggregatesDigest(ctx context.Context, dbURL string) (int64, string, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return 0, "", err
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT row(pipeline, window_start, window_end, dimension, dimension_id, operator,
-		event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s)::text
-		FROM delay_aggregates ORDER BY pipeline, window_start, dimension, dimension_id`)
-	if err != nil {
-		return 0, "", err
-	}
-	defer rows.Close()
-	h := md5.New()
-	var n int64
-	for rows.Next() {
-		var line []byte
-		if err := rows.Scan(&line); err != nil {
-			return 0, "", err
+// aggSource is the delay_aggregates rows of one database that a comparison
+// reads: the columns cols, as one row(...)::text each, in key order.
+type aggSource struct{ db, cols string }
+
+// splitColumns are the columns (d) and (b) must agree on: all but
+// updated_at (the time of the commit) and the distributions.
+const splitColumns = `pipeline, window_start, window_end, dimension, dimension_id, operator,
+	event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s`
+
+// sameAggregates requires the rows of a and b to be equal, row by row in key
+// order, and returns their count and the md5 over their text (a line each).
+// Otherwise it returns errInexact naming what, both counts and md5s and the
+// first row that differs.
+func sameAggregates(ctx context.Context, a, b aggSource, what string) (int64, string, error) {
+	var its [2]*aggRows
+	for i, s := range []aggSource{a, b} {
+		r, err := openAggRows(ctx, s)
+		if err != nil {
+			return 0, "", fmt.Errorf("read delay_aggregates: %w", err)
 		}
-		h.Write(line)
-		h.Write([]byte{'\n'})
-		n++
+		defer r.close()
+		its[i] = r
 	}
-	if err := rows.Err(); err != nil {
-		return 0, "", err
+	var first string
+	for {
+		la, oka := its[0].next()
+		lb, okb := its[1].next()
+		if !oka && !okb {
+			break
+		}
+		if first == "" && (oka != okb || string(la) != string(lb)) {
+			first = fmt.Sprintf("row %d: (b) %q, %s %q", max(its[0].n, its[1].n), la, what, lb)
+		}
 	}
-	return n, fmt.Sprintf("%x", h.Sum(nil)), nil
+	for _, r := range its {
+		if r.err != nil {
+			return 0, "", fmt.Errorf("read delay_aggregates: %w", r.err)
+		}
+	}
+	sa, sb := fmt.Sprintf("%x", its[0].h.Sum(nil)), fmt.Sprintf("%x", its[1].h.Sum(nil))
+	if first != "" {
+		return 0, "", fmt.Errorf("%w: delay_aggregates of %s: %d rows, md5 %s; of one instance (b): %d rows, md5 %s; first difference at %s",
+			errInexact, what, its[1].n, sb, its[0].n, sa, first)
+	}
+	return its[0].n, sa, nil
+}
+
+// aggRows reads one aggSource, hashing what it returns.
+type aggRows struct {
+	conn *pgx.Conn
+	rows pgx.Rows
+	h    hash.Hash
+	n    int64
+	err  error
+}
+
+func openAggRows(ctx context.Context, s aggSource) (*aggRows, error) {
+	conn, err := pgx.Connect(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, "SELECT row("+s.cols+")::text FROM delay_aggregates ORDER BY pipeline, window_start, dimension, dimension_id")
+	if err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return &aggRows{conn: conn, rows: rows, h: md5.New()}, nil
+}
+
+// next returns the next row's text, false at the end or on an error (r.err).
+func (r *aggRows) next() ([]byte, bool) {
+	if r.err != nil || !r.rows.Next() {
+		if r.err == nil {
+			r.err = r.rows.Err()
+		}
+		return nil, false
+	}
+	var line []byte
+	if r.err = r.rows.Scan(&line); r.err != nil {
+		return nil, false
+	}
+	r.h.Write(line)
+	r.h.Write([]byte{'\n'})
+	r.n++
+	return line, true
+}
+
+func (r *aggRows) close() {
+	r.rows.Close()
+	r.conn.Close(context.Background())
 }
 
 // leftovers counts what a finished split drain must not leave: partials
@@ -163,38 +226,17 @@ func leftovers(ctx context.Context, dbURL string) (partials, drained int64, err 
 	return partials, drained, err
 }
 
-// errInexact is a split run whose results differ from one instance's: a
-// bug, never retried as a disturbed trial.
-var errInexact = errors.New("split run not exact")
+// errInexact is a split run or ELT peer whose results differ from one
+// instance's: a bug, never retried as a disturbed trial.
+var errInexact = errors.New("results differ from one instance's")
 
 // checkSplit requires the split run's delay_aggregates to equal (b)'s: the
-// same row count and md5 over the rows in key order. It fills s.rows and
-// s.digest.
+// same rows in key order (so the same count and md5), and no partials or
+// drained flags left. It fills s.rows and s.digest.
 func checkSplit(ctx context.Context, s *splitResult, runDB, splitDB string) error {
-	type digest struct {
-		n   int64
-		sum string
-		err error
-	}
-	var single, split digest
-	var wg sync.WaitGroup
-	for _, c := range []struct {
-		db string
-		d  *digest
-	}{{runDB, &single}, {splitDB, &split}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.d.n, c.d.sum, c.d.err = aggregatesDigest(ctx, c.db)
-		}()
-	}
-	wg.Wait()
-	if err := cmp.Or(single.err, split.err); err != nil {
-		return fmt.Errorf("digest of delay_aggregates: %w", err)
-	}
-	if single != split {
-		return fmt.Errorf("%w: delay_aggregates of the split run: %d rows, md5 %s; of one instance: %d rows, md5 %s",
-			errInexact, split.n, split.sum, single.n, single.sum)
+	n, sum, err := sameAggregates(ctx, aggSource{runDB, splitColumns}, aggSource{splitDB, splitColumns}, "the split run")
+	if err != nil {
+		return err
 	}
 	partials, drained, err := leftovers(ctx, splitDB)
 	if err != nil {
@@ -203,7 +245,7 @@ func checkSplit(ctx context.Context, s *splitResult, runDB, splitDB string) erro
 	if partials != 0 || drained != 0 {
 		return fmt.Errorf("%w: the drains left %d partials and %d partitions marked drained", errInexact, partials, drained)
 	}
-	s.rows, s.digest = split.n, split.sum
+	s.rows, s.digest = n, sum
 	return nil
 }
 
