@@ -23,9 +23,6 @@ type Windower struct {
 	windows map[windowKey]*window
 	last    *window        // the window of the previous Add: consecutive events mostly share it
 	hint    [len(dims)]int // rows per dimension of the last window dropped
-	// distinct is, for the network and operator rows, how many distinct
-	// delays such a row of the last window dropped held (see reserveHint).
-	distinct [len(dims)]int
 	// free holds dropped windows, emptied, for windows that open later:
 	// their maps keep their room and their Stats chunks are reused, so a
 	// window costs no allocation once the first few have closed.
@@ -62,9 +59,6 @@ type window struct {
 	// use slabs[:cur] and slabs[cur][:next].
 	slabs     [][]Stats
 	cur, next int
-	// reserve is, per dimension, the distinct values a new row makes room
-	// for (Windower.distinct when the window opened).
-	reserve [len(dims)]int
 	// last is, per dimension, the row of the previous event: consecutive
 	// events mostly share their line (a trip's predictions come together),
 	// their operator and always the network row, so these skip the map.
@@ -88,7 +82,6 @@ func (win *window) stats(dim int, id string) *Stats {
 	if win.next++; win.next == len(chunk) {
 		win.cur, win.next = win.cur+1, 0
 	}
-	st.reserve(win.reserve[dim])
 	m[id] = st
 	return st
 }
@@ -194,7 +187,7 @@ func (w *Windower) open(start time.Time, k windowKey) *window {
 			win.rows[i] = make(map[string]*Stats, w.hint[i])
 		}
 	}
-	win.start, win.key, win.reserve = start, k, w.distinct
+	win.start, win.key = start, k
 	w.windows[k] = win
 	return win
 }
@@ -371,8 +364,6 @@ func (w *Windower) Drop(watermark time.Time) int {
 			for i, m := range win.rows {
 				w.hint[i] = len(m)
 			}
-			w.distinct[dimNetwork] = reserveHint(win.rows[dimNetwork])
-			w.distinct[dimOperator] = reserveHint(win.rows[dimOperator])
 			if len(w.free) < maxFree {
 				win.reset()
 				w.free = append(w.free, win)
@@ -384,23 +375,6 @@ func (w *Windower) Drop(watermark time.Time) int {
 		}
 	}
 	return n
-}
-
-// reserveHint returns how many distinct delays the next window's rows of a
-// dimension make room for: the most a row of m held, when m has at most
-// smallValues rows (the network row; the operator rows of a feed with few
-// operators: rows that see a good share of all events), else 0. Making
-// room ahead saves the table's doublings, each a new allocation and a
-// rehash of everything held.
-func reserveHint(m map[string]*Stats) int {
-	if len(m) > smallValues {
-		return 0
-	}
-	most := 0
-	for _, st := range m {
-		most = max(most, st.Distinct())
-	}
-	return most
 }
 
 // OpenWindows returns the number of open windows (in a partitioned Windower,
