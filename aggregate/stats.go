@@ -103,22 +103,6 @@ func newValueTable(slots int) *valueTable {
 	return t
 }
 
-// slotsFor returns the slots a table needs to hold distinct values without
-// growing: a power of two, at least 4 * smallValues.
-func slotsFor(distinct int) int {
-	return max(4*smallValues, 1<<bits.Len(uint(2*distinct+1)))
-}
-
-// reserve makes room for distinct values ahead, when s is empty and more
-// than smallValues are expected (the Windower's hint for the rows that had
-// many in the last window): the table then does not grow one doubling at a
-// time. It changes no statistic.
-func (s *Stats) reserve(distinct int) {
-	if s.n == 0 && s.counts == nil && distinct > smallValues {
-		s.counts = newValueTable(slotsFor(distinct))
-	}
-}
-
 func (t *valueTable) resize(slots int) {
 	t.slots = make([]valueCount, slots)
 	t.shift = uint(64 - bits.TrailingZeros(uint(slots)))

@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
@@ -51,40 +50,6 @@ func TestStatsTableRanksExhaustive(t *testing.T) {
 			p := float64(k) / 100
 			if got, want := s.Quantile(p), naiveQuantile(vs, p); got != want {
 				t.Fatalf("Quantile(%v) of %v = %v, want %v", p, vs, got, want)
-			}
-		}
-	}
-}
-
-// A Stats that made room ahead (reserve: the Windower's hint for network
-// and operator rows) answers like one that grew its table, for room smaller
-// and larger than what comes, and for rows that end with fewer values than
-// smallValues: quantiles against percentile_cont over the raw values, count,
-// sum, min, max and the distribution against the Stats without room.
-func TestStatsReserveChangesNothing(t *testing.T) {
-	r := rand.New(rand.NewPCG(4, 4))
-	for _, room := range []int{0, 3, 5, 40, 1000} {
-		for _, n := range []int{1, 3, 30, 3000} {
-			var grown, reserved Stats
-			reserved.reserve(room)
-			vs := make([]float64, n)
-			for i := range vs {
-				vs[i] = float64(r.IntN(2*n) - n)
-				grown.Add(vs[i], "OP")
-				reserved.Add(vs[i], "OP")
-			}
-			for _, p := range []float64{0, 0.5, 0.9, 1} {
-				if got, want := reserved.Quantile(p), naiveQuantile(vs, p); got != want {
-					t.Fatalf("room %d, n %d: Quantile(%v) = %v, want %v", room, n, p, got, want)
-				}
-			}
-			gv, gc := grown.Distribution()
-			rv, rc := reserved.Distribution()
-			if reserved.Count() != grown.Count() || reserved.Sum() != grown.Sum() || reserved.Min() != grown.Min() ||
-				reserved.Max() != grown.Max() || !slices.Equal(rv, gv) || !slices.Equal(rc, gc) {
-				t.Fatalf("room %d, n %d: reserved %v/%v/%v/%v %v %v, grown %v/%v/%v/%v %v %v", room, n,
-					reserved.Count(), reserved.Sum(), reserved.Min(), reserved.Max(), rv, rc,
-					grown.Count(), grown.Sum(), grown.Min(), grown.Max(), gv, gc)
 			}
 		}
 	}

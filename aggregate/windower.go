@@ -23,18 +23,7 @@ type Windower struct {
 	windows map[windowKey]*window
 	last    *window        // the window of the previous Add: consecutive events mostly share it
 	hint    [len(dims)]int // rows per dimension of the last window dropped
-	// distinct is, for the network and operator rows, how many distinct
-	// delays such a row of the last window dropped held (see reserveHint).
-	distinct [len(dims)]int
-	// free holds dropped windows, emptied, for windows that open later:
-	// their maps keep their room and their Stats chunks are reused, so a
-	// window costs no allocation once the first few have closed.
-	free []*window
 }
-
-// maxFree bounds Windower.free: a commit mostly drops a window or two, and
-// about as many open before the next one.
-const maxFree = 4
 
 // windowKey identifies a window by its UTC start, without a time.Location,
 // and, in a partitioned Windower, its source partition (else 0).
@@ -58,13 +47,7 @@ type window struct {
 	start time.Time
 	key   windowKey
 	rows  [len(dims)]map[string]*Stats // per dimension: dimension_id -> Stats
-	// slabs hold the Stats of the rows, chunks of growing size; the rows
-	// use slabs[:cur] and slabs[cur][:next].
-	slabs     [][]Stats
-	cur, next int
-	// reserve is, per dimension, the distinct values a new row makes room
-	// for (Windower.distinct when the window opened).
-	reserve [len(dims)]int
+	slab  []Stats                      // Stats are allocated from here, a chunk at a time
 	// last is, per dimension, the row of the previous event: consecutive
 	// events mostly share their line (a trip's predictions come together),
 	// their operator and always the network row, so these skip the map.
@@ -80,15 +63,11 @@ func (win *window) stats(dim int, id string) *Stats {
 	if st := m[id]; st != nil {
 		return st
 	}
-	if win.cur == len(win.slabs) {
-		win.slabs = append(win.slabs, make([]Stats, 32<<min(win.cur, 6)))
+	if len(win.slab) == 0 {
+		win.slab = make([]Stats, 32)
 	}
-	chunk := win.slabs[win.cur]
-	st := &chunk[win.next]
-	if win.next++; win.next == len(chunk) {
-		win.cur, win.next = win.cur+1, 0
-	}
-	st.reserve(win.reserve[dim])
+	st := &win.slab[0]
+	win.slab = win.slab[1:]
 	m[id] = st
 	return st
 }
@@ -101,22 +80,6 @@ func (win *window) cachedStats(dim int, id string) *Stats {
 		c.id, c.st = id, win.stats(dim, id)
 	}
 	return c.st
-}
-
-// reset empties win for reuse as another window: no row, every Stats used
-// zeroed, the maps and chunks kept.
-func (win *window) reset() {
-	for _, m := range win.rows {
-		clear(m)
-	}
-	for i := range min(win.cur+1, len(win.slabs)) {
-		clear(win.slabs[i])
-	}
-	win.cur, win.next = 0, 0
-	win.last = [len(dims)]struct {
-		id string
-		st *Stats
-	}{}
 }
 
 func (win *window) rowCount() int {
@@ -171,7 +134,12 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 	if win == nil || win.key != k {
 		win = w.windows[k]
 		if win == nil {
-			win = w.open(start, k)
+			win = &window{start: start, key: k}
+			for i := range win.rows {
+				// Sized like the last window that closed: no rehashing as it fills.
+				win.rows[i] = make(map[string]*Stats, w.hint[i])
+			}
+			w.windows[k] = win
 		}
 		w.last = win
 	}
@@ -180,23 +148,6 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 	win.cachedStats(dimOperator, p.Operator).Add(p.DelayS, p.Operator)
 	win.cachedStats(dimNetwork, NetworkID).Add(p.DelayS, p.Operator)
 	return start
-}
-
-// open returns a new empty window: a dropped one reused, or one whose maps
-// are sized like the last window that closed (no rehashing as it fills).
-func (w *Windower) open(start time.Time, k windowKey) *window {
-	var win *window
-	if n := len(w.free); n > 0 {
-		win, w.free = w.free[n-1], w.free[:n-1]
-	} else {
-		win = &window{}
-		for i := range win.rows {
-			win.rows[i] = make(map[string]*Stats, w.hint[i])
-		}
-	}
-	win.start, win.key, win.reserve = start, k, w.distinct
-	w.windows[k] = win
-	return win
 }
 
 // closed reports whether a window starting at start is finalized by
@@ -360,9 +311,7 @@ func (w *Windower) OpenPartitions(watermark time.Time) map[int32]bool {
 }
 
 // Drop removes every window whose end is <= watermark, after a successful
-// commit of Closed(watermark), and returns how many windows it removed. A
-// removed window is emptied and reused by a window that opens later, so no
-// ClosedSet that holds it may be used after Drop.
+// commit of Closed(watermark), and returns how many windows it removed.
 func (w *Windower) Drop(watermark time.Time) int {
 	n := 0
 	for k, win := range w.windows {
@@ -371,12 +320,6 @@ func (w *Windower) Drop(watermark time.Time) int {
 			for i, m := range win.rows {
 				w.hint[i] = len(m)
 			}
-			w.distinct[dimNetwork] = reserveHint(win.rows[dimNetwork])
-			w.distinct[dimOperator] = reserveHint(win.rows[dimOperator])
-			if len(w.free) < maxFree {
-				win.reset()
-				w.free = append(w.free, win)
-			}
 			if w.last == win {
 				w.last = nil
 			}
@@ -384,23 +327,6 @@ func (w *Windower) Drop(watermark time.Time) int {
 		}
 	}
 	return n
-}
-
-// reserveHint returns how many distinct delays the next window's rows of a
-// dimension make room for: the most a row of m held, when m has at most
-// smallValues rows (the network row; the operator rows of a feed with few
-// operators: rows that see a good share of all events), else 0. Making
-// room ahead saves the table's doublings, each a new allocation and a
-// rehash of everything held.
-func reserveHint(m map[string]*Stats) int {
-	if len(m) > smallValues {
-		return 0
-	}
-	most := 0
-	for _, st := range m {
-		most = max(most, st.Distinct())
-	}
-	return most
 }
 
 // OpenWindows returns the number of open windows (in a partitioned Windower,
