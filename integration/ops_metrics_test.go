@@ -137,6 +137,15 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 				return false
 			}
 		}
+		// The idle gauges are refreshed with the high water marks, every
+		// second: the empty partitions read idle from the first refresh
+		// after the loop's first tick.
+		for i := 0; i < parts[positionsTopic]; i++ {
+			if k := fmt.Sprintf(`ovstream_partition_idle{partition="%d",topic="%s"}`, i, positionsTopic); m[k] != 1 {
+				why = k + " is not 1 yet"
+				return false
+			}
+		}
 		rows := dump(t, db, `SELECT count(*) FROM delay_aggregates`)[0]
 		if fmt.Sprintf("[%d]", int64(m["ovstream_windows_finalized_total"])) != rows {
 			why = fmt.Sprintf("windows finalized %v, table has %s", m["ovstream_windows_finalized_total"], rows)
