@@ -33,7 +33,7 @@ func TestValidateRetention(t *testing.T) {
 		{func(c *Config) { c.Retention, c.DeadLetterRetention = 90*24*time.Hour, 30*24*time.Hour }, ""},
 		{func(c *Config) { c.Retention = 24 * time.Hour }, ""},
 		{func(c *Config) { c.Retention = 2 * time.Hour }, "--retention 2h0m0s: want at least a day (1d)"},
-		{func(c *Config) { c.Retention, c.Window = 24 * time.Hour, 48 * time.Hour }, "--retention 24h0m0s is shorter than the window (48h0m0s)"},
+		{func(c *Config) { c.Retention, c.Window = 24*time.Hour, 48*time.Hour }, "--retention 24h0m0s is shorter than the window (48h0m0s)"},
 		{func(c *Config) { c.Retention = -time.Hour }, "--retention -1h0m0s is negative"},
 		{func(c *Config) { c.DeadLetterRetention = -time.Hour }, "--dead-letter-retention -1h0m0s is negative"},
 	} {
