@@ -56,6 +56,7 @@ func pipelineOracle(pipeline, topic string, partitions string) string {
 // writes alone in a database of its own, and its delay_aggregates equal the
 // SQL oracle over its partitions.
 func TestPipelinesShareADatabase(t *testing.T) {
+	t.Parallel() // its own broker and databases
 	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Topics: map[string]int32{
 		predictionsTopic: 6, positionsTopic: 3, "nl_predictions": 2, "akl_predictions": 2}})
 	if err != nil {

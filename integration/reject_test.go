@@ -214,6 +214,7 @@ func killAtRound(t *testing.T, db, addr string, round int) {
 // the trip), then a drain to the end: the tables equal those of an
 // uninterrupted run with the same constraints, and the oracles.
 func TestCrashDuringRejectionRounds(t *testing.T) {
+	t.Parallel() // its own broker and databases
 	addr := startBroker(t)
 	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
 	killed := freshDB(t)

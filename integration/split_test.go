@@ -85,6 +85,7 @@ func diffCount(a, b []string) int {
 // other result table) equals one uninterrupted drain over all partitions and
 // the SQL oracle, row for row and bit for bit.
 func TestSplitDrainsEqualOneDrain(t *testing.T) {
+	t.Parallel() // its own broker and databases
 	ds := auckland2h(t)
 	ref := referenceFor(t, ds)
 	addr := startBroker(t)
@@ -126,6 +127,7 @@ func TestSplitDrainsEqualOneDrain(t *testing.T) {
 // split run left with its own rows, and the tables equal one uninterrupted
 // instance and the SQL oracle.
 func TestSplitServicesThenOneDrain(t *testing.T) {
+	t.Parallel() // its own broker and databases
 	ds := auckland2h(t)
 	ref := referenceFor(t, ds)
 	addr := startBroker(t)
@@ -203,6 +205,7 @@ func TestSplitServicesThenOneDrain(t *testing.T) {
 // killed at a random moment and restarted. Then both drain: the tables equal
 // one uninterrupted instance and the SQL oracle.
 func TestSplitCrashRestart(t *testing.T) {
+	t.Parallel() // its own broker and databases
 	rng := crashSeed(t)
 	ds := auckland2h(t)
 	ref := referenceFor(t, ds)
