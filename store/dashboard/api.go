@@ -230,19 +230,9 @@ func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
 			return err
 		}
 		out.WithoutDistribution = res.WithoutDistribution
-		ids := make([]string, 0, len(res.Rows))
-		for _, row := range res.Rows {
-			ids = append(ids, row.ID)
-		}
-		var nm names
-		if err := s.Read(ctx, func(c *pgx.Conn) error {
-			nm, err = lookupNames(ctx, c, pipeline, dim, ids)
-			return err
-		}); err != nil {
-			return err
-		}
-		for _, row := range res.Rows {
-			out.Rows = append(out.Rows, Ranked{ID: row.ID, Named: nm.of(row.ID), Stats: statsOf(row.Summary)})
+		for _, row := range res.Rows { // the rollup read their names (rollup.Row)
+			out.Rows = append(out.Rows, Ranked{ID: row.ID, Named: namedOf(store.Name{Name: row.Name, ShortName: row.ShortName}),
+				Stats: statsOf(row.Summary)})
 		}
 		return nil
 	})

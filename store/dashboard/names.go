@@ -38,11 +38,10 @@ func lookupNames(ctx context.Context, c *pgx.Conn, pipeline, dimension string, i
 }
 
 // of returns id's names, null where it has none.
-func (n names) of(id string) Named {
-	nm, ok := n[id]
-	if !ok {
-		return Named{}
-	}
+func (n names) of(id string) Named { return namedOf(n[id]) }
+
+// namedOf is nm as the API gives it: null for each name nm lacks.
+func namedOf(nm store.Name) Named {
 	var out Named
 	if nm.Name != "" {
 		out.Name = &nm.Name

@@ -108,6 +108,9 @@ type Row struct {
 	// line_name, else line_short_name; a station's stop_name), "" when it
 	// has none (operators and the network never do).
 	Name string
+	// ShortName is a line's line_short_name (its public number), "" when
+	// it has none; stations never have one.
+	ShortName string
 	aggregate.Summary
 }
 
@@ -204,7 +207,7 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 	return res, nil
 }
 
-// addNames sets the Name of rows from the names table: each id LEFT JOIN
+// addNames sets the Name and ShortName of rows from the names table: each id LEFT JOIN
 // names, so an id without a name keeps "". One query for all ids.
 func addNames(ctx context.Context, db Querier, q Query, rows []Row) error {
 	if len(rows) == 0 || (q.Dimension != aggregate.DimLine && q.Dimension != aggregate.DimStation) {
@@ -220,7 +223,7 @@ func addNames(ctx context.Context, db Querier, q Query, rows []Row) error {
 		return err
 	}
 	for i := range rows {
-		rows[i].Name = names[rows[i].ID].Name
+		rows[i].Name, rows[i].ShortName = names[rows[i].ID].Name, names[rows[i].ID].ShortName
 	}
 	return nil
 }
