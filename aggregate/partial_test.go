@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -41,7 +42,7 @@ func modelRow(evs []event) Row {
 		Min: vs[0], Max: vs[len(vs)-1], Values: values, Counts: counts}
 }
 
-// splitMerge returns Merge of the partials of evs, one Stats per partition,
+// splitMerge returns the merge (MergePartialWindows) of the partials of evs, one Stats per partition,
 // and the Row of one Stats fed every event.
 func splitMerge(evs []event) (merged, whole Row) {
 	per := map[int32]*Stats{}
@@ -53,13 +54,18 @@ func splitMerge(evs []event) (merged, whole Row) {
 		per[e.part].Add(e.delay, e.op)
 		all.Add(e.delay, e.op)
 	}
-	var parts []Partial
+	var parts []PartialWindow
 	for p, st := range per {
-		parts = append(parts, partialOf(st, t0, t0.Add(5*time.Minute), DimLine, "L", p))
+		parts = append(parts, PartialWindow{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Partition: p, Rows: 1,
+			Data: appendPartialRow(nil, dimLine, "L", st.Operator(), st.sortedValues(nil))})
 	}
-	// Merge must not depend on the order of the partials.
+	// The merge must not depend on the order of the partials.
 	rand.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
-	merged = Merge(parts)
+	rows, err := MergePartialWindows(parts)
+	if err != nil || len(rows) != 1 {
+		panic(fmt.Sprintf("MergePartialWindows: %d rows, %v", len(rows), err))
+	}
+	merged = rows[0]
 	whole = Row{Operator: all.Operator(), Count: all.Count(), Mean: all.Mean(), P90: all.P90(), Min: all.Min(), Max: all.Max()}
 	whole.Values, whole.Counts = all.Distribution()
 	if mean, p90 := all.MeanP90(); math.Float64bits(mean) != math.Float64bits(whole.Mean) ||
@@ -160,8 +166,8 @@ func TestMergeHandPicked(t *testing.T) {
 	} {
 		checkMerge(t, evs)
 	}
-	if r := Merge(nil); r.Count != 0 {
-		t.Fatalf("Merge(nil) = %+v", r)
+	if rows, err := MergePartialWindows(nil); rows == nil || len(rows) != 0 || err != nil {
+		t.Fatalf("MergePartialWindows(nil) = %v, %v", rows, err)
 	}
 }
 
@@ -201,16 +207,10 @@ func TestPartitionedWindowerMergesIntoRows(t *testing.T) {
 		t.Fatalf("open partitions after %v: %v", wm, open)
 	}
 	want := plain.Closed(wm)
-	partials := split.ClosedSet(wm).Partials()
-	var got []Row
-	for i := 0; i < len(partials); {
-		j := i
-		for j < len(partials) && partials[j].WindowStart.Equal(partials[i].WindowStart) &&
-			partials[j].Dimension == partials[i].Dimension && partials[j].DimensionID == partials[i].DimensionID {
-			j++
-		}
-		got = append(got, Merge(partials[i:j]))
-		i = j
+	partials := split.ClosedSet(wm).PartialWindows()
+	got, err := MergePartialWindows(partials)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(got) != len(want) || len(want) == 0 {
 		t.Fatalf("%d merged rows, want %d", len(got), len(want))
@@ -254,5 +254,39 @@ func FuzzMerge(f *testing.F) {
 			return
 		}
 		checkMerge(t, evs)
+	})
+}
+
+// FuzzPartialWindowData: any bytes as one partition's Data either fail with
+// an error (never a panic) or are a well-formed encoding: the merged rows,
+// encoded again, give the same bytes.
+func FuzzPartialWindowData(f *testing.F) {
+	f.Add(appendPartialRow(appendPartialRow(nil, dimLine, "10", "AT", []valueCount{{-3, 2}, {0.5, 1}}),
+		dimStation, "S", "", []valueCount{{7, 1}}))
+	f.Add([]byte{3, 0, 0, 0, 1, 'S', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w := PartialWindow{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Data: data}
+		var rows []Row
+		for w.Rows = 1; w.Rows <= 4; w.Rows++ {
+			var err error
+			if rows, err = MergePartialWindows([]PartialWindow{w}); err == nil {
+				break
+			}
+		}
+		if len(rows) == 0 {
+			return
+		}
+		var again []byte
+		for _, r := range rows {
+			d := byte(slices.Index(dims[:], r.Dimension))
+			vcs := make([]valueCount, len(r.Values))
+			for i := range vcs {
+				vcs[i] = valueCount{r.Values[i], r.Counts[i]}
+			}
+			again = appendPartialRow(again, d, r.DimensionID, r.Operator, vcs)
+		}
+		if string(again) != string(data) {
+			t.Fatalf("accepted %x, which encodes as %x", data, again)
+		}
 	})
 }

@@ -3,7 +3,6 @@ package aggregate
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -11,7 +10,7 @@ import (
 // dimension -> dimension_id -> Stats. Each prediction counts in four rows
 // (DimLine, DimStation, DimOperator, DimNetwork). A partitioned Windower
 // (NewPartitionedWindower) keeps the rows of each source partition apart, for
-// the partial aggregates of a split pipeline (Partial).
+// the partial aggregates of a split pipeline (PartialWindow).
 //
 // Closing is two-step so that a failed commit loses nothing: Closed returns the
 // rows of the windows a watermark finalizes without removing them, and Drop
@@ -101,7 +100,7 @@ func NewWindower(size time.Duration) *Windower {
 
 // NewPartitionedWindower returns an empty Windower that keeps the rows of
 // each source partition apart (AddFrom): its closed windows are taken as
-// partial aggregates (ClosedSet.Partials), one per row and partition. It
+// partial aggregates (ClosedSet.PartialWindows), one per window and partition. It
 // panics if size <= 0.
 func NewPartitionedWindower(size time.Duration) *Windower {
 	w := NewWindower(size)
@@ -198,7 +197,7 @@ func (c ClosedSet) Len() int { return c.rows }
 // Rows returns the rows of c, sorted by (WindowStart, Dimension,
 // DimensionID); nil when it is empty. It may run on any goroutine until the
 // Windower drops c's windows. For a partitioned Windower it returns one row
-// per partition of a key: take Partials instead.
+// per partition of a key: take PartialWindows instead.
 func (c ClosedSet) Rows() []Row {
 	if c.rows == 0 {
 		return nil
@@ -263,38 +262,6 @@ func (d *distSlab) take(vcs []valueCount) ([]float64, []int64) {
 	}
 	end := len(d.values)
 	return d.values[start:end:end], d.counts[start:end:end]
-}
-
-// Partials returns the partial aggregates of c, one per row and source
-// partition (Partial), sorted by (WindowStart, Dimension, DimensionID,
-// Partition); nil when it is empty. Like Rows it may run on any goroutine
-// until the Windower drops c's windows.
-func (c ClosedSet) Partials() []Partial {
-	if c.rows == 0 {
-		return nil
-	}
-	out := make([]Partial, 0, c.rows)
-	for _, win := range c.wins {
-		end := win.start.Add(c.size)
-		for d, m := range win.rows {
-			for id, st := range m {
-				out = append(out, partialOf(st, win.start, end, dims[d], id, win.key.part))
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b Partial) int {
-		if c := a.WindowStart.Compare(b.WindowStart); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Dimension, b.Dimension); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.DimensionID, b.DimensionID); c != 0 {
-			return c
-		}
-		return int(a.Partition) - int(b.Partition)
-	})
-	return out
 }
 
 // OpenPartitions returns the source partitions that have events in a window

@@ -44,7 +44,7 @@ func (l *loop) startCommit(ctx context.Context) {
 	go func() {
 		switch {
 		case p.batch.Split != nil && p.batch.Partials == nil && p.set.Len() > 0:
-			p.batch.Partials = p.set.Partials()
+			p.batch.Partials = p.set.PartialWindows()
 		case p.batch.Split == nil && p.batch.Windows == nil && p.set.Len() > 0:
 			p.batch.Windows = p.set.Rows()
 		}

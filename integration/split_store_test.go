@@ -62,7 +62,7 @@ func TestStoreSplitMerge(t *testing.T) {
 	}
 	batch := func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch {
 		win := parts[tp.Partition]
-		return store.Batch{Pipeline: "p", Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).Partials(),
+		return store.Batch{Pipeline: "p", Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).PartialWindows(),
 			Positions: []store.Position{{PartitionID: tp, NextOffset: 10, ConsumedOffset: 10, Idle: idle}},
 			Split:     split(win.FirstEnd())}
 	}
@@ -74,7 +74,7 @@ func TestStoreSplitMerge(t *testing.T) {
 		}
 		return m
 	}
-	partials := func() int { return query[int](t, url, `SELECT count(*) FROM delay_partials`) }
+	partials := func() int { return query[int](t, url, `SELECT count(*) FROM delay_partial_windows`) }
 
 	// A passes the first window; B has no watermark yet: nothing merges.
 	m := commit(sa, batch(ea, ta, w1, false))

@@ -101,7 +101,7 @@ func TestSplitDrainsEqualOneDrain(t *testing.T) {
 			waitAll(t, startSplit(t, db, addr, tc.split, "--drain", "--allowed-lateness", ds.lateness), "split drain")
 			compared, differing := compareWithReference(t, db, ref, tc.name+" split drains")
 			checkOracle(t, db, addr, ds)
-			if n := dump(t, db, `SELECT count(*) FROM delay_partials`); n[0] != "[0]" {
+			if n := dump(t, db, `SELECT count(*) FROM delay_partial_windows`); n[0] != "[0]" {
 				t.Errorf("%s partials left after the drains", n[0])
 			}
 			if n := dump(t, db, `SELECT count(*) FROM stream_positions WHERE drained`); n[0] != "[0]" {
@@ -170,7 +170,7 @@ func TestSplitServicesThenOneDrain(t *testing.T) {
 	const merged = `(SELECT merged_until FROM pipelines WHERE name = 'ovstream')`
 	got := dump(t, db, dumpAggregates)
 	want := dump(t, db, `SELECT * FROM (`+oracleAggregates+`) AS o(ws, we, dim, id, op, n, mean, p90, lo, hi) WHERE we <= `+merged)
-	pending := dump(t, db, `SELECT count(DISTINCT window_start) FROM delay_partials`)
+	pending := dump(t, db, `SELECT count(DISTINCT window_start) FROM delay_partial_windows`)
 	if len(got) == 0 || pending[0] == "[0]" {
 		t.Fatalf("%d merged rows and %s windows pending: the check would prove nothing", len(got), pending[0])
 	}
@@ -193,7 +193,7 @@ func TestSplitServicesThenOneDrain(t *testing.T) {
 	compared, differing := compareWithReference(t, db, ref, "split services + one drain")
 	execSQL(t, db, `DROP TABLE oracle_msgs`) // checkOracle loads it again
 	checkOracle(t, db, addr, ds)
-	if n := dump(t, db, `SELECT count(*) FROM delay_partials`); n[0] != "[0]" {
+	if n := dump(t, db, `SELECT count(*) FROM delay_partial_windows`); n[0] != "[0]" {
 		t.Errorf("%s partials left after the drain", n[0])
 	}
 	t.Logf("split services then one drain: %d rows compared with one uninterrupted instance, %d differ", compared, differing)
@@ -243,7 +243,7 @@ func TestSplitCrashRestart(t *testing.T) {
 		kills++
 		t.Logf("instance 0 killed at %s:%d (feed finished: %v)", point, n, f.finished())
 	}
-	partials := dump(t, db, `SELECT count(*) FROM delay_partials`)
+	partials := dump(t, db, `SELECT count(*) FROM delay_partial_windows`)
 	merged := dump(t, db, `SELECT count(*) FROM delay_aggregates`)
 	t.Logf("after the kills: %s partials, %s merged rows", partials, merged)
 	a = startOvstream(t, nil, args(0)...)

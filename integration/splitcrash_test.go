@@ -147,7 +147,7 @@ func (r *rig) mergedUntil() string {
 func (r *rig) mergeState() (until string, pending int) {
 	r.t.Helper()
 	s := scalar[string](r.t, r.db, `SELECT coalesce((SELECT to_char(merged_until AT TIME ZONE 'UTC', 'HH24:MI:SS') FROM pipelines
-		WHERE name = 'ovstream'), '-') || ' ' || (SELECT count(DISTINCT window_start) FROM delay_partials)`)
+		WHERE name = 'ovstream'), '-') || ' ' || (SELECT count(DISTINCT window_start) FROM delay_partial_windows)`)
 	fmt.Sscanf(s, "%s %d", &until, &pending)
 	return until, pending
 }
@@ -533,7 +533,7 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 				t.Fatalf("merge COMMIT %d: %s; %d merged rows seen, merged_until %q", i+1, d, len(c.rows), c.until)
 			}
 			// Nothing of a merged window is written again as a partial.
-			if n := dump(t, r.db, fmt.Sprintf(`SELECT count(*) FROM delay_partials WHERE window_end <= '%s'`, c.until))[0]; n != "[0]" {
+			if n := dump(t, r.db, fmt.Sprintf(`SELECT count(*) FROM delay_partial_windows WHERE window_end <= '%s'`, c.until))[0]; n != "[0]" {
 				t.Fatalf("merge COMMIT %d: %s partials of windows merged until %s", i+1, n, c.until)
 			}
 		case dropBeforeWindows:

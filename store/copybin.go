@@ -64,6 +64,12 @@ func appendText(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// appendBytea writes b as a bytea (binary: the bytes themselves).
+func appendBytea(b, v []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...)
+}
+
 // appendNullText writes "" as NULL.
 func appendNullText(b []byte, s string) []byte {
 	if s == "" {

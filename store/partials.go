@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,8 +15,8 @@ import (
 
 // Split pipelines (DESIGN.md "Pipelines, instances and partitions", Split
 // windows and Draining a split pipeline). An instance that does not own every
-// partition of its pipeline writes partial rows (delay_partials, one per row
-// key and source partition) with its positions; then, in the same
+// partition of its pipeline writes partial windows (delay_partial_windows,
+// one per window and source partition, aggregate.PartialWindow) with its positions; then, in the same
 // transaction, it takes the pipeline's row lock (the merge decision is
 // serialized, the rest of the commit is not), computes the merge frontier
 // and merges every window ending at or before it:
@@ -45,7 +44,7 @@ import (
 var ErrMergedPast = errors.New("store: the pipeline merged a window this instance still holds events of")
 
 // CommitSplit is Commit for an instance of a split pipeline (b.Split set):
-// it writes b.Partials instead of b.Windows, and in the same transaction
+// it writes b.Partials (partial windows) instead of b.Windows, and in the same transaction
 // merges the windows every partition of the pipeline finalized. It returns
 // what the merge did.
 //
@@ -77,44 +76,36 @@ func (s *Store) CommitSplit(ctx context.Context, b Batch) (Merged, error) {
 	return m, nil
 }
 
-// partialColumns are the delay_partials columns a commit writes, in the
-// order of appendPartial; updated_at takes its default, now().
-const partialColumns = "pipeline, window_start, dimension, dimension_id, topic, partition, window_end, operator, " +
-	"event_count, sum_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts"
+// partialColumns are the delay_partial_windows columns a commit writes, in
+// the order of appendPartialWindow; updated_at takes its default, now().
+const partialColumns = "pipeline, window_start, topic, partition, window_end, row_count, rows"
 
-func appendPartial(pipeline, topic string, ps []aggregate.Partial) func(b []byte, i int) []byte {
+func appendPartialWindow(pipeline, topic string, ws []aggregate.PartialWindow) func(b []byte, i int) []byte {
 	return func(b []byte, i int) []byte {
-		p := &ps[i]
-		b = appendFieldCount(b, 14)
+		w := &ws[i]
+		b = appendFieldCount(b, 7)
 		b = appendText(b, pipeline)
-		b = appendTimestamptz(b, p.WindowStart)
-		b = appendText(b, p.Dimension)
-		b = appendText(b, p.DimensionID)
+		b = appendTimestamptz(b, w.WindowStart)
 		b = appendText(b, topic)
-		b = appendInt4(b, p.Partition)
-		b = appendTimestamptz(b, p.WindowEnd)
-		b = appendNullText(b, p.Operator)
-		b = appendInt8(b, p.Count)
-		b = appendFloat8(b, p.Sum)
-		b = appendFloat8(b, p.Min)
-		b = appendFloat8(b, p.Max)
-		b = appendFloat8Array(b, p.Values)
-		return appendInt8Array(b, p.Counts)
+		b = appendInt4(b, w.Partition)
+		b = appendTimestamptz(b, w.WindowEnd)
+		b = appendInt4(b, int32(w.Rows))
+		return appendBytea(b, w.Data)
 	}
 }
 
-// writePartials writes ps, partials of source partitions of topic. A batch
-// holds every row of each (window, partition) it writes, so when one exists
-// already (a replay after an ambiguous COMMIT: the same content) the COPY
-// fails with unique_violation inside a savepoint, and those (window,
-// partition) pairs are deleted and written again: replace, never add.
-func writePartials(ctx context.Context, tx pgx.Tx, pipeline, topic string, ps []aggregate.Partial) error {
-	if len(ps) == 0 {
+// writePartials writes ws, partial windows of source partitions of topic
+// (one delay_partial_windows row each). When one exists already (a replay
+// after an ambiguous COMMIT: the same content) the COPY fails with
+// unique_violation inside a savepoint, and those (window, partition) rows
+// are deleted and written again: replace, never add.
+func writePartials(ctx context.Context, tx pgx.Tx, pipeline, topic string, ws []aggregate.PartialWindow) error {
+	if len(ws) == 0 {
 		return nil
 	}
 	copyIn := func(conn *pgconn.PgConn) error {
-		_, err := conn.CopyFrom(ctx, newBinaryCopy(len(ps), appendPartial(pipeline, topic, ps)),
-			"COPY delay_partials ("+partialColumns+") FROM STDIN (FORMAT binary)")
+		_, err := conn.CopyFrom(ctx, newBinaryCopy(len(ws), appendPartialWindow(pipeline, topic, ws)),
+			"COPY delay_partial_windows ("+partialColumns+") FROM STDIN (FORMAT binary)")
 		return err
 	}
 	sp, err := tx.Begin(ctx) // SAVEPOINT
@@ -132,21 +123,12 @@ func writePartials(ctx context.Context, tx pgx.Tx, pipeline, topic string, ps []
 	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	type pair struct {
-		start time.Time
-		part  int32
-	}
-	seen := map[pair]bool{}
-	var starts []time.Time
-	var parts []int32
-	for _, p := range ps {
-		if k := (pair{p.WindowStart, p.Partition}); !seen[k] {
-			seen[k] = true
-			starts, parts = append(starts, p.WindowStart), append(parts, p.Partition)
-		}
+	starts, parts := make([]time.Time, len(ws)), make([]int32, len(ws))
+	for i, w := range ws {
+		starts[i], parts[i] = w.WindowStart, w.Partition
 	}
 	if _, err := tx.Exec(ctx, `
-DELETE FROM delay_partials d USING unnest($3::timestamptz[], $4::integer[]) AS u(window_start, partition)
+DELETE FROM delay_partial_windows d USING unnest($3::timestamptz[], $4::integer[]) AS u(window_start, partition)
 WHERE d.pipeline = $1 AND d.topic = $2 AND d.window_start = u.window_start AND d.partition = u.partition`,
 		pipeline, topic, starts, parts); err != nil {
 		return fmt.Errorf("delete partials written before: %w", err)
@@ -224,7 +206,7 @@ WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil
 	if f.until != nil {
 		m.Until = f.until.UTC()
 	}
-	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partials WHERE pipeline = $1`,
+	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partial_windows WHERE pipeline = $1`,
 		pipeline).Scan(&m.Pending); err != nil {
 		return fmt.Errorf("count pending windows: %w", err)
 	}
@@ -235,46 +217,27 @@ WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil
 // or before lastStart into delay_aggregates rows (replace) and deletes them.
 func mergeWindows(ctx context.Context, tx pgx.Tx, pipeline string, lastStart time.Time, m *Merged) error {
 	rows, err := tx.Query(ctx, `
-DELETE FROM delay_partials WHERE pipeline = $1 AND window_start <= $2
-RETURNING window_start, window_end, dimension, dimension_id, partition, coalesce(operator, ''), delay_values, delay_counts`,
-		pipeline, lastStart)
+DELETE FROM delay_partial_windows WHERE pipeline = $1 AND window_start <= $2
+RETURNING window_start, window_end, partition, row_count, rows`, pipeline, lastStart)
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}
-	type key struct {
-		start   time.Time
-		dim, id string
-	}
-	byKey := map[key][]aggregate.Partial{}
-	var p aggregate.Partial
-	_, err = pgx.ForEachRow(rows, []any{&p.WindowStart, &p.WindowEnd, &p.Dimension, &p.DimensionID, &p.Partition,
-		&p.Operator, &p.Values, &p.Counts}, func() error {
-		p.WindowStart, p.WindowEnd = p.WindowStart.UTC(), p.WindowEnd.UTC()
-		k := key{p.WindowStart, p.Dimension, p.DimensionID}
-		byKey[k] = append(byKey[k], p)
-		p.Values, p.Counts = nil, nil // scanned into fresh slices next row
+	var ws []aggregate.PartialWindow
+	var w aggregate.PartialWindow
+	_, err = pgx.ForEachRow(rows, []any{&w.WindowStart, &w.WindowEnd, &w.Partition, &w.Rows, &w.Data}, func() error {
+		ws = append(ws, w)
+		w.Data = nil // scanned into a fresh slice next row
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}
-	keys := make([]key, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
+	merged, err := aggregate.MergePartialWindows(ws)
+	if err != nil {
+		return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		if c := a.start.Compare(b.start); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.dim, b.dim); c != 0 {
-			return c
-		}
-		return strings.Compare(a.id, b.id)
-	})
-	merged := make([]aggregate.Row, 0, len(keys))
-	for i, k := range keys {
-		merged = append(merged, aggregate.Merge(byKey[k]))
-		if i == 0 || !k.start.Equal(keys[i-1].start) {
+	for i := range merged {
+		if i == 0 || !merged[i].WindowStart.Equal(merged[i-1].WindowStart) {
 			m.Windows++
 		}
 	}
@@ -310,7 +273,7 @@ ON CONFLICT DO NOTHING`, pipeline, topics, nums)
 func (s *Store) PendingPartials(ctx context.Context, pipeline string) (int, error) {
 	var n int
 	err := s.do(ctx, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partials WHERE pipeline = $1`, pipeline).Scan(&n)
+		return conn.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partial_windows WHERE pipeline = $1`, pipeline).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: pending partials of pipeline %q: %w", pipeline, err)
@@ -376,8 +339,8 @@ func (s *Store) MergeLag(ctx context.Context, pipeline string) (*MergeLag, error
 		*ml = MergeLag{}
 		var oldest, until *time.Time
 		if err := conn.QueryRow(ctx, `
-SELECT (SELECT count(DISTINCT window_start) FROM delay_partials WHERE pipeline = $1),
-       (SELECT min(window_start) FROM delay_partials WHERE pipeline = $1),
+SELECT (SELECT count(DISTINCT window_start) FROM delay_partial_windows WHERE pipeline = $1),
+       (SELECT min(window_start) FROM delay_partial_windows WHERE pipeline = $1),
        (SELECT merged_until FROM pipelines WHERE name = $1)`, pipeline).Scan(&ml.Pending, &oldest, &until); err != nil {
 			return err
 		}

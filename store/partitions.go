@@ -123,7 +123,7 @@ func windowStarts(rows []aggregate.Row) []time.Time {
 }
 
 // partialStarts returns the window starts of ps, in their order.
-func partialStarts(ps []aggregate.Partial) []time.Time {
+func partialStarts(ps []aggregate.PartialWindow) []time.Time {
 	starts := make([]time.Time, len(ps))
 	for i := range ps {
 		starts[i] = ps[i].WindowStart
@@ -255,7 +255,7 @@ func (s *Store) ensureForSplit(ctx context.Context, b *Batch) error {
 	starts := partialStarts(b.Partials)
 	if !s.parts.loaded {
 		err := s.do(ctx, func(conn *pgx.Conn) error {
-			rows, err := conn.Query(ctx, `SELECT DISTINCT window_start FROM delay_partials WHERE pipeline = $1`, b.Pipeline)
+			rows, err := conn.Query(ctx, `SELECT DISTINCT window_start FROM delay_partial_windows WHERE pipeline = $1`, b.Pipeline)
 			if err != nil {
 				return err
 			}

@@ -82,7 +82,7 @@ type Batch struct {
 	// pipeline: it writes Partials instead of Windows, and the commit merges
 	// the windows every partition of the pipeline finalized (CommitSplit).
 	Split    *Split
-	Partials []aggregate.Partial // the windows Watermark finalized, per source partition
+	Partials []aggregate.PartialWindow // the windows Watermark finalized, per source partition
 }
 
 // Split is what a commit of a split pipeline needs besides its rows

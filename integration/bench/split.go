@@ -221,7 +221,7 @@ func leftovers(ctx context.Context, dbURL string) (partials, drained int64, err 
 		return 0, 0, err
 	}
 	defer conn.Close(ctx)
-	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM delay_partials),
+	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM delay_partial_windows),
 		(SELECT count(*) FROM stream_positions WHERE drained)`).Scan(&partials, &drained)
 	return partials, drained, err
 }

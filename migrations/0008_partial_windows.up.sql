@@ -1,0 +1,42 @@
+-- ovstream schema, version 8: partial aggregates stored per (window, source
+-- partition) instead of per (window, row, source partition) (issue 14: the
+-- split mode wrote, read back and deleted every partial row through a
+-- six-column primary key; at 1M predictions that was most of its time). One
+-- implicit transaction (see 0001); no BEGIN/COMMIT here.
+--
+-- One row holds every row of one window over the events of one source
+-- partition of the predictions topic: dimension, id, operator and exact
+-- distribution, in the binary layout of aggregate.PartialWindow (sorted by
+-- dimension, then id bytewise; integers big-endian as int4send/int8send
+-- write them, delays as float8send). Writing a window's partition again (a
+-- restart, a takeover, an ambiguous COMMIT) replaces it, never adds.
+CREATE TABLE delay_partial_windows (
+    pipeline     text        NOT NULL,
+    window_start timestamptz NOT NULL,
+    topic        text        NOT NULL, -- the predictions topic
+    partition    integer     NOT NULL CONSTRAINT delay_partial_windows_partition CHECK (partition >= 0),
+    window_end   timestamptz NOT NULL,
+    row_count    integer     NOT NULL CONSTRAINT delay_partial_windows_row_count CHECK (row_count > 0),
+    rows         bytea       NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (pipeline, window_start, topic, partition),
+    CONSTRAINT delay_partial_windows_window CHECK (window_end > window_start)
+);
+
+-- The partials of schema 4-7 waiting for the merge, converted: per (window,
+-- partition) the rows in the same order and layout the binary writes.
+INSERT INTO delay_partial_windows (pipeline, window_start, topic, partition, window_end, row_count, rows)
+SELECT pipeline, window_start, topic, partition, min(window_end), count(*),
+       string_agg(r, ''::bytea ORDER BY dimension COLLATE "C", dimension_id COLLATE "C")
+FROM (SELECT pipeline, window_start, topic, partition, window_end, dimension, dimension_id,
+             set_byte('\x00'::bytea, 0, array_position(ARRAY['line', 'network', 'operator', 'station'], dimension) - 1)
+             || int4send(octet_length(dimension_id)) || convert_to(dimension_id, 'UTF8')
+             || CASE WHEN operator IS NULL OR operator = '' THEN int4send(-1)
+                     ELSE int4send(octet_length(operator)) || convert_to(operator, 'UTF8') END
+             || int4send(cardinality(delay_values))
+             || (SELECT string_agg(float8send(CASE WHEN u.v = 0 THEN 0 ELSE u.v END) || int8send(u.c), ''::bytea ORDER BY u.v)
+                 FROM unnest(delay_values, delay_counts) AS u(v, c)) AS r
+      FROM delay_partials) AS p
+GROUP BY pipeline, window_start, topic, partition;
+
+DROP TABLE delay_partials;
