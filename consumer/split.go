@@ -36,6 +36,10 @@ type splitState struct {
 
 	draining bool         // the drain's final commit: mark the partitions drained
 	merged   store.Merged // what the last commit's merge did
+	// holding: this instance's last successful commit stored none of its
+	// partitions idle or drained (store.Split.Holding); false until its
+	// first commit, since an earlier owner may have.
+	holding bool
 }
 
 // idleLease is how long after an owner's last commit its idle partitions
@@ -133,18 +137,25 @@ func (l *loop) splitBatch(b *store.Batch) {
 		p.Idle = l.wm.Idle(p.PartitionID, now) && !(p.Topic == cfg.PredictionsTopic && open[p.Partition])
 	}
 	b.Split = &store.Split{Topic: cfg.PredictionsTopic, Topics: l.sp.topics, Window: cfg.Window,
-		FirstOpen: l.win.FirstEnd(), IdleLease: idleLease(cfg)}
+		FirstOpen: l.win.FirstEnd(), IdleLease: idleLease(cfg), Holding: l.sp.holding}
 }
 
 // splitCommitted applies a successful split commit's merge: the watermark
 // never stays below the end of the last merged window (its events are late
-// for the pipeline).
-func (l *loop) splitCommitted(m store.Merged) {
+// for the pipeline). positions are the flags the commit stored.
+func (l *loop) splitCommitted(m store.Merged, positions []store.Position) {
 	l.sp.merged = m
+	l.sp.holding = len(positions) > 0
+	for _, p := range positions {
+		l.sp.holding = l.sp.holding && !p.Idle && !p.Drained
+	}
 	l.wm.Raise(m.Until)
 	l.sum.WindowRows += int64(m.Rows)
 	l.cfg.Metrics.MergePending.Set(float64(m.Pending))
 	l.cfg.Metrics.WindowsFinalized.Add(float64(m.Rows))
+	if m.Skipped {
+		l.cfg.Logger.Debug("merge left to the next commit: another one was deciding a merge", "pending_windows", m.Pending)
+	}
 	if m.Windows > 0 {
 		l.cfg.Logger.Debug("merged", "windows", m.Windows, "rows", m.Rows, "merged_until", m.Until.Format(time.RFC3339),
 			"pending_windows", m.Pending)

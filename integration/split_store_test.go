@@ -17,14 +17,23 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// The merge step of store.CommitSplit, commit by commit, with two "instances"
-// (two Stores, each owning one partition of topic t): a window merges only
-// once both partitions' stored watermarks passed it, into rows equal bit for
-// bit to one Windower fed every event (fractional delays included); a partial
-// written twice replaces itself; a batch holding a window the pipeline merged
-// already writes nothing (ErrMergedPast); an idle partition stops holding the
-// merge.
-func TestStoreSplitMerge(t *testing.T) {
+// splitStoreRig is two "instances" of pipeline p (two Stores, each owning
+// one partition of topic t) and the events of two 5-minute windows on both
+// partitions, which a plain Windower sees all of.
+type splitStoreRig struct {
+	url      string
+	sa, sb   *store.Store
+	ea, eb   int64
+	ta, tb   aggregate.PartitionID
+	plain    *aggregate.Windower
+	parts    map[int32]*aggregate.Windower
+	w1, w2   time.Time // window ends
+	commit   func(s *store.Store, b store.Batch) store.Merged
+	batch    func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch
+	partials func() int
+}
+
+func newSplitStoreRig(t *testing.T) *splitStoreRig {
 	ctx := testCtx(t)
 	url := freshDB(t)
 	open := func(part int32) (*store.Store, int64, aggregate.PartitionID) {
@@ -40,33 +49,30 @@ func TestStoreSplitMerge(t *testing.T) {
 		}
 		return s, c.Epoch, tp
 	}
-	sa, ea, ta := open(0)
-	sb, eb, tb := open(1)
+	g := &splitStoreRig{url: url}
+	g.sa, g.ea, g.ta = open(0)
+	g.sb, g.eb, g.tb = open(1)
 	const w = 5 * time.Minute
-	w1, w2 := t0.Add(w), t0.Add(2*w) // window ends
+	g.w1, g.w2 = t0.Add(w), t0.Add(2*w)
 
-	// Events of two windows on both partitions; the plain Windower sees all.
 	r := rand.New(rand.NewPCG(4, 2))
-	plain := aggregate.NewWindower(w)
-	parts := map[int32]*aggregate.Windower{0: aggregate.NewPartitionedWindower(w), 1: aggregate.NewPartitionedWindower(w)}
+	g.plain = aggregate.NewWindower(w)
+	g.parts = map[int32]*aggregate.Windower{0: aggregate.NewPartitionedWindower(w), 1: aggregate.NewPartitionedWindower(w)}
 	for range 3000 {
 		p := aggregate.Prediction{TripID: "x", Line: []string{"L1", "L2"}[r.IntN(2)], StopID: []string{"S1", "S2", "S3"}[r.IntN(3)],
 			Operator: []string{"A", "B"}[r.IntN(2)], DelayS: float64(r.IntN(900)-300) + []float64{0, 0.1, 0.25}[r.IntN(3)],
 			EventTime: t0.Add(time.Duration(r.IntN(600)) * time.Second)}
 		part := int32(r.IntN(2))
-		plain.Add(p)
-		parts[part].AddFrom(part, p)
+		g.plain.Add(p)
+		g.parts[part].AddFrom(part, p)
 	}
-	split := func(firstOpen time.Time) *store.Split {
-		return &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: firstOpen, IdleLease: time.Minute}
-	}
-	batch := func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch {
-		win := parts[tp.Partition]
+	g.batch = func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch {
+		win := g.parts[tp.Partition]
 		return store.Batch{Pipeline: "p", Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).PartialWindows(),
 			Positions: []store.Position{{PartitionID: tp, NextOffset: 10, ConsumedOffset: 10, Idle: idle}},
-			Split:     split(win.FirstEnd())}
+			Split:     &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: win.FirstEnd(), IdleLease: time.Minute}}
 	}
-	commit := func(s *store.Store, b store.Batch) store.Merged {
+	g.commit = func(s *store.Store, b store.Batch) store.Merged {
 		t.Helper()
 		m, err := s.CommitSplit(ctx, b)
 		if err != nil {
@@ -74,7 +80,22 @@ func TestStoreSplitMerge(t *testing.T) {
 		}
 		return m
 	}
-	partials := func() int { return query[int](t, url, `SELECT count(*) FROM delay_partial_windows`) }
+	g.partials = func() int { return query[int](t, url, `SELECT count(*) FROM delay_partial_windows`) }
+	return g
+}
+
+// The merge step of store.CommitSplit, commit by commit, with two "instances"
+// (two Stores, each owning one partition of topic t): a window merges only
+// once both partitions' stored watermarks passed it, into rows equal bit for
+// bit to one Windower fed every event (fractional delays included); a partial
+// written twice replaces itself; a batch holding a window the pipeline merged
+// already writes nothing (ErrMergedPast); an idle partition stops holding the
+// merge.
+func TestStoreSplitMerge(t *testing.T) {
+	ctx := testCtx(t)
+	g := newSplitStoreRig(t)
+	url, sa, sb, ea, eb, ta, tb, plain, parts, w1, w2 := g.url, g.sa, g.sb, g.ea, g.eb, g.ta, g.tb, g.plain, g.parts, g.w1, g.w2
+	commit, batch, partials := g.commit, g.batch, g.partials
 
 	// A passes the first window; B has no watermark yet: nothing merges.
 	m := commit(sa, batch(ea, ta, w1, false))
@@ -119,6 +140,83 @@ func TestStoreSplitMerge(t *testing.T) {
 		t.Fatalf("B past the second window: %+v", m)
 	}
 	sameAggregates(t, url, append(want, plain.Closed(w2)[len(want):]...))
+}
+
+// A commit whose partitions all held the merge at their stored watermarks
+// (Split.Holding) does not wait while another commit decides a merge (the
+// pipeline's row locked): it writes its partials and positions and leaves
+// the merge to the next commit, which merges exactly; it still refuses a
+// batch holding a window merged before (ErrMergedPast). Without Holding a
+// commit waits for the lock. Before Split.Holding existed every commit
+// waited: this test hung at A's first Holding commit.
+func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
+	ctx := testCtx(t)
+	g := newSplitStoreRig(t)
+	// Both past the first window (their first commits wait for the lock
+	// as before): it merges.
+	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
+	if m := g.commit(g.sb, g.batch(g.eb, g.tb, g.w1, false)); m.Windows != 1 || m.Skipped {
+		t.Fatalf("first window: %+v", m)
+	}
+	g.parts[0].Drop(g.w1)
+	g.parts[1].Drop(g.w1)
+	want := g.plain.Closed(g.w1)
+
+	locker, err := pgx.Connect(ctx, g.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM pipelines WHERE name = 'p' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	holding := func(epoch int64, tp aggregate.PartitionID, wm time.Time) store.Batch {
+		b := g.batch(epoch, tp, wm, false)
+		b.Split.Holding = true
+		return b
+	}
+	// A stale batch is refused though the merge is left.
+	stale := holding(g.ea, g.ta, g.w2)
+	stale.Split.FirstOpen = g.w1
+	if _, err := g.sa.CommitSplit(ctx, stale); !errors.Is(err, store.ErrMergedPast) {
+		t.Fatalf("a Holding batch holding a merged window: %v, want ErrMergedPast", err)
+	}
+	// A and B past the second window while the lock is held: neither waits.
+	if m := g.commit(g.sa, holding(g.ea, g.ta, g.w2)); !m.Skipped || m.Windows != 0 || m.Pending != 1 || !m.Until.Equal(g.w1) {
+		t.Fatalf("A past the second window, lock held: %+v", m)
+	}
+	if m := g.commit(g.sb, holding(g.eb, g.tb, g.w2)); !m.Skipped || m.Windows != 0 || m.Pending != 1 {
+		t.Fatalf("B past the second window, lock held: %+v", m)
+	}
+	g.parts[0].Drop(g.w2)
+	g.parts[1].Drop(g.w2)
+	// Without Holding, B's next commit waits for the lock, then merges.
+	done := make(chan store.Merged, 1)
+	go func() {
+		m, err := g.sb.CommitSplit(ctx, g.batch(g.eb, g.tb, g.w2, false))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- m
+	}()
+	for query[int64](t, g.url, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
+		select {
+		case m := <-done:
+			t.Fatalf("a commit without Holding did not wait for the lock: %+v", m)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-done; m.Skipped || m.Windows != 1 || !m.Until.Equal(g.w2) || m.Pending != 0 || g.partials() != 0 {
+		t.Fatalf("B after the lock was released: %+v, %d partials", m, g.partials())
+	}
+	sameAggregates(t, g.url, append(want, g.plain.Closed(g.w2)[len(want):]...))
 }
 
 // sameAggregates compares p's delay_aggregates with want, every statistic

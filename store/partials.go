@@ -147,19 +147,39 @@ type frontier struct {
 }
 
 // mergeSplit is the merge step of a split commit, after its partials and
-// positions are written (see the package comment above).
-func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, m *Merged) error {
+// positions are written (see the package comment above). With mayLeave (the
+// batch is Split.Holding and does not end a drain) a commit that finds the
+// pipeline's row locked by another one deciding a merge does not wait for
+// it: that merge cannot pass this batch's windows (every partition of the
+// batch holds it at its stored watermark, which this commit only raises),
+// and the next commit of either merges what this one made final.
+func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayLeave bool, m *Merged) error {
 	var f frontier
-	if err := tx.QueryRow(ctx, `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).Scan(&f.until); err != nil {
+	lock := `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`
+	if mayLeave {
+		lock += ` SKIP LOCKED`
+	}
+	err := tx.QueryRow(ctx, lock, pipeline).Scan(&f.until)
+	if mayLeave && errors.Is(err, pgx.ErrNoRows) {
+		// merged_until as committed: the merge in flight cannot pass this
+		// batch's windows, but one before may have, while a partition of
+		// this instance was idle.
+		m.Skipped = true
+		err = tx.QueryRow(ctx, `SELECT merged_until FROM pipelines WHERE name = $1`, pipeline).Scan(&f.until)
+	}
+	if err != nil {
 		return fmt.Errorf("lock pipeline: %w", err)
 	}
 	if f.until != nil && !sp.FirstOpen.IsZero() && !sp.FirstOpen.After(*f.until) {
 		return fmt.Errorf("window ending %s, merged until %s: %w",
 			sp.FirstOpen.UTC().Format(time.RFC3339), f.until.UTC().Format(time.RFC3339), ErrMergedPast)
 	}
+	if m.Skipped {
+		return pendingWindows(ctx, tx, pipeline, f.until, m)
+	}
 	var allExcluded, heldByNull bool
 	var minHeld, maxAll *time.Time
-	err := tx.QueryRow(ctx, `
+	err = tx.QueryRow(ctx, `
 SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
        coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
        min(watermark) FILTER (WHERE NOT excluded), max(watermark)
@@ -203,8 +223,13 @@ WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil
 		}
 		m.Drained = true
 	}
-	if f.until != nil {
-		m.Until = f.until.UTC()
+	return pendingWindows(ctx, tx, pipeline, f.until, m)
+}
+
+// pendingWindows fills m.Until from until and m.Pending.
+func pendingWindows(ctx context.Context, tx pgx.Tx, pipeline string, until *time.Time, m *Merged) error {
+	if until != nil {
+		m.Until = until.UTC()
 	}
 	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT window_start) FROM delay_partial_windows WHERE pipeline = $1`,
 		pipeline).Scan(&m.Pending); err != nil {

@@ -100,6 +100,14 @@ type Split struct {
 	// still stops holding the merge; after it, it holds it again (an owner
 	// that stopped must not let windows merge without its partition).
 	IdleLease time.Duration
+	// Holding says that every partition of the batch held the merge at its
+	// stored watermark before this commit: the instance's last successful
+	// commit stored none of them idle or drained. Then no merge can pass
+	// the windows of this batch's partials, and a commit that finds another
+	// one deciding a merge (the pipeline's row locked) need not wait for it:
+	// it writes its partials and positions and leaves the merge to the next
+	// commit (every flush interval). Without it the commit waits.
+	Holding bool
 }
 
 // Merged is what the merge step of a split commit did.
@@ -109,4 +117,5 @@ type Merged struct {
 	Rows    int       // delay_aggregates rows this commit wrote by merging
 	Drained bool      // every partition was drained: everything was merged and the drain flags cleared
 	Pending int       // windows with partials still waiting for the merge
+	Skipped bool      // another commit was deciding a merge: this one left it to the next (Split.Holding)
 }
