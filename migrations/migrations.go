@@ -178,6 +178,9 @@ func UpTo(ctx context.Context, databaseURL string, v uint) error {
 // Down reverts every migration: it DROPS ALL ovstream TABLES AND THEIR DATA.
 // A schema with no migration applied is a success.
 func Down(ctx context.Context, databaseURL string) error {
+	if err := guardDown(ctx, databaseURL, 0); err != nil {
+		return err
+	}
 	err := run(ctx, databaseURL, "down", func(m *migrate.Migrate) error { return m.Down() })
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil
@@ -190,6 +193,9 @@ func Down(ctx context.Context, databaseURL string) error {
 // reverted migration drops is in its .down.sql (0006 keeps every row of
 // delay_aggregates; 0007 drops the names; 0005 the distributions).
 func DownTo(ctx context.Context, databaseURL string, v uint) error {
+	if err := guardDown(ctx, databaseURL, v); err != nil {
+		return err
+	}
 	err := run(ctx, databaseURL, fmt.Sprintf("down to %d", v), func(m *migrate.Migrate) error {
 		cur, _, err := m.Version()
 		if errors.Is(err, migrate.ErrNilVersion) {
@@ -207,6 +213,16 @@ func DownTo(ctx context.Context, databaseURL string, v uint) error {
 		return nil
 	}
 	return err
+}
+
+// guardDown runs checkDownGuards from the schema's current version down to
+// to; a dirty schema or one already at or below to is left to golang-migrate.
+func guardDown(ctx context.Context, databaseURL string, to uint) error {
+	cur, dirty, err := Version(ctx, databaseURL)
+	if err != nil || dirty || cur <= to {
+		return nil
+	}
+	return checkDownGuards(ctx, databaseURL, cur, to)
 }
 
 // Force records version as applied and clean, WITHOUT running any SQL: the

@@ -1,0 +1,52 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// downGuards are the down migrations that would lose rows no table of the
+// older version can hold, by version: a query that returns a reason to
+// refuse, or NULL. Down and DownTo run the guard of every migration they
+// would revert before anything runs, so a refused down leaves the schema as
+// it was, clean (the .down.sql refuses too, but golang-migrate would then
+// mark the schema dirty).
+var downGuards = map[uint]string{
+	8: `SELECT format('%s partial windows of split pipelines wait for the merge (delay_partial_windows), which version 7 ` +
+		`cannot hold: merge them first (one ovstream run over every partition of the pipeline, or a split --drain), then migrate down', count(*))
+	    FROM delay_partial_windows HAVING count(*) > 0`,
+}
+
+// checkDownGuards returns an error naming the reason when reverting the
+// migrations above version to (at version from now) would lose rows.
+func checkDownGuards(ctx context.Context, databaseURL string, from, to uint) error {
+	var conn *pgx.Conn
+	for v := from; v > to; v-- {
+		guard, ok := downGuards[v]
+		if !ok {
+			continue
+		}
+		if conn == nil {
+			u, err := parseURL(databaseURL)
+			if err != nil {
+				return err
+			}
+			u = withDefaults(u)
+			u.Scheme = "postgres"
+			if conn, err = pgx.Connect(ctx, u.String()); err != nil {
+				return redact(fmt.Errorf("migrations: down to %d: connect: %w", to, err), u)
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+		}
+		var reason *string
+		if err := conn.QueryRow(ctx, guard).Scan(&reason); err != nil && err != pgx.ErrNoRows {
+			return fmt.Errorf("migrations: down to %d: check migration %d: %w", to, v, err)
+		}
+		if reason != nil {
+			return fmt.Errorf("migrations: down to %d refused, nothing changed: %s", to, *reason)
+		}
+	}
+	return nil
+}
