@@ -219,6 +219,23 @@ func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
 	sameAggregates(t, g.url, append(want, g.plain.Closed(g.w2)[len(want):]...))
 }
 
+// A merge of several windows in one commit, taken and written a chunk of
+// whole windows at a time (store.MergeChunkRows), writes the rows one
+// Windower fed every event gives, for every window.
+func TestStoreSplitMergeInChunks(t *testing.T) {
+	g := newSplitStoreRig(t)
+	g.sb.MergeChunkRows = 1 // each window a chunk of its own
+	if m := g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false)); m.Windows != 0 || m.Pending != 2 {
+		t.Fatalf("A past both windows: %+v", m)
+	}
+	m := g.commit(g.sb, g.batch(g.eb, g.tb, g.w2, false))
+	want := g.plain.Closed(g.w2)
+	if m.Windows != 2 || m.Rows != len(want) || !m.Until.Equal(g.w2) || m.Pending != 0 || g.partials() != 0 {
+		t.Fatalf("B past both windows: %+v, %d partials; want 2 windows, %d rows", m, g.partials(), len(want))
+	}
+	sameAggregates(t, g.url, want)
+}
+
 // sameAggregates compares p's delay_aggregates with want, every statistic
 // bit for bit (after the clamp into [min, max] a commit applies to the mean
 // and P90 of every row, split or not).

@@ -153,7 +153,7 @@ type frontier struct {
 // it: that merge cannot pass this batch's windows (every partition of the
 // batch holds it at its stored watermark, which this commit only raises),
 // and the next commit of either merges what this one made final.
-func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayLeave bool, m *Merged) error {
+func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayLeave bool, chunkRows int64, m *Merged) error {
 	var f frontier
 	lock := `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`
 	if mayLeave {
@@ -204,7 +204,7 @@ FROM (SELECT d.drained OR (idle AND heartbeat_at >= now() - $3::bigint * interva
 		f.at = minHeld
 	}
 	if f.at != nil && (f.until == nil || f.at.After(*f.until)) {
-		if err := mergeWindows(ctx, tx, pipeline, f.at.Add(-sp.Window), m); err != nil {
+		if err := mergeWindows(ctx, tx, pipeline, f.at.Add(-sp.Window), chunkRows, m); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE pipelines SET merged_until = $2 WHERE name = $1`, pipeline, *f.at); err != nil {
@@ -238,12 +238,55 @@ func pendingWindows(ctx context.Context, tx pgx.Tx, pipeline string, until *time
 	return nil
 }
 
+func (s *Store) mergeChunkRows() int64 {
+	if s.MergeChunkRows > 0 {
+		return int64(s.MergeChunkRows)
+	}
+	return 100_000
+}
+
 // mergeWindows merges the partials of every window of pipeline starting at
 // or before lastStart into delay_aggregates rows (replace) and deletes them.
-func mergeWindows(ctx context.Context, tx pgx.Tx, pipeline string, lastStart time.Time, m *Merged) error {
+// A merge of many windows (an instance that ran far ahead, a drain's end)
+// takes, merges and writes them a chunk of whole windows of at most
+// chunkRows rows at a time (one window when it alone has more), in the
+// commit's one transaction, so its memory is bounded.
+func mergeWindows(ctx context.Context, tx pgx.Tx, pipeline string, lastStart time.Time, chunkRows int64, m *Merged) error {
+	rows, err := tx.Query(ctx, `SELECT window_start, sum(row_count) FROM delay_partial_windows
+WHERE pipeline = $1 AND window_start <= $2 GROUP BY window_start ORDER BY window_start`, pipeline, lastStart)
+	if err != nil {
+		return fmt.Errorf("windows to merge: %w", err)
+	}
+	var starts []time.Time
+	var counts []int64
+	var start time.Time
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&start, &n}, func() error {
+		starts, counts = append(starts, start), append(counts, n)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("windows to merge: %w", err)
+	}
+	for i := 0; i < len(starts); {
+		j, sum := i, int64(0)
+		for j < len(starts) && (j == i || sum+counts[j] <= chunkRows) {
+			sum += counts[j]
+			j++
+		}
+		if err := mergeChunk(ctx, tx, pipeline, starts[i], starts[j-1], m); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// mergeChunk merges the partials of the windows of pipeline starting from
+// first to last, both included.
+func mergeChunk(ctx context.Context, tx pgx.Tx, pipeline string, first, last time.Time, m *Merged) error {
 	rows, err := tx.Query(ctx, `
-DELETE FROM delay_partial_windows WHERE pipeline = $1 AND window_start <= $2
-RETURNING window_start, window_end, partition, row_count, rows`, pipeline, lastStart)
+DELETE FROM delay_partial_windows WHERE pipeline = $1 AND window_start BETWEEN $2 AND $3
+RETURNING window_start, window_end, partition, row_count, rows`, pipeline, first, last)
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}

@@ -57,6 +57,9 @@ type Store struct {
 	// commits) for each names row PostgreSQL refuses, with the database's
 	// message; the commit writes the other names and goes on (writeNames).
 	OnNameRefused func(n aggregate.Name, reason string)
+	// MergeChunkRows bounds the rows one step of a split commit's merge
+	// holds in memory (partials.go); 0 means 100,000.
+	MergeChunkRows int
 
 	config *pgx.ConnConfig
 	conn   *pgx.Conn      // nil after an error: the next call reconnects
