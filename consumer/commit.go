@@ -145,7 +145,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	l.led.Release(p.wm)
 	l.committed = p.records
 	if p.batch.Split != nil {
-		l.splitCommitted(res.merged, p.batch.Positions)
+		l.splitCommitted(res.merged, p.wm, p.batch.Positions)
 	}
 	b := &p.batch
 	for _, pos := range b.Positions {

@@ -166,6 +166,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 		if l.inflight != nil && l.win.OpenRows() > maxPendingRows {
 			in = nil // writing is behind reading: wait for the commit in flight
 		}
+		if l.sp.flow.held {
+			in = nil // far ahead of the other instances of the pipeline (splitflow.go)
+		}
 		select {
 		case <-ctx.Done():
 			return l.shutdown()
@@ -192,6 +195,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			cfg.Metrics.Uncommitted.Set(float64(l.consumed - l.committed))
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			l.logProgress(now)
+			l.splitFlowTick(now)
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}

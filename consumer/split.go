@@ -36,6 +36,7 @@ type splitState struct {
 
 	draining bool         // the drain's final commit: mark the partitions drained
 	merged   store.Merged // what the last commit's merge did
+	flow splitFlow // flow control across the pipeline's instances (splitflow.go)
 	// holding: this instance's last successful commit stored none of its
 	// partitions idle or drained (store.Split.Holding); false until its
 	// first commit, since an earlier owner may have.
@@ -143,8 +144,9 @@ func (l *loop) splitBatch(b *store.Batch) {
 // splitCommitted applies a successful split commit's merge: the watermark
 // never stays below the end of the last merged window (its events are late
 // for the pipeline). positions are the flags the commit stored.
-func (l *loop) splitCommitted(m store.Merged, positions []store.Position) {
+func (l *loop) splitCommitted(m store.Merged, wm time.Time, positions []store.Position) {
 	l.sp.merged = m
+	l.sp.flow.committed(wm, m, l.cfg.Now())
 	l.sp.holding = len(positions) > 0
 	for _, p := range positions {
 		l.sp.holding = l.sp.holding && !p.Idle && !p.Drained

@@ -174,12 +174,45 @@ func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayL
 		return fmt.Errorf("window ending %s, merged until %s: %w",
 			sp.FirstOpen.UTC().Format(time.RFC3339), f.until.UTC().Format(time.RFC3339), ErrMergedPast)
 	}
+	if err := readFrontier(ctx, tx, pipeline, sp, &f); err != nil {
+		return err
+	}
+	if f.at != nil {
+		m.Frontier = f.at.UTC()
+	}
 	if m.Skipped {
 		return pendingWindows(ctx, tx, pipeline, f.until, m)
 	}
+	if f.at != nil && (f.until == nil || f.at.After(*f.until)) {
+		if err := mergeWindows(ctx, tx, pipeline, f.at.Add(-sp.Window), chunkRows, m); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE pipelines SET merged_until = $2 WHERE name = $1`, pipeline, *f.at); err != nil {
+			return fmt.Errorf("store merged_until: %w", err)
+		}
+		f.until = f.at
+	}
+	if f.allDrained {
+		// Every owner wrote every window: everything was merged above. Each
+		// partition gets the end of the last merged window as its watermark,
+		// as one drain stores it, and the drains waiting for this merge end.
+		if _, err := tx.Exec(ctx, `
+UPDATE stream_positions SET watermark = GREATEST(watermark, $3), drained = false
+WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil {
+			return fmt.Errorf("end the drain: %w", err)
+		}
+		m.Drained = true
+	}
+	return pendingWindows(ctx, tx, pipeline, f.until, m)
+}
+
+// readFrontier fills f.at and f.allDrained from the pipeline's stored
+// positions (see the package comment). Read without the pipeline's lock (a
+// commit that left the merge) it is what the last committed positions say.
+func readFrontier(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, f *frontier) error {
 	var allExcluded, heldByNull bool
 	var minHeld, maxAll *time.Time
-	err = tx.QueryRow(ctx, `
+	err := tx.QueryRow(ctx, `
 SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
        coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
        min(watermark) FILTER (WHERE NOT excluded), max(watermark)
@@ -203,27 +236,7 @@ FROM (SELECT d.drained OR (idle AND heartbeat_at >= now() - $3::bigint * interva
 	case !heldByNull:
 		f.at = minHeld
 	}
-	if f.at != nil && (f.until == nil || f.at.After(*f.until)) {
-		if err := mergeWindows(ctx, tx, pipeline, f.at.Add(-sp.Window), chunkRows, m); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE pipelines SET merged_until = $2 WHERE name = $1`, pipeline, *f.at); err != nil {
-			return fmt.Errorf("store merged_until: %w", err)
-		}
-		f.until = f.at
-	}
-	if f.allDrained {
-		// Every owner wrote every window: everything was merged above. Each
-		// partition gets the end of the last merged window as its watermark,
-		// as one drain stores it, and the drains waiting for this merge end.
-		if _, err := tx.Exec(ctx, `
-UPDATE stream_positions SET watermark = GREATEST(watermark, $3), drained = false
-WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil {
-			return fmt.Errorf("end the drain: %w", err)
-		}
-		m.Drained = true
-	}
-	return pendingWindows(ctx, tx, pipeline, f.until, m)
+	return nil
 }
 
 // pendingWindows fills m.Until from until and m.Pending.
