@@ -36,7 +36,7 @@ type splitState struct {
 
 	draining bool         // the drain's final commit: mark the partitions drained
 	merged   store.Merged // what the last commit's merge did
-	flow splitFlow // flow control across the pipeline's instances (splitflow.go)
+	flow     splitFlow    // flow control across the pipeline's instances (splitflow.go)
 	// holding: this instance's last successful commit stored none of its
 	// partitions idle or drained (store.Split.Holding); false until its
 	// first commit, since an earlier owner may have.
