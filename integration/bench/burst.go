@@ -20,7 +20,8 @@ import (
 // station ids, against run's soft memory limit. The data is --burst-around
 // predictions of the Auckland archive (and their synthesized positions) with
 // N synthesized predictions inserted when the archive reaches the middle of
-// the window of its middle prediction: one per station id "burst-stop-NNNNNNN",
+// the window of its middle prediction: one per station id "burst-stop-NNNNNNN"
+// with a stop_name (--burst-names=false: none; names are kept per key),
 // event times spread over that window, on 2,000 new trips of 100 new lines,
 // whole-second delays from -300 to 900 s. The run must be exact: the
 // window's station rows and event counts, every burst station's single-value
@@ -38,6 +39,7 @@ const (
 type burstCounts struct {
 	window      time.Time // start (UTC) of the burst window
 	keys        int       // burst predictions, one per new station
+	named       bool      // with stop names
 	delaySum    float64   // sum of their delays, seconds (whole: exact)
 	valid       int64     // predictions run must aggregate (the decoder accepts them)
 	inWindow    int64     // of those, in the burst window
@@ -51,24 +53,27 @@ type burstGenerator struct {
 	c       *burstCounts
 	trigger time.Time // the burst goes out before the first prediction at or after it
 	next    int       // burst predictions sent so far; -1: not started
+	named   bool      // the burst stations have names
 	held    *produce.Message
 }
 
-func newBurstGenerator(d *dataset, around, keys int) *burstGenerator {
+func newBurstGenerator(d *dataset, around, keys int, named bool) *burstGenerator {
 	mid := around / 2
 	at := d.predictions[mid%len(d.predictions)].EventTime.Add(time.Duration(mid/len(d.predictions)) * archiveSpan)
 	start := aggregate.WindowStart(at, burstWindow)
 	return &burstGenerator{
 		g:       newGenerator(d, around, predTopic, posTopic),
-		c:       &burstCounts{window: start, keys: keys, stations: map[string]bool{}},
+		c:       &burstCounts{window: start, keys: keys, named: named, stations: map[string]bool{}},
 		trigger: start.Add(burstWindow / 2),
 		next:    -1,
+		named:   named,
 	}
 }
 
-// burstPrediction returns burst prediction i of n in the window starting at start.
-func burstPrediction(start time.Time, i, n int) aggregate.Prediction {
-	return aggregate.Prediction{
+// burstPrediction returns burst prediction i of n in the window starting
+// at start, with a stop_name when named.
+func burstPrediction(start time.Time, i, n int, named bool) aggregate.Prediction {
+	p := aggregate.Prediction{
 		TripID:          fmt.Sprintf("burst-trip-%d", i%2000),
 		Line:            fmt.Sprintf("burst-line-%d", i%100),
 		StopID:          fmt.Sprintf("burst-stop-%07d", i),
@@ -77,14 +82,17 @@ func burstPrediction(start time.Time, i, n int) aggregate.Prediction {
 		EventTime:       start.Add(time.Duration(int64(burstWindow) / int64(n) * int64(i)).Truncate(time.Microsecond)),
 		StopSequence:    int64(i%50 + 1),
 		HasStopSequence: true,
-		StopName:        fmt.Sprintf("Burst Road %d, stop %d", i/7, i%7),
 	}
+	if named {
+		p.StopName = fmt.Sprintf("Burst Road %d, stop %d", i/7, i%7)
+	}
+	return p
 }
 
 // nextMessage returns the next message, false when done.
 func (b *burstGenerator) nextMessage() (produce.Message, bool) {
 	if b.next >= 0 && b.next < b.c.keys {
-		p := burstPrediction(b.c.window, b.next, b.c.keys)
+		p := burstPrediction(b.c.window, b.next, b.c.keys, b.named)
 		b.next++
 		b.c.delaySum += p.DelayS
 		return b.count(produce.Message{Topic: predTopic, Key: []byte(p.TripID), Value: produce.EncodePrediction(p)}), true
@@ -145,8 +153,8 @@ func runBursts(ctx context.Context, o options, d *dataset, logTo io.Writer) erro
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("\nburst: ONE %v window with N new station ids among %d archive predictions; `ovstream run --drain`, peak RSS (VmHWM) against --memory-limit\n",
-		burstWindow, o.burstAround)
+	fmt.Printf("\nburst: ONE %v window with N new station ids (stop names: %v) among %d archive predictions; `ovstream run --drain`, peak RSS (VmHWM) against --memory-limit\n",
+		burstWindow, o.burstNames, o.burstAround)
 	fmt.Printf("%10s %10s %10s %12s %10s %8s %10s %s\n", "keys", "messages", "seconds", "peak RSS MB", "limit MiB", "x limit", "CPU s", "load before")
 	for _, r := range results {
 		fmt.Printf("%10d %10d %10.2f %12d %10d %8.2f %10.1f %s\n", r.keys, r.messages, r.run.elapsed.Seconds(),
@@ -165,7 +173,7 @@ func measureBurst(ctx context.Context, o options, d *dataset, keys int, logTo io
 		return r, err
 	}
 	defer b.stop()
-	g := newBurstGenerator(d, o.burstAround, keys)
+	g := newBurstGenerator(d, o.burstAround, keys, o.burstNames)
 	counts, err := produceAll(ctx, b.addr, g.nextMessage)
 	if err != nil {
 		return r, fmt.Errorf("produce: %w", err)
@@ -220,6 +228,17 @@ func checkBurst(ctx context.Context, dbURL string, c *burstCounts) error {
 	if err != nil {
 		return err
 	}
+	var names, rightNames int64
+	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE name = format('Burst Road %s, stop %s',
+			substr(dimension_id, 12)::int / 7, substr(dimension_id, 12)::int % 7))
+		FROM names WHERE dimension = 'station' AND dimension_id LIKE 'burst-stop-%'`).Scan(&names, &rightNames)
+	if err != nil {
+		return err
+	}
+	wantNames := 0
+	if c.named {
+		wantNames = c.keys
+	}
 	var faults []string
 	check := func(what string, got, want any) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -233,6 +252,8 @@ func checkBurst(ctx context.Context, dbURL string, c *burstCounts) error {
 	check("burst station rows", burstRows, c.keys)
 	check("sum of the burst stations' delays", burstSum, c.delaySum)
 	check("every burst station row holds its one delay", burstExact, c.keys > 0)
+	check("burst station names", names, wantNames)
+	check("burst station names as sent", rightNames, wantNames)
 	if len(faults) > 0 {
 		return fmt.Errorf("%w: burst of %d keys: %s", errBurstInexact, c.keys, strings.Join(faults, "; "))
 	}

@@ -86,6 +86,7 @@ type options struct {
 	load          loadRule
 	burstKeys     []int // --burst-keys: the burst measurement instead of the phases (burst.go)
 	burstAround   int
+	burstNames    bool
 }
 
 func main() {
@@ -125,6 +126,7 @@ func main() {
 		return nil
 	})
 	flag.IntVar(&o.burstAround, "burst-around", 200_000, "with --burst-keys: archive predictions around the burst")
+	flag.BoolVar(&o.burstNames, "burst-names", true, "with --burst-keys: the new stations have stop names")
 	flag.IntVar(&o.trials, "trials", 3, "trials of the phases on the data produced once; every trial's figures and the medians are printed")
 	flag.IntVar(&o.trials, "repeat", 3, "the same as --trials")
 	flag.Float64Var(&o.load.max, "max-load", 1.5, "a timed phase starts only at a 1-minute load average up to this (0: no rule)")
