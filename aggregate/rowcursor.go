@@ -56,8 +56,12 @@ func (r *RowCursor) next(row *Row) ([]valueCount, bool) {
 			r.nextID = 0
 			return nil, false
 		}
+		m := r.c.wins[r.win].rows[r.dim]
+		if cap(r.ids) < len(m) {
+			r.ids = make([]string, 0, len(m))
+		}
 		r.ids, r.nextID = r.ids[:0], 0
-		for id := range r.c.wins[r.win].rows[r.dim] {
+		for id := range m {
 			r.ids = append(r.ids, id)
 		}
 		slices.Sort(r.ids)
