@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -30,18 +29,19 @@ type Name struct {
 }
 
 // newer reports whether the name (name, short) carried at t should replace
-// cur: a later event time wins; at equal times the greater name, byte by
-// byte (then the greater short name), so that the choice depends on no
-// arrival order, as the names table's upsert decides (COLLATE "C"). It
-// makes no string (the compiler compares string(b) in place).
-func newer(t time.Time, name, short []byte, cur *Name) bool {
-	if c := t.Compare(cur.EventTime); c != 0 {
+// the current one (curName, curShort) of time cur: a later event time wins;
+// at equal times the greater name, byte by byte (then the greater short
+// name), so that the choice depends on no arrival order, as the names
+// table's upsert decides (COLLATE "C"). It makes no string (the compiler
+// compares string(b) in place).
+func newer(t time.Time, name, short []byte, cur time.Time, curName, curShort string) bool {
+	if c := t.Compare(cur); c != 0 {
 		return c > 0
 	}
-	if string(name) != cur.Name {
-		return string(name) > cur.Name
+	if string(name) != curName {
+		return string(name) > curName
 	}
-	return string(short) > cur.ShortName
+	return string(short) > curShort
 }
 
 // Names keeps the names of one instance's lines and stations: the newest
@@ -52,6 +52,12 @@ func newer(t time.Time, name, short []byte, cur *Name) bool {
 // change, and Observe makes no string (allocates nothing) for a name it has
 // seen. Not safe for concurrent use: the run loop owns it.
 //
+// It holds every key it met, for as long as it lives, in one nameEntry of
+// 64 bytes, its map slot and its names' bytes: once a key's name changed,
+// the name handed over before is never looked at again, so the entry holds
+// the changed one instead (a burst of new stations costs little more than
+// their names).
+//
 // The cycle: Observe every decoded prediction; Take the changed names into
 // the next commit. A failed commit is retried with the names it took, so
 // nothing is lost while the Names lives; a commit given up (a resync from
@@ -59,15 +65,21 @@ func newer(t time.Time, name, short []byte, cur *Name) bool {
 // name it meets once more, which the names table's upsert makes a no-op.
 type Names struct {
 	byDim   [2]map[string]*nameEntry // DimLine, DimStation: id -> entry
-	changed []*nameEntry             // the entries with a pending name, in the order they changed
+	changed [2][]*nameEntry          // per dimension, the entries whose name changed since the last Take
 }
 
-// nameEntry is what Names knows of one key.
+// nameEntry is what Names knows of one key: its newest name, with the
+// newest event time it was seen at; changed tells that no Take handed it
+// over yet. A name "" is none yet.
 type nameEntry struct {
-	last       Name // the name the last Take handed over; Name "" when none yet
-	pending    Name // changed since; valid when hasPending
-	hasPending bool
+	id          string
+	name, short string
+	sec         int64 // the event time: Unix seconds
+	nsec        int32 // and nanoseconds
+	changed     bool
 }
+
+func (e *nameEntry) time() time.Time { return time.Unix(e.sec, int64(e.nsec)) }
 
 // NewNames returns an empty Names.
 func NewNames() *Names {
@@ -83,45 +95,42 @@ func (n *Names) Observe(p *Prediction, raw RawNames) {
 		line = raw.LineShort
 	}
 	if len(line) > 0 {
-		n.observe(0, DimLine, p.Line, line, raw.LineShort, p.EventTime)
+		n.observe(0, p.Line, line, raw.LineShort, p.EventTime)
 	}
 	if len(raw.Stop) > 0 {
-		n.observe(1, DimStation, p.StopID, raw.Stop, nil, p.EventTime)
+		n.observe(1, p.StopID, raw.Stop, nil, p.EventTime)
 	}
 }
 
-// same reports whether name and short are cur's (no allocation: the
-// compiler compares string(b) == s in place).
-func same(cur *Name, name, short []byte) bool {
-	return cur.Name == string(name) && cur.ShortName == string(short)
+// same reports whether name and short are e's (no allocation: the compiler
+// compares string(b) == s in place).
+func same(e *nameEntry, name, short []byte) bool {
+	return e.name == string(name) && e.short == string(short)
 }
 
-func (n *Names) observe(d int, dim, id string, name, short []byte, t time.Time) {
+func (n *Names) observe(d int, id string, name, short []byte, t time.Time) {
 	e := n.byDim[d][id]
 	if e == nil {
-		e = &nameEntry{}
+		e = &nameEntry{id: id}
 		n.byDim[d][id] = e
 	}
-	cur := &e.last
-	if e.hasPending {
-		cur = &e.pending
-	}
 	switch {
-	case cur.Name == "": // nothing known yet
-	case same(cur, name, short):
+	case e.name == "": // nothing known yet
+	case same(e, name, short):
 		// Unchanged: remember the newest time it was seen, so that an older
 		// record's other name (a lagging partition) does not replace it.
-		if t.After(cur.EventTime) {
-			cur.EventTime = t
+		if t.After(e.time()) {
+			e.sec, e.nsec = t.Unix(), int32(t.Nanosecond())
 		}
 		return
-	case !newer(t, name, short, cur):
+	case !newer(t, name, short, e.time(), e.name, e.short):
 		return // older than the name known: the names table would keep that one
 	}
-	e.pending = Name{NameKey: NameKey{dim, id}, Name: string(name), ShortName: string(short), EventTime: t}
-	if !e.hasPending {
-		e.hasPending = true
-		n.changed = append(n.changed, e)
+	e.name, e.short = string(name), string(short)
+	e.sec, e.nsec = t.Unix(), int32(t.Nanosecond())
+	if !e.changed {
+		e.changed = true
+		n.changed[d] = append(n.changed[d], e)
 	}
 }
 
@@ -130,21 +139,26 @@ func (n *Names) observe(d int, dim, id string, name, short []byte, t time.Time) 
 // with them. Call it when a commit takes its batch, and retry that batch
 // until it commits (see Names).
 func (n *Names) Take() []Name {
-	if len(n.changed) == 0 {
+	if n.Pending() == 0 {
 		return nil
 	}
-	out := make([]Name, len(n.changed))
-	for i, e := range n.changed {
-		out[i] = e.pending
-		e.last, e.pending, e.hasPending = e.pending, Name{}, false
+	out := make([]Name, 0, n.Pending())
+	for d, dim := range [2]string{DimLine, DimStation} { // in byte order
+		start := len(out)
+		for _, e := range n.changed[d] {
+			out = append(out, Name{NameKey: NameKey{dim, e.id}, Name: e.name, ShortName: e.short, EventTime: e.time().UTC()})
+			e.changed = false
+		}
+		if cap(n.changed[d]) > 4096 {
+			n.changed[d] = nil // a burst's room is not kept
+		} else {
+			clear(n.changed[d])
+			n.changed[d] = n.changed[d][:0]
+		}
+		slices.SortFunc(out[start:], func(a, b Name) int { return strings.Compare(a.ID, b.ID) })
 	}
-	clear(n.changed)
-	n.changed = n.changed[:0]
-	slices.SortFunc(out, func(a, b Name) int {
-		return cmp.Or(strings.Compare(a.Dimension, b.Dimension), strings.Compare(a.ID, b.ID))
-	})
 	return out
 }
 
 // Pending returns how many names changed since the last Take.
-func (n *Names) Pending() int { return len(n.changed) }
+func (n *Names) Pending() int { return len(n.changed[0]) + len(n.changed[1]) }

@@ -1,7 +1,11 @@
 package aggregate
 
 import (
+	"cmp"
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -183,5 +187,41 @@ func TestNamesTableEqualsNewestModel(t *testing.T) {
 				t.Fatalf("seed %d: %v: table %+v, model %+v", seed, k, got, m)
 			}
 		}
+	}
+}
+
+// A burst of new keys in random order: Take hands over each one once, in
+// key order (dimension, then id, byte order), with its newest name; the
+// next Take has none of them.
+func TestNamesTakeBurstInKeyOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Date(2025, 11, 6, 21, 0, 0, 0, time.UTC)
+	n := NewNames()
+	const keys = 20000
+	for _, i := range r.Perm(keys) {
+		p := named(fmt.Sprint("L", i%50), fmt.Sprint("S", i), t0.Add(time.Duration(i)*time.Millisecond))
+		n.Observe(&p, raw(fmt.Sprint("Line ", i%50), "", fmt.Sprint("old ", i)))
+		p.EventTime = p.EventTime.Add(time.Second)
+		n.Observe(&p, raw(fmt.Sprint("Line ", i%50), "", fmt.Sprint("Stop ", i)))
+	}
+	got := n.Take()
+	if len(got) != keys+50 {
+		t.Fatalf("%d names, want %d", len(got), keys+50)
+	}
+	if !slices.IsSortedFunc(got, func(a, b Name) int {
+		return cmp.Or(strings.Compare(a.Dimension, b.Dimension), strings.Compare(a.ID, b.ID))
+	}) {
+		t.Fatal("names not in key order")
+	}
+	for _, nm := range got[50:] {
+		var i int
+		fmt.Sscanf(nm.ID, "S%d", &i)
+		if nm.Dimension != DimStation || nm.Name != fmt.Sprint("Stop ", i) ||
+			!nm.EventTime.Equal(t0.Add(time.Duration(i)*time.Millisecond+time.Second)) {
+			t.Fatalf("%+v", nm)
+		}
+	}
+	if n.Pending() != 0 || n.Take() != nil {
+		t.Fatal("names pending after Take")
 	}
 }

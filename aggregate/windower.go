@@ -20,8 +20,12 @@ type Windower struct {
 	size    time.Duration
 	byPart  bool // rows per source partition
 	windows map[windowKey]*window
-	last    *window        // the window of the previous Add: consecutive events mostly share it
-	hint    [len(dims)]int // rows per dimension of the last window dropped
+	last    *window // the window of the previous Add: consecutive events mostly share it
+	// hint is, per dimension, the rows a new window's map makes room for:
+	// the fewer of the last two windows dropped had (dropped), so that one
+	// window of a burst of keys does not size the maps of the next ones.
+	hint    [len(dims)]int
+	dropped [len(dims)]int // rows per dimension of the last window dropped
 }
 
 // windowKey identifies a window by its UTC start, without a time.Location,
@@ -135,7 +139,7 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 		if win == nil {
 			win = &window{start: start, key: k}
 			for i := range win.rows {
-				// Sized like the last window that closed: no rehashing as it fills.
+				// Sized like the last windows that closed: no rehashing as it fills.
 				win.rows[i] = make(map[string]*Stats, w.hint[i])
 			}
 			w.windows[k] = win
@@ -197,46 +201,24 @@ func (c ClosedSet) Len() int { return c.rows }
 // Rows returns the rows of c, sorted by (WindowStart, Dimension,
 // DimensionID); nil when it is empty. It may run on any goroutine until the
 // Windower drops c's windows. For a partitioned Windower it returns one row
-// per partition of a key: take PartialWindows instead.
+// per partition of a key: take PartialWindows instead. Cursor builds the same
+// rows one at a time, without holding them all.
 func (c ClosedSet) Rows() []Row {
 	if c.rows == 0 {
 		return nil
 	}
 	rows := make([]Row, 0, c.rows)
 	slab := distSlab{chunk: min(max(2*c.rows, 256), 1<<16)}
-	var ids []string
-	var keys []uint64 // sortedValues' scratch
-	for _, win := range c.wins {
-		end := win.start.Add(c.size)
-		for d, m := range win.rows {
-			ids = ids[:0]
-			for id := range m {
-				ids = append(ids, id)
-			}
-			slices.Sort(ids)
-			for _, id := range ids {
-				st := m[id]
-				vcs := st.sortedValues(&keys)
-				n := st.Count()
-				values, counts := slab.take(vcs)
-				rows = append(rows, Row{
-					WindowStart: win.start,
-					WindowEnd:   end,
-					Dimension:   dims[d],
-					DimensionID: id,
-					Operator:    st.Operator(),
-					Count:       n,
-					Mean:        exactSum(vcs, n) / float64(n),
-					P90:         sortedQuantile(vcs, n, 0.9),
-					Min:         st.Min(),
-					Max:         st.Max(),
-					Values:      values,
-					Counts:      counts,
-				})
-			}
+	cur := c.Cursor()
+	var r Row
+	for {
+		vcs, ok := cur.next(&r)
+		if !ok {
+			return rows
 		}
+		r.Values, r.Counts = slab.take(vcs)
+		rows = append(rows, r)
 	}
-	return rows
 }
 
 // distSlab hands out the Values and Counts of many rows from a few large
@@ -285,7 +267,8 @@ func (w *Windower) Drop(watermark time.Time) int {
 		if w.closed(win.start, watermark) {
 			delete(w.windows, k)
 			for i, m := range win.rows {
-				w.hint[i] = len(m)
+				w.hint[i] = min(len(m), w.dropped[i])
+				w.dropped[i] = len(m)
 			}
 			if w.last == win {
 				w.last = nil

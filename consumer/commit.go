@@ -45,8 +45,8 @@ func (l *loop) startCommit(ctx context.Context) {
 		switch {
 		case p.batch.Split != nil && p.batch.Partials == nil && p.set.Len() > 0:
 			p.batch.Partials = p.set.PartialWindows()
-		case p.batch.Split == nil && p.batch.Windows == nil && p.set.Len() > 0:
-			p.batch.Windows = p.set.Rows()
+		case p.batch.Split == nil:
+			p.batch.Closed = p.set // rows built as the COPY sends them
 		}
 		crashpoint.Hit(crashpoint.BeforeBegin)
 		began := time.Now()
@@ -153,12 +153,12 @@ func (l *loop) finishCommit(res commitResult) error {
 		l.sum.Stored[pos.PartitionID] = pos.NextOffset
 	}
 	l.sum.Commits++
-	l.sum.WindowRows += int64(len(b.Windows))
+	l.sum.WindowRows += int64(b.WindowRows())
 	l.sum.Watermark = p.wm
 	m := cfg.Metrics
 	m.Commits.Inc()
 	m.CommitDuration.Observe(res.took.Seconds())
-	m.WindowsFinalized.Add(float64(len(b.Windows)))
+	m.WindowsFinalized.Add(float64(b.WindowRows()))
 	m.LastCommit.Set(float64(now.UnixNano()) / 1e9)
 	m.Uncommitted.Set(float64(l.consumed - l.committed))
 	m.OpenWindows.Set(float64(l.win.OpenWindows()))
@@ -168,7 +168,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	}
 	l.backoff = 0
 	l.nextCommit = now.Add(cfg.FlushInterval)
-	cfg.Logger.Debug("committed", "windows", len(b.Windows), "trips", len(b.Trips), "vehicles", len(b.Vehicles), "names", len(b.Names),
+	cfg.Logger.Debug("committed", "windows", b.WindowRows(), "trips", len(b.Trips), "vehicles", len(b.Vehicles), "names", len(b.Names),
 		"dead_letters", len(b.DeadLetters), "watermark", p.wm.Format(time.RFC3339), "took", res.took)
 	return nil
 }

@@ -31,7 +31,11 @@ import (
 // thrown away. Retry the whole batch, never a part of it, when Retryable
 // says so.
 func (s *Store) Commit(ctx context.Context, b Batch) error {
-	if err := s.EnsurePartitions(ctx, windowStarts(b.Windows)); err != nil {
+	starts := windowStarts(b.Windows)
+	if b.Closed.Len() > 0 {
+		starts = b.Closed.Starts()
+	}
+	if err := s.EnsurePartitions(ctx, starts); err != nil {
 		return err // not a refusal of the batch's rows: retried whole, or terminal
 	}
 	if err := s.commit(ctx, &b, nil); err != nil {
@@ -40,12 +44,15 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 			s.parts.reset()
 		}
 		what := fmt.Sprintf("store: commit %d windows, %d vehicles, %d trips, %d dead letters, %d partitions",
-			len(b.Windows), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
+			b.WindowRows(), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
 		if errors.Is(err, ErrFenced) {
 			return fmt.Errorf("%s: pipeline %q epoch %d: %w", what, b.Pipeline, b.Epoch, err)
 		}
 		err = fmt.Errorf("%s: %w", what, err)
 		if Refused(err) {
+			if b.Closed.Len() > 0 { // the search writes halves of them: rows it can index
+				b.Windows, b.Closed = b.Closed.Rows(), aggregate.ClosedSet{}
+			}
 			return s.rejected(ctx, &b, err)
 		}
 		return err
@@ -91,6 +98,9 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	}
 
 	if err := upsertWindows(ctx, tx, b.Pipeline, b.Windows); err != nil {
+		return fmt.Errorf("upsert windows: %w", err)
+	}
+	if err := upsertClosed(ctx, tx, b.Pipeline, b.Closed); err != nil {
 		return fmt.Errorf("upsert windows: %w", err)
 	}
 	if b.Split != nil {
@@ -177,29 +187,45 @@ CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
 const windowColumns = "pipeline, window_start, window_end, dimension, dimension_id, operator, " +
 	"event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts"
 
-// appendWindow appends rows[i] as one binary COPY tuple of windowColumns. A
-// row's distribution goes into delay_values and delay_counts; a Row without
-// one (built by hand) is stored with NULL there.
+// appendWindow appends rows[i] as one binary COPY tuple of windowColumns
+// (appendRow).
 func appendWindow(pipeline string, rows []aggregate.Row) func(b []byte, i int) []byte {
-	return func(b []byte, i int) []byte {
-		r := &rows[i]
-		b = appendFieldCount(b, 13)
-		b = appendText(b, pipeline)
-		b = appendTimestamptz(b, r.WindowStart)
-		b = appendTimestamptz(b, r.WindowEnd)
-		b = appendText(b, r.Dimension)
-		b = appendText(b, r.DimensionID)
-		b = appendNullText(b, r.Operator)
-		b = appendInt8(b, r.Count)
-		b = appendFloat8(b, within(r.Mean, r.Min, r.Max))
-		b = appendFloat8(b, within(r.P90, r.Min, r.Max))
-		b = appendFloat8(b, r.Min)
-		b = appendFloat8(b, r.Max)
-		if len(r.Values) == 0 {
-			return appendNull(appendNull(b))
+	return func(b []byte, i int) []byte { return appendRow(b, pipeline, &rows[i]) }
+}
+
+// appendRow appends r as one binary COPY tuple of windowColumns. A row's
+// distribution goes into delay_values and delay_counts; a Row without one
+// (built by hand) is stored with NULL there.
+func appendRow(b []byte, pipeline string, r *aggregate.Row) []byte {
+	b = appendFieldCount(b, 13)
+	b = appendText(b, pipeline)
+	b = appendTimestamptz(b, r.WindowStart)
+	b = appendTimestamptz(b, r.WindowEnd)
+	b = appendText(b, r.Dimension)
+	b = appendText(b, r.DimensionID)
+	b = appendNullText(b, r.Operator)
+	b = appendInt8(b, r.Count)
+	b = appendFloat8(b, within(r.Mean, r.Min, r.Max))
+	b = appendFloat8(b, within(r.P90, r.Min, r.Max))
+	b = appendFloat8(b, r.Min)
+	b = appendFloat8(b, r.Max)
+	if len(r.Values) == 0 {
+		return appendNull(appendNull(b))
+	}
+	b = appendFloat8Array(b, r.Values)
+	return appendInt8Array(b, r.Counts)
+}
+
+// appendClosed returns a tuple writer of the rows of c, built one at a time
+// in their order (aggregate.RowCursor): call it with i = 0, 1, ... in turn.
+func appendClosed(pipeline string, c aggregate.ClosedSet) func(b []byte, i int) []byte {
+	cur := c.Cursor()
+	var r aggregate.Row
+	return func(b []byte, _ int) []byte {
+		if !cur.Next(&r) {
+			panic("store: a closed set yielded fewer rows than its Len") // the set changed: a caller's bug
 		}
-		b = appendFloat8Array(b, r.Values)
-		return appendInt8Array(b, r.Counts)
+		return appendRow(b, pipeline, &r)
 	}
 }
 
@@ -213,14 +239,26 @@ func appendWindow(pipeline string, rows []aggregate.Row) func(b []byte, i int) [
 // rows go through a temporary table and INSERT ... ON CONFLICT DO UPDATE
 // (replace, never add). Both paths store the same rows.
 func upsertWindows(ctx context.Context, tx pgx.Tx, pipeline string, rows []aggregate.Row) error {
-	if len(rows) == 0 {
+	return copyWindows(ctx, tx, len(rows), func() func(b []byte, i int) []byte { return appendWindow(pipeline, rows) })
+}
+
+// upsertClosed is upsertWindows for the rows of c, built as the COPY sends
+// them (Batch.Closed).
+func upsertClosed(ctx context.Context, tx pgx.Tx, pipeline string, c aggregate.ClosedSet) error {
+	return copyWindows(ctx, tx, c.Len(), func() func(b []byte, i int) []byte { return appendClosed(pipeline, c) })
+}
+
+// copyWindows is upsertWindows for n rows, whose tuples tuples() writes
+// (called once per COPY: again for the second path).
+func copyWindows(ctx context.Context, tx pgx.Tx, n int, tuples func() func(b []byte, i int) []byte) error {
+	if n == 0 {
 		return nil
 	}
 	sp, err := tx.Begin(ctx) // SAVEPOINT
 	if err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(pipeline, rows)),
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(n, tuples()),
 		"COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
@@ -235,7 +273,7 @@ func upsertWindows(ctx context.Context, tx pgx.Tx, pipeline string, rows []aggre
 	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(len(rows), appendWindow(pipeline, rows)),
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(n, tuples()),
 		"COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)

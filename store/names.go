@@ -34,19 +34,27 @@ WHERE (n.name, coalesce(n.short_name, '')) IS DISTINCT FROM (excluded.name, coal
   AND (excluded.observed_at, excluded.name COLLATE "C", coalesce(excluded.short_name, '') COLLATE "C")
     > (n.observed_at, n.name COLLATE "C", coalesce(n.short_name, '') COLLATE "C")`
 
+// namesPerStatement bounds the names one statement of upsertNames sends:
+// its five arrays, Go's and pgx's encoding of them, are made per statement,
+// so a burst of new stations costs a few MB at a time, not hundreds.
+const namesPerStatement = 8192
+
 // upsertNames writes names, one row per key (aggregate.Names.Take gives
-// them so), in one statement.
+// them so), in one statement per namesPerStatement of them, in their order:
+// the key order of upsertNamesSQL across statements too.
 func upsertNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggregate.Name) error {
-	if len(names) == 0 {
-		return nil
+	for len(names) > 0 {
+		n := min(len(names), namesPerStatement)
+		dims, ids, ns, shorts, ats := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+		for i, nm := range names[:n] {
+			dims[i], ids[i], ns[i], shorts[i], ats[i] = nm.Dimension, nm.ID, nm.Name, nm.ShortName, nm.EventTime.UTC()
+		}
+		if _, err := tx.Exec(ctx, upsertNamesSQL, pipeline, dims, ids, ns, shorts, ats); err != nil {
+			return err
+		}
+		names = names[n:]
 	}
-	n := len(names)
-	dims, ids, ns, shorts, ats := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
-	for i, nm := range names {
-		dims[i], ids[i], ns[i], shorts[i], ats[i] = nm.Dimension, nm.ID, nm.Name, nm.ShortName, nm.EventTime.UTC()
-	}
-	_, err := tx.Exec(ctx, upsertNamesSQL, pipeline, dims, ids, ns, shorts, ats)
-	return err
+	return nil
 }
 
 // writeNames writes a commit's names inside a savepoint. When PostgreSQL

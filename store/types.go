@@ -65,6 +65,11 @@ type Batch struct {
 	Pipeline string
 	Epoch    int64           // the fencing epoch of the claim of Positions' partitions
 	Windows  []aggregate.Row // finalized windows: replace, never add
+	// Closed, when it holds windows, is written like Windows (a batch has
+	// one or the other): the finalized windows, whose rows the commit
+	// builds one at a time as its COPY sends them (aggregate.RowCursor), so
+	// that a window of many keys is never held twice, as Stats and as rows.
+	Closed aggregate.ClosedSet
 	// Vehicles and Trips: the newest row per key, plus, for keys whose
 	// rows PostgreSQL refused before, older versions (the newest is written;
 	// RejectedError's search meets the others when it refuses that one).
@@ -84,6 +89,10 @@ type Batch struct {
 	Split    *Split
 	Partials []aggregate.PartialWindow // the windows Watermark finalized, per source partition
 }
+
+// WindowRows returns the number of delay_aggregates rows b writes (of
+// Windows or Closed).
+func (b *Batch) WindowRows() int { return len(b.Windows) + b.Closed.Len() }
 
 // Split is what a commit of a split pipeline needs besides its rows
 // (DESIGN.md "Pipelines, instances and partitions", Split windows).

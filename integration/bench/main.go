@@ -84,6 +84,9 @@ type options struct {
 	split         bool
 	elt           bool
 	load          loadRule
+	burstKeys     []int // --burst-keys: the burst measurement instead of the phases (burst.go)
+	burstAround   int
+	burstNames    bool
 }
 
 func main() {
@@ -112,6 +115,18 @@ func main() {
 	})
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
 	flag.BoolVar(&o.elt, "elt", true, "also run (e): the ELT peer (COPY into a raw table, then one INSERT ... SELECT ... GROUP BY)")
+	flag.Func("burst-keys", "comma-separated key counts N: instead of the phases, measure peak RSS of `ovstream run --drain` when ONE window holds N new station ids, each on fresh data (burst.go)", func(v string) error {
+		for _, s := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || k <= 0 {
+				return fmt.Errorf("want positive integers, e.g. 100000,400000")
+			}
+			o.burstKeys = append(o.burstKeys, k)
+		}
+		return nil
+	})
+	flag.IntVar(&o.burstAround, "burst-around", 200_000, "with --burst-keys: archive predictions around the burst")
+	flag.BoolVar(&o.burstNames, "burst-names", true, "with --burst-keys: the new stations have stop names")
 	flag.IntVar(&o.trials, "trials", 3, "trials of the phases on the data produced once; every trial's figures and the medians are printed")
 	flag.IntVar(&o.trials, "repeat", 3, "the same as --trials")
 	flag.Float64Var(&o.load.max, "max-load", 1.5, "a timed phase starts only at a 1-minute load average up to this (0: no rule)")
@@ -162,10 +177,6 @@ func run(o options) error {
 	logf("archive: %d files, %d predictions, %d synthesized positions per 48 h copy (%v)",
 		d.files, len(d.predictions), len(d.positions), time.Since(t0).Round(time.Millisecond))
 
-	allocs := "n/a"
-	if o.goBench {
-		allocs = hotPathAllocs()
-	}
 	var logTo io.Writer
 	if o.logFile != "" {
 		f, err := os.OpenFile(o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -174,6 +185,13 @@ func run(o options) error {
 		}
 		defer f.Close()
 		logTo = f
+	}
+	if len(o.burstKeys) > 0 {
+		return runBursts(ctx, o, d, logTo)
+	}
+	allocs := "n/a"
+	if o.goBench {
+		allocs = hotPathAllocs()
 	}
 
 	sizes := []int{o.predictions}
@@ -268,7 +286,7 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 
 	g := newGenerator(d, n, predTopic, posTopic)
 	t0 := time.Now()
-	counts, err := produceAll(ctx, b.addr, g)
+	counts, err := produceAll(ctx, b.addr, g.next)
 	if err != nil {
 		return nil, fmt.Errorf("produce: %w", err)
 	}

@@ -73,16 +73,16 @@ func (b *broker) stop() {
 	}
 }
 
-// produceAll produces every message of g: sarama AsyncProducer, idempotent,
-// acks=all, lz4, batches of up to 1 MiB.
-func produceAll(ctx context.Context, addr string, g *generator) (produce.Counts, error) {
+// produceAll produces every message next yields: sarama AsyncProducer,
+// idempotent, acks=all, lz4, batches of up to 1 MiB.
+func produceAll(ctx context.Context, addr string, next func() (produce.Message, bool)) (produce.Counts, error) {
 	sc := produce.NewSaramaConfig("ovstream-bench")
 	sc.Producer.Compression = sarama.CompressionLZ4
 	sc.Producer.Flush.Bytes = 1 << 20
 	sc.Producer.Flush.Frequency = 20 * time.Millisecond
 	sc.Producer.MaxMessageBytes = 4 << 20
 	sc.ChannelBufferSize = 8192
-	return produce.Send(ctx, produce.Config{Brokers: []string{addr}, Sarama: sc}, g.next)
+	return produce.Send(ctx, produce.Config{Brokers: []string{addr}, Sarama: sc}, next)
 }
 
 // readFetchBytes, when > 0, is T_read's Consumer.Fetch.Default (--read-fetch).
