@@ -105,6 +105,10 @@ type partialReader struct {
 
 var errPartialData = fmt.Errorf("aggregate: corrupt partial window")
 
+// minPartialRowBytes is the size of the shortest row of a PartialWindow's
+// Data: dimension, empty id, several operators, one delay and its count.
+const minPartialRowBytes = 1 + 4 + 4 + 4 + 16
+
 // next reads the next row; false at the end. A row that breaks the format
 // (see PartialWindow) is an error wrapping errPartialData.
 func (r *partialReader) next() (bool, error) {
@@ -194,7 +198,9 @@ func MergePartialWindows(ws []PartialWindow) ([]Row, error) {
 	})
 	n := 0
 	for _, w := range ws {
-		n += w.Rows
+		// Sized from the rows Data can hold: an announced count (row_count,
+		// a column anyone can edit) never sizes an allocation.
+		n += max(0, min(w.Rows, len(w.Data)/minPartialRowBytes))
 	}
 	m := merger{rows: make([]Row, 0, n), slab: distSlab{chunk: min(max(2*n, 256), 1<<16)}}
 	for i := 0; i < len(ws); {

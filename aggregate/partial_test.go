@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -289,4 +290,22 @@ func FuzzPartialWindowData(f *testing.F) {
 			t.Fatalf("accepted %x, which encodes as %x", data, again)
 		}
 	})
+}
+
+// A partial window whose row_count was edited by hand (or corrupted) to far
+// more rows than its Data can hold is an error naming the partition, never
+// an allocation of that many rows: before, MergePartialWindows sized its
+// output from the announced counts, and a row_count of 2^31-1 made the
+// process die with "fatal error: runtime: out of memory".
+func TestMergePartialWindowsRowCountBeyondData(t *testing.T) {
+	data := appendPartialRow(nil, dimLine, "L1", "AT", []valueCount{{12, 3}})
+	for _, rows := range []int{math.MaxInt32, 2} {
+		ws := []PartialWindow{
+			{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Partition: 0, Rows: rows, Data: data},
+			{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Partition: 1, Rows: rows, Data: data},
+		}
+		if _, err := MergePartialWindows(ws); err == nil || !errors.Is(err, errPartialData) {
+			t.Fatalf("row_count %d over 1 row of data: %v, want a corrupt partial window error", rows, err)
+		}
+	}
 }
