@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // PartialWindow is the partial aggregate of ONE window over the events of ONE
@@ -130,6 +131,9 @@ func (r *partialReader) next() (bool, error) {
 	if r.operator, ok = r.field(); !ok || r.operator != nil && len(r.operator) == 0 {
 		return fail("operator")
 	}
+	if !text(r.id) || !text(r.operator) {
+		return fail("dimension id or operator not UTF-8 text without NUL")
+	}
 	if len(r.data) < 4 {
 		return fail("truncated")
 	}
@@ -172,6 +176,10 @@ func (r *partialReader) field() ([]byte, bool) {
 	r.data = r.data[n:]
 	return f, true
 }
+
+// text tells whether b is what PostgreSQL text holds: UTF-8 without NUL
+// (decoding admits no other id or operator).
+func text(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }
 
 // cmpKey orders rows by (dimension, id).
 func (r *partialReader) cmpKey(o *partialReader) int {
