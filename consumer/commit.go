@@ -129,6 +129,11 @@ func (l *loop) finishCommit(res commitResult) error {
 			return errResync
 		case l.mergedPast(err):
 			return errResync
+		case errors.Is(err, store.ErrNotSoleOwner):
+			fail(FailNotSoleOwner).Inc()
+			cfg.Logger.Warn("another instance owns a partition of the pipeline: re-reading stored positions and starting again as a split instance",
+				"err", err)
+			return errResync
 		case !store.Retryable(err):
 			fail(FailTerminal).Inc()
 			return fmt.Errorf("consumer: commit: %w", err)

@@ -48,6 +48,10 @@ const (
 	// FailMergedPast: the split pipeline merged a window this instance still
 	// held events of (they came on an idle partition): positions re-read.
 	FailMergedPast = "merged_past"
+	// FailNotSoleOwner: a commit of final rows found another instance owning
+	// a partition of the pipeline (one was added): it starts again as a
+	// split instance.
+	FailNotSoleOwner = "not_sole_owner"
 )
 
 // NewMetrics creates the series and registers them with reg (nil = do not register).

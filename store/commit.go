@@ -96,6 +96,11 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	if err := fence(ctx, tx, b.Pipeline, b.Epoch, parts); err != nil {
 		return fmt.Errorf("fencing: %w", err)
 	}
+	if b.Split == nil {
+		if err := finalOnly(ctx, tx, b.Pipeline, b.Watermark, parts); err != nil {
+			return err
+		}
+	}
 
 	if err := upsertWindows(ctx, tx, b.Pipeline, b.Windows); err != nil {
 		return fmt.Errorf("upsert windows: %w", err)
