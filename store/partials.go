@@ -407,7 +407,7 @@ func uniqueTopics(parts []aggregate.PartitionID) []string {
 type MergeLag struct {
 	Pending     int       // windows with partials waiting for the merge
 	Oldest      time.Time // window_start of the oldest of them, UTC; zero if none
-	MergedUntil time.Time // pipelines.merged_until, UTC; zero if nothing was merged yet
+	MergedUntil time.Time // pipelines.merged_until, UTC: the end of the last window final for the whole pipeline (merged, or written final by an instance owning every partition); zero if none yet
 	// Holding lists the partitions that hold the merge at the lowest stored
 	// watermark (or with none), "topic/N"; empty when nothing is pending.
 	Holding []string

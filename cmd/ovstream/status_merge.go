@@ -14,7 +14,7 @@ import (
 type MergeStatus struct {
 	PendingWindows int        `json:"pending_windows"`   // windows with partials waiting for every partition to pass them
 	OldestPending  *time.Time `json:"oldest_pending"`    // window_start of the oldest of them
-	MergedUntil    *time.Time `json:"merged_until"`      // end of the last window merged from partials
+	MergedUntil    *time.Time `json:"merged_until"`      // end of the last window final for the whole pipeline (merged from partials, or written by an instance owning every partition)
 	Holding        []string   `json:"holding,omitempty"` // partitions holding the merge (lowest stored watermark, or none)
 }
 
