@@ -219,6 +219,39 @@ func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
 	sameAggregates(t, g.url, append(want, g.plain.Closed(g.w2)[len(want):]...))
 }
 
+// The instance that holds the merge frontier (its watermark is the lowest)
+// leaves the merge, when it may (Holding), to a live instance past it, whose
+// next commit merges exactly; with Holding unset it merges itself.
+func TestStoreSplitMergeLeftByTheSlowest(t *testing.T) {
+	g := newSplitStoreRig(t)
+	w3 := g.w2.Add(5 * time.Minute)
+	holding := func(b store.Batch) store.Batch {
+		b.Split.Holding = true
+		return b
+	}
+	if err := g.sb.Heartbeat(testCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.tb}, true); err != nil {
+		t.Fatal(err) // B is alive; A never sends one
+	}
+	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
+	if m := g.commit(g.sb, g.batch(g.eb, g.tb, w3, false)); m.Windows != 1 || !m.Frontier.Equal(g.w1) {
+		t.Fatalf("B past both windows, A past the first: %+v", m)
+	}
+	g.parts[0].Drop(g.w1)
+	g.parts[1].Drop(w3)
+	// A, at the frontier (w2) with B past it: leaves the merge.
+	if m := g.commit(g.sa, holding(g.batch(g.ea, g.ta, g.w2, false))); !m.Skipped || m.Windows != 0 || m.Pending != 1 ||
+		!m.Frontier.Equal(g.w2) {
+		t.Fatalf("A at the frontier, B past it: %+v", m)
+	}
+	g.parts[0].Drop(g.w2)
+	// B's next commit (nothing new) merges the second window.
+	if m := g.commit(g.sb, holding(g.batch(g.eb, g.tb, w3, false))); m.Skipped || m.Windows != 1 || !m.Until.Equal(g.w2) ||
+		m.Pending != 0 {
+		t.Fatalf("B's next commit: %+v", m)
+	}
+	sameAggregates(t, g.url, g.plain.Closed(g.w2))
+}
+
 // A merge of several windows in one commit, taken and written a chunk of
 // whole windows at a time (store.MergeChunkRows), writes the rows one
 // Windower fed every event gives, for every window.

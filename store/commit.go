@@ -132,7 +132,8 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 		return fmt.Errorf("update stream_positions: %w", err)
 	}
 	if b.Split != nil {
-		if err := mergeSplit(ctx, tx, b.Pipeline, b.Split, b.Split.Holding && !marksDrained(b), s.mergeChunkRows(), m); err != nil {
+		if err := mergeSplit(ctx, tx, b.Pipeline, b.Split, b.Split.Holding && !marksDrained(b), s.mergeChunkRows(),
+			b.Watermark, parts, m); err != nil {
 			return fmt.Errorf("merge: %w", err)
 		}
 	}

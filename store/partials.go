@@ -144,6 +144,10 @@ type frontier struct {
 	until      *time.Time // pipelines.merged_until before this commit
 	allDrained bool
 	at         *time.Time // the merge frontier; nil: nothing may be merged
+	// ahead: a partition of another live instance (heartbeat fresh) holds
+	// the merge at a watermark past this batch's: that instance commits
+	// again soon (every flush interval at least).
+	ahead bool
 }
 
 // mergeSplit is the merge step of a split commit, after its partials and
@@ -153,7 +157,15 @@ type frontier struct {
 // it: that merge cannot pass this batch's windows (every partition of the
 // batch holds it at its stored watermark, which this commit only raises),
 // and the next commit of either merges what this one made final.
-func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayLeave bool, chunkRows int64, m *Merged) error {
+//
+// A commit that may leave the merge also leaves it when its own partitions
+// hold the frontier (the batch's watermark is the lowest) while another live
+// instance is past it: that one's next commit merges. So the instance that
+// runs behind only reads and writes partials, and the merging falls to the
+// ones ahead, which flow control holds back (splitflow.go) and which have
+// the time.
+func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayLeave bool, chunkRows int64,
+	wm time.Time, parts []aggregate.PartitionID, m *Merged) error {
 	var f frontier
 	lock := `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`
 	if mayLeave {
@@ -174,11 +186,14 @@ func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayL
 		return fmt.Errorf("window ending %s, merged until %s: %w",
 			sp.FirstOpen.UTC().Format(time.RFC3339), f.until.UTC().Format(time.RFC3339), ErrMergedPast)
 	}
-	if err := readFrontier(ctx, tx, pipeline, sp, &f); err != nil {
+	if err := readFrontier(ctx, tx, pipeline, sp, wm, parts, &f); err != nil {
 		return err
 	}
 	if f.at != nil {
 		m.Frontier = f.at.UTC()
+	}
+	if mayLeave && f.ahead && f.at != nil && f.at.Equal(wm) {
+		m.Skipped = true
 	}
 	if m.Skipped {
 		return pendingWindows(ctx, tx, pipeline, f.until, m)
@@ -209,24 +224,30 @@ WHERE pipeline = $1 AND topic = ANY($2)`, pipeline, sp.Topics, f.at); err != nil
 // readFrontier fills f.at and f.allDrained from the pipeline's stored
 // positions (see the package comment). Read without the pipeline's lock (a
 // commit that left the merge) it is what the last committed positions say.
-func readFrontier(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, f *frontier) error {
+func readFrontier(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, wm time.Time, parts []aggregate.PartitionID,
+	f *frontier) error {
 	var allExcluded, heldByNull bool
 	var minHeld, maxAll *time.Time
+	topics, nums := partitionArrays(parts)
 	err := tx.QueryRow(ctx, `
 SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
        coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
-       min(watermark) FILTER (WHERE NOT excluded), max(watermark)
-FROM (SELECT d.drained OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
-             d.drained, watermark
+       min(watermark) FILTER (WHERE NOT excluded), max(watermark),
+       coalesce(bool_or(NOT excluded AND NOT mine AND alive AND watermark > $4), false)
+FROM (SELECT p.drained AND a.alive OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
+             p.drained AND a.alive AS drained, watermark, a.alive,
+             EXISTS (SELECT 1 FROM unnest($5::text[], $6::integer[]) AS u(topic, partition)
+                     WHERE u.topic = p.topic AND u.partition = p.partition) AS mine
       FROM stream_positions p
       -- A drained partition stops holding the merge only while the drain
       -- that marked it is alive (its instance heartbeat is fresh): one that
       -- stopped or died before the merge holds it again.
-      CROSS JOIN LATERAL (SELECT p.drained AND EXISTS (SELECT 1 FROM pipeline_instances i
+      CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM pipeline_instances i
           WHERE i.pipeline = p.pipeline AND i.owner = p.owner
-            AND i.heartbeat_at >= now() - $3::bigint * interval '1 microsecond')) AS d(drained)
+            AND i.heartbeat_at >= now() - $3::bigint * interval '1 microsecond')) AS a(alive)
       WHERE p.pipeline = $1 AND p.topic = ANY($2)) AS s`,
-		pipeline, sp.Topics, sp.IdleLease.Microseconds()).Scan(&allExcluded, &f.allDrained, &heldByNull, &minHeld, &maxAll)
+		pipeline, sp.Topics, sp.IdleLease.Microseconds(), wm, topics, nums).Scan(&allExcluded, &f.allDrained, &heldByNull,
+		&minHeld, &maxAll, &f.ahead)
 	if err != nil {
 		return fmt.Errorf("merge frontier: %w", err)
 	}
