@@ -167,16 +167,29 @@ type frontier struct {
 func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayLeave bool, chunkRows int64,
 	wm time.Time, parts []aggregate.PartitionID, m *Merged) error {
 	var f frontier
-	lock := `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`
+	leave := func() bool { return mayLeave && f.ahead && f.at != nil && f.at.Equal(wm) }
 	if mayLeave {
-		lock += ` SKIP LOCKED`
+		// Leaving it as the instance behind takes no lock: a commit that
+		// held the pipeline's row only to leave would make the others leave
+		// the merge too.
+		if err := readFrontier(ctx, tx, pipeline, sp, wm, parts, &f); err != nil {
+			return err
+		}
+		m.Skipped = leave()
 	}
-	err := tx.QueryRow(ctx, lock, pipeline).Scan(&f.until)
-	if mayLeave && errors.Is(err, pgx.ErrNoRows) {
+	var err error
+	if !m.Skipped {
+		lock := `SELECT merged_until FROM pipelines WHERE name = $1 FOR UPDATE`
+		if mayLeave {
+			lock += ` SKIP LOCKED`
+		}
+		err = tx.QueryRow(ctx, lock, pipeline).Scan(&f.until)
+		m.Skipped = mayLeave && errors.Is(err, pgx.ErrNoRows)
+	}
+	if m.Skipped {
 		// merged_until as committed: the merge in flight cannot pass this
 		// batch's windows, but one before may have, while a partition of
 		// this instance was idle.
-		m.Skipped = true
 		err = tx.QueryRow(ctx, `SELECT merged_until FROM pipelines WHERE name = $1`, pipeline).Scan(&f.until)
 	}
 	if err != nil {
@@ -186,14 +199,14 @@ func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayL
 		return fmt.Errorf("window ending %s, merged until %s: %w",
 			sp.FirstOpen.UTC().Format(time.RFC3339), f.until.UTC().Format(time.RFC3339), ErrMergedPast)
 	}
-	if err := readFrontier(ctx, tx, pipeline, sp, wm, parts, &f); err != nil {
-		return err
+	if !m.Skipped { // under the lock: what the commits before this one stored
+		if err := readFrontier(ctx, tx, pipeline, sp, wm, parts, &f); err != nil {
+			return err
+		}
+		m.Skipped = leave()
 	}
 	if f.at != nil {
 		m.Frontier = f.at.UTC()
-	}
-	if mayLeave && f.ahead && f.at != nil && f.at.Equal(wm) {
-		m.Skipped = true
 	}
 	if m.Skipped {
 		return pendingWindows(ctx, tx, pipeline, f.until, m)
