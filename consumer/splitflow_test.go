@@ -14,9 +14,13 @@ import (
 func TestSplitFlowHoldsBackAheadOfTheMerge(t *testing.T) {
 	cfg := Config{Window: 5 * time.Minute, AllowedLateness: 10 * time.Minute}
 	limit := aheadOfMerge(cfg)
-	if limit != time.Hour {
-		t.Fatalf("aheadOfMerge = %v, want 1h", limit)
+	if limit != 12*time.Hour {
+		t.Fatalf("aheadOfMerge = %v, want 12h", limit)
 	}
+	if long := aheadOfMerge(Config{Window: 2 * time.Hour, AllowedLateness: 2 * time.Hour}); long != 16*time.Hour {
+		t.Fatalf("aheadOfMerge with 2h windows and lateness = %v, want 16h", long)
+	}
+	h := func(f float64) time.Duration { return time.Duration(f * float64(limit)) } // a fraction of the limit
 	t0 := time.Date(2016, 5, 19, 0, 0, 0, 0, time.UTC)
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	var f splitFlow
@@ -29,18 +33,19 @@ func TestSplitFlowHoldsBackAheadOfTheMerge(t *testing.T) {
 			t.Fatalf("stored %v, frontier %v: held %v, want %v", wm.Sub(t0), frontier.Sub(t0), f.held, wantHeld)
 		}
 	}
-	step(t0.Add(2*time.Hour), time.Time{}, 0, false)                      // frontier unknown (a partition never committed)
-	step(t0.Add(2*time.Hour), t0, time.Second, true)                      // 2h ahead
-	step(t0.Add(2*time.Hour), t0.Add(59*time.Minute), time.Second, true)  // 61m ahead: still held (hysteresis)
-	step(t0.Add(2*time.Hour), t0.Add(90*time.Minute), time.Second, false) // 30m ahead: reads again
-	step(t0.Add(150*time.Minute), t0.Add(90*time.Minute), time.Second, false)
-	step(t0.Add(151*time.Minute), t0.Add(90*time.Minute), time.Second, true)
+	at := func(f float64) time.Time { return t0.Add(h(f)) }
+	step(at(2), time.Time{}, 0, false)         // frontier unknown (a partition never committed)
+	step(at(2), t0, time.Second, true)         // 2 limits ahead
+	step(at(2), at(1.2), time.Second, true)    // 0.8 limit ahead: still held (hysteresis)
+	step(at(2), at(1.6), time.Second, false)   // 0.4 limit ahead: reads again
+	step(at(2.5), at(1.6), time.Second, false) // 0.9
+	step(at(2.7), at(1.6), time.Second, true)  // 1.1
 	// The frontier does not move for frontierStall: a peer stopped; read on.
-	step(t0.Add(151*time.Minute), t0.Add(90*time.Minute), frontierStall-3*time.Second, true) // 29s since it moved
-	step(t0.Add(151*time.Minute), t0.Add(90*time.Minute), 2*time.Second, false)              // 31s
-	// It moves again: held again.
-	step(t0.Add(151*time.Minute), t0.Add(91*time.Minute), time.Second, false) // 60m: within the limit
-	step(t0.Add(200*time.Minute), t0.Add(92*time.Minute), time.Second, true)
+	step(at(2.7), at(1.6), frontierStall-3*time.Second, true) // 29s since it moved
+	step(at(2.7), at(1.6), 2*time.Second, false)              // 31s
+	// It moves again: held again past the limit.
+	step(at(2.7), at(1.7), time.Second, false) // exactly the limit
+	step(at(3), at(1.8), time.Second, true)
 	// The instance holding the frontier is never held.
-	step(t0.Add(300*time.Minute), t0.Add(300*time.Minute), time.Second, false)
+	step(at(4), at(4), time.Second, false)
 }
