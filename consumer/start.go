@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
@@ -62,6 +63,21 @@ func (l *loop) start(ctx context.Context) (err error) {
 	if l.epoch == 0 {
 		if err := l.claim(ctx, assigned); err != nil {
 			return err
+		}
+	} else if cfg.Partitions == nil {
+		// A resync keeps the claim: read only what it holds, not a
+		// partition added since and claimed by another instance.
+		var owned []aggregate.PartitionID
+		err := retry(ctx, cfg, "read the partitions this instance owns", func() (err error) {
+			owned, err = l.st.Owned(ctx, cfg.Pipeline, cfg.Owner, l.epoch)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
+		assigned = slices.DeleteFunc(assigned, func(tp aggregate.PartitionID) bool { return !slices.Contains(owned, tp) })
+		if len(assigned) == 0 {
+			return ErrFenced
 		}
 	}
 	var stored map[aggregate.PartitionID]store.Position

@@ -87,3 +87,28 @@ RETURNING s.topic, s.partition, s.next_offset IS NOT NULL`, pipeline, topics, nu
 	}
 	return out, nil
 }
+
+// Owned returns the partitions of pipeline that owner holds at epoch, in
+// (topic, partition) order: what an instance without --partitions claimed,
+// at start-up and since (added partitions), when it starts again without
+// claiming (a resync keeps its epoch).
+func (s *Store) Owned(ctx context.Context, pipeline, owner string, epoch int64) ([]aggregate.PartitionID, error) {
+	var parts []aggregate.PartitionID
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT topic, partition FROM stream_positions
+			WHERE pipeline = $1 AND owner = $2 AND epoch = $3 ORDER BY topic, partition`, pipeline, owner, epoch)
+		if err != nil {
+			return err
+		}
+		parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (aggregate.PartitionID, error) {
+			var p aggregate.PartitionID
+			err := r.Scan(&p.Topic, &p.Partition)
+			return p, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: partitions of %s in pipeline %q: %w", owner, pipeline, err)
+	}
+	return parts, nil
+}
