@@ -94,6 +94,7 @@ func appendPartialRow(b []byte, dim byte, id, operator string, vcs []valueCount)
 
 // partialReader reads the rows of one PartialWindow's Data in order.
 type partialReader struct {
+	part int32 // the source partition, for errors
 	data []byte
 	rows int // rows read
 
@@ -242,7 +243,7 @@ func (m *merger) window(ws []PartialWindow) error {
 	m.readers = m.readers[:0]
 	live := make([]*partialReader, 0, len(ws))
 	for _, w := range ws {
-		m.readers = append(m.readers, partialReader{data: w.Data})
+		m.readers = append(m.readers, partialReader{part: w.Partition, data: w.Data})
 	}
 	for i := range m.readers {
 		r := &m.readers[i]
@@ -287,7 +288,7 @@ func (m *merger) window(ws []PartialWindow) error {
 			}
 			ok, err := r.next()
 			if err != nil {
-				return fmt.Errorf("partition %d: %w", ws[r.index(m.readers)].Partition, err)
+				return fmt.Errorf("partition %d: %w", r.part, err)
 			}
 			if ok {
 				live[k] = r
@@ -315,14 +316,4 @@ func (m *merger) window(ws []PartialWindow) error {
 		}
 	}
 	return nil
-}
-
-// index returns r's position in rs.
-func (r *partialReader) index(rs []partialReader) int {
-	for i := range rs {
-		if &rs[i] == r {
-			return i
-		}
-	}
-	return -1
 }
