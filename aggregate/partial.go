@@ -191,13 +191,58 @@ func (r *partialReader) cmpKey(o *partialReader) int {
 }
 
 // MergePartialWindows returns the rows of the windows ws hold partials of:
-// per window, the partials of every source partition merged as Merge merges
-// them (bit for bit the rows one Windower fed every event gives), sorted by
-// (WindowStart, Dimension, DimensionID). ws may come in any order; two
-// partials of one window and partition are an error (their events would
-// count twice), as is a window whose partials disagree on its end, or Data
-// that breaks the format of PartialWindow.
+// per window, the partials of every source partition merged (bit for bit
+// the rows one Windower fed every event gives), sorted by (WindowStart,
+// Dimension, DimensionID). ws may come in any order; two partials of one
+// window and partition are an error (their events would count twice), as is
+// a window whose partials disagree on its end, or Data that breaks the
+// format of PartialWindow. It holds every row: a commit streams them with a
+// MergeCursor instead.
 func MergePartialWindows(ws []PartialWindow) ([]Row, error) {
+	c, err := NewMergeCursor(ws)
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, w := range c.ws {
+		// Sized from the rows Data can hold: an announced count (row_count,
+		// a column anyone can edit) never sizes an allocation.
+		n += max(0, min(w.Rows, len(w.Data)/minPartialRowBytes))
+	}
+	rows := make([]Row, 0, n)
+	slab := distSlab{chunk: min(max(2*n, 256), 1<<16)}
+	var row Row
+	for c.Next(&row) {
+		row.Values, row.Counts = slab.take(c.vcs)
+		rows = append(rows, row)
+	}
+	return rows, c.Err()
+}
+
+// MergeCursor yields the rows MergePartialWindows returns, in its order,
+// merging each one when it is asked for: a commit streams the merge of a
+// backlog of windows into its COPY while PostgreSQL writes the rows before
+// (a merged row is never held twice, and merging overlaps writing). It is
+// not safe for concurrent use.
+type MergeCursor struct {
+	ws      []PartialWindow // sorted by (WindowStart, Partition)
+	next    int             // the first partial of the next window
+	win     []PartialWindow // the window being merged, one partial per partition
+	readers []partialReader // of win
+	live    []*partialReader
+	vcs     []valueCount
+	values  []float64
+	counts  []int64
+	rows    int // rows yielded
+	err     error
+}
+
+// NewMergeCursor returns a cursor at the first merged row of ws (see
+// MergePartialWindows); ws are not modified and must not be until the cursor
+// is done. Two partials of one window and partition, or partials of one
+// window with different ends, are an error here; Data that breaks the
+// format is one at the row that reads it (Err).
+func NewMergeCursor(ws []PartialWindow) (*MergeCursor, error) {
 	ws = slices.Clone(ws)
 	slices.SortFunc(ws, func(a, b PartialWindow) int {
 		if c := a.WindowStart.Compare(b.WindowStart); c != 0 {
@@ -205,115 +250,151 @@ func MergePartialWindows(ws []PartialWindow) ([]Row, error) {
 		}
 		return int(a.Partition) - int(b.Partition)
 	})
-	n := 0
-	for _, w := range ws {
-		// Sized from the rows Data can hold: an announced count (row_count,
-		// a column anyone can edit) never sizes an allocation.
-		n += max(0, min(w.Rows, len(w.Data)/minPartialRowBytes))
-	}
-	m := merger{rows: make([]Row, 0, n), slab: distSlab{chunk: min(max(2*n, 256), 1<<16)}}
-	for i := 0; i < len(ws); {
-		j := i + 1
-		for j < len(ws) && ws[j].WindowStart.Equal(ws[i].WindowStart) {
-			if ws[j].Partition == ws[j-1].Partition || !ws[j].WindowEnd.Equal(ws[i].WindowEnd) {
-				return nil, fmt.Errorf("aggregate: partials of the window starting %s: partition %d twice or ends differ",
-					ws[i].WindowStart.UTC().Format(time.RFC3339), ws[j].Partition)
-			}
-			j++
+	for j := 1; j < len(ws); j++ {
+		if ws[j].WindowStart.Equal(ws[j-1].WindowStart) &&
+			(ws[j].Partition == ws[j-1].Partition || !ws[j].WindowEnd.Equal(ws[j-1].WindowEnd)) {
+			return nil, fmt.Errorf("aggregate: partials of the window starting %s: partition %d twice or ends differ",
+				ws[j].WindowStart.UTC().Format(time.RFC3339), ws[j].Partition)
 		}
-		if err := m.window(ws[i:j]); err != nil {
-			return nil, fmt.Errorf("window starting %s: %w", ws[i].WindowStart.UTC().Format(time.RFC3339), err)
-		}
-		i = j
 	}
-	return m.rows, nil
+	return &MergeCursor{ws: ws}, nil
 }
 
-// merger merges the partials of one window at a time into rows.
-type merger struct {
-	rows    []Row
-	slab    distSlab
-	readers []partialReader
-	vcs     []valueCount
+// Rows returns the number of rows yielded so far.
+func (c *MergeCursor) Rows() int { return c.rows }
+
+// Err returns the error that ended Next early, nil at a clean end.
+func (c *MergeCursor) Err() error { return c.err }
+
+// Next fills *row with the next merged row and reports whether there was
+// one; false at the end or at an error (Err). The row's Values and Counts
+// are the cursor's own and change at the next call: copy them to keep them.
+func (c *MergeCursor) Next(row *Row) bool {
+	if c.err != nil {
+		return false
+	}
+	for len(c.live) == 0 {
+		if err := c.endWindow(); err != nil {
+			c.err = err
+			return false
+		}
+		if c.next == len(c.ws) {
+			return false
+		}
+		if err := c.startWindow(); err != nil {
+			c.err = err
+			return false
+		}
+	}
+	if err := c.merge(row); err != nil {
+		c.err = fmt.Errorf("window starting %s: %w", c.win[0].WindowStart.UTC().Format(time.RFC3339), err)
+		return false
+	}
+	c.rows++
+	c.values, c.counts = c.values[:0], c.counts[:0]
+	for _, vc := range c.vcs {
+		c.values = append(c.values, vc.v)
+		c.counts = append(c.counts, vc.n)
+	}
+	row.Values, row.Counts = c.values, c.counts
+	return true
 }
 
-// window merges ws, the partials of one window (one per partition), by a
-// k-way merge of their rows sorted by key.
-func (m *merger) window(ws []PartialWindow) error {
-	m.readers = m.readers[:0]
-	live := make([]*partialReader, 0, len(ws))
-	for _, w := range ws {
-		m.readers = append(m.readers, partialReader{part: w.Partition, data: w.Data})
+// startWindow opens the readers of the next window's partials.
+func (c *MergeCursor) startWindow() error {
+	i, j := c.next, c.next+1
+	for j < len(c.ws) && c.ws[j].WindowStart.Equal(c.ws[i].WindowStart) {
+		j++
 	}
-	for i := range m.readers {
-		r := &m.readers[i]
+	c.win, c.next = c.ws[i:j], j
+	c.readers, c.live = c.readers[:0], c.live[:0]
+	for _, w := range c.win {
+		c.readers = append(c.readers, partialReader{part: w.Partition, data: w.Data})
+	}
+	for i := range c.readers {
+		r := &c.readers[i]
 		ok, err := r.next()
 		if err != nil {
-			return fmt.Errorf("partition %d: %w", ws[i].Partition, err)
+			return c.windowError(fmt.Errorf("partition %d: %w", r.part, err))
 		}
 		if !ok {
-			return fmt.Errorf("partition %d: %w: no rows", ws[i].Partition, errPartialData)
+			return c.windowError(fmt.Errorf("partition %d: %w: no rows", r.part, errPartialData))
 		}
-		live = append(live, r)
+		c.live = append(c.live, r)
 	}
-	start, end := ws[0].WindowStart.UTC(), ws[0].WindowEnd.UTC()
-	for len(live) > 0 {
-		least := live[0]
-		for _, r := range live[1:] {
-			if r.cmpKey(least) < 0 {
-				least = r
-			}
-		}
-		key := partialReader{dim: least.dim, id: least.id} // least moves on below
-		row := Row{WindowStart: start, WindowEnd: end, Dimension: dims[key.dim], DimensionID: string(key.id)}
-		m.vcs = m.vcs[:0]
-		var op []byte
-		several := false
-		k := 0
-		for _, r := range live {
-			if r.cmpKey(&key) != 0 {
-				live[k] = r
-				k++
-				continue
-			}
-			switch {
-			case len(m.vcs) == 0:
-				op, several = r.operator, r.operator == nil
-			case r.operator == nil || !bytes.Equal(op, r.operator):
-				several = true
-			}
-			for i := 0; i < len(r.values); i += 16 {
-				m.vcs = append(m.vcs, valueCount{math.Float64frombits(binary.BigEndian.Uint64(r.values[i:])),
-					int64(binary.BigEndian.Uint64(r.values[i+8:]))})
-			}
-			ok, err := r.next()
-			if err != nil {
-				return fmt.Errorf("partition %d: %w", r.part, err)
-			}
-			if ok {
-				live[k] = r
-				k++
-			}
-		}
-		live = live[:k]
-		if !several {
-			row.Operator = string(op)
-		}
-		vcs := mergeValues(m.vcs)
-		for _, vc := range vcs {
-			row.Count += vc.n
-		}
-		row.Min, row.Max = vcs[0].v, vcs[len(vcs)-1].v
-		row.Mean = exactSum(vcs, row.Count) / float64(row.Count)
-		row.P90 = sortedQuantile(vcs, row.Count, 0.9)
-		row.Values, row.Counts = m.slab.take(vcs)
-		m.rows = append(m.rows, row)
-	}
-	for i := range m.readers {
-		if m.readers[i].rows != ws[i].Rows {
-			return fmt.Errorf("partition %d: %w: %d rows, %d announced", ws[i].Partition, errPartialData,
-				m.readers[i].rows, ws[i].Rows)
+	return nil
+}
+
+// endWindow checks that every partial of the window just merged held the
+// rows it announced.
+func (c *MergeCursor) endWindow() error {
+	for i := range c.readers {
+		if r := &c.readers[i]; r.rows != c.win[i].Rows {
+			return c.windowError(fmt.Errorf("partition %d: %w: %d rows, %d announced", r.part, errPartialData,
+				r.rows, c.win[i].Rows))
 		}
 	}
+	c.readers = c.readers[:0]
+	return nil
+}
+
+func (c *MergeCursor) windowError(err error) error {
+	return fmt.Errorf("window starting %s: %w", c.win[0].WindowStart.UTC().Format(time.RFC3339), err)
+}
+
+// merge fills *row, but for Values and Counts (c.vcs), with the merge of
+// the least key of the live readers, a k-way merge of their rows sorted by
+// key, and moves those readers on.
+func (c *MergeCursor) merge(row *Row) error {
+	least := c.live[0]
+	for _, r := range c.live[1:] {
+		if r.cmpKey(least) < 0 {
+			least = r
+		}
+	}
+	key := partialReader{dim: least.dim, id: least.id} // least moves on below
+	*row = Row{WindowStart: c.win[0].WindowStart.UTC(), WindowEnd: c.win[0].WindowEnd.UTC(),
+		Dimension: dims[key.dim], DimensionID: string(key.id)}
+	c.vcs = c.vcs[:0]
+	var op []byte
+	several := false
+	k := 0
+	for _, r := range c.live {
+		if r.cmpKey(&key) != 0 {
+			c.live[k] = r
+			k++
+			continue
+		}
+		switch {
+		case len(c.vcs) == 0:
+			op, several = r.operator, r.operator == nil
+		case r.operator == nil || !bytes.Equal(op, r.operator):
+			several = true
+		}
+		for i := 0; i < len(r.values); i += 16 {
+			c.vcs = append(c.vcs, valueCount{math.Float64frombits(binary.BigEndian.Uint64(r.values[i:])),
+				int64(binary.BigEndian.Uint64(r.values[i+8:]))})
+		}
+		ok, err := r.next()
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", r.part, err)
+		}
+		if ok {
+			c.live[k] = r
+			k++
+		}
+	}
+	c.live = c.live[:k]
+	if !several {
+		row.Operator = string(op)
+	}
+	vcs := mergeValues(c.vcs)
+	c.vcs = vcs
+	for _, vc := range vcs {
+		row.Count += vc.n
+	}
+	row.Min, row.Max = vcs[0].v, vcs[len(vcs)-1].v
+	row.Mean = exactSum(vcs, row.Count) / float64(row.Count)
+	row.P90 = sortedQuantile(vcs, row.Count, 0.9)
 	return nil
 }

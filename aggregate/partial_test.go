@@ -309,3 +309,71 @@ func TestMergePartialWindowsRowCountBeyondData(t *testing.T) {
 		}
 	}
 }
+
+// A MergeCursor streams the rows of a backlog one at a time: the rows it
+// yields, each copied before the next call, equal those of one Windower fed
+// every event, bit for bit; a corrupt partial of a later window ends the
+// stream there with the corrupt-partial error, after the rows of the windows
+// before it, and the count of rows yielded says where.
+func TestMergeCursorStreamsThenStopsAtACorruptWindow(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	plain, split := NewWindower(5*time.Minute), NewPartitionedWindower(5*time.Minute)
+	for range 3000 {
+		p := pred([]string{"L1", "L2"}[r.IntN(2)], []string{"S1", "S2", "S3"}[r.IntN(3)], []string{"A", "B"}[r.IntN(2)],
+			float64(r.IntN(300)-50), t0.Add(time.Duration(r.IntN(1800))*time.Second))
+		plain.Add(p)
+		split.AddFrom(int32(r.IntN(3)), p)
+	}
+	wm := t0.Add(30 * time.Minute)
+	want := plain.Closed(wm)
+	partials := split.ClosedSet(wm).PartialWindows()
+	last := partials[len(partials)-1].WindowStart
+	before := 0 // rows of the windows before the last
+	for _, w := range want {
+		if w.WindowStart.Before(last) {
+			before++
+		}
+	}
+	if before == 0 || before == len(want) {
+		t.Fatalf("%d of %d rows before the last window: the test needs both", before, len(want))
+	}
+	for _, corrupt := range []bool{false, true} {
+		ws := slices.Clone(partials)
+		if corrupt {
+			w := &ws[len(ws)-1]
+			w.Data = slices.Clone(w.Data)
+			w.Data[0] = 9 // dimension out of range
+		}
+		c, err := NewMergeCursor(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Row
+		var row Row
+		for c.Next(&row) {
+			row.Values, row.Counts = slices.Clone(row.Values), slices.Clone(row.Counts)
+			got = append(got, row)
+		}
+		n := len(want)
+		if corrupt {
+			n = before
+			if !errors.Is(c.Err(), errPartialData) {
+				t.Fatalf("corrupt last window: err %v, want the corrupt-partial error", c.Err())
+			}
+		} else if c.Err() != nil {
+			t.Fatal(c.Err())
+		}
+		if len(got) != n || c.Rows() != n {
+			t.Fatalf("corrupt %v: %d rows yielded (Rows %d), want %d", corrupt, len(got), c.Rows(), n)
+		}
+		for i := range got {
+			if !sameBits(got[i], want[i]) || !got[i].WindowStart.Equal(want[i].WindowStart) ||
+				got[i].Dimension != want[i].Dimension || got[i].DimensionID != want[i].DimensionID {
+				t.Fatalf("corrupt %v: row %d: %+v, want %+v", corrupt, i, got[i], want[i])
+			}
+		}
+		if c.Next(&row) {
+			t.Fatal("Next after the end yielded a row")
+		}
+	}
+}

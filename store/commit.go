@@ -222,16 +222,16 @@ func appendRow(b []byte, pipeline string, r *aggregate.Row) []byte {
 	return appendInt8Array(b, r.Counts)
 }
 
-// appendClosed returns a tuple writer of the rows of c, built one at a time
-// in their order (aggregate.RowCursor): call it with i = 0, 1, ... in turn.
-func appendClosed(pipeline string, c aggregate.ClosedSet) func(b []byte, i int) []byte {
+// appendClosed returns the tuples of the rows of c, built one at a time in
+// their order (aggregate.RowCursor).
+func appendClosed(pipeline string, c aggregate.ClosedSet) tupleFunc {
 	cur := c.Cursor()
 	var r aggregate.Row
-	return func(b []byte, _ int) []byte {
+	return func(b []byte) ([]byte, bool, error) {
 		if !cur.Next(&r) {
-			panic("store: a closed set yielded fewer rows than its Len") // the set changed: a caller's bug
+			return b, false, nil
 		}
-		return appendRow(b, pipeline, &r)
+		return appendRow(b, pipeline, &r), true, nil
 	}
 }
 
@@ -245,27 +245,34 @@ func appendClosed(pipeline string, c aggregate.ClosedSet) func(b []byte, i int) 
 // rows go through a temporary table and INSERT ... ON CONFLICT DO UPDATE
 // (replace, never add). Both paths store the same rows.
 func upsertWindows(ctx context.Context, tx pgx.Tx, pipeline string, rows []aggregate.Row) error {
-	return copyWindows(ctx, tx, len(rows), func() func(b []byte, i int) []byte { return appendWindow(pipeline, rows) })
+	if len(rows) == 0 {
+		return nil
+	}
+	return copyWindows(ctx, tx, func() tupleFunc { return indexed(len(rows), appendWindow(pipeline, rows)) })
 }
 
 // upsertClosed is upsertWindows for the rows of c, built as the COPY sends
 // them (Batch.Closed).
 func upsertClosed(ctx context.Context, tx pgx.Tx, pipeline string, c aggregate.ClosedSet) error {
-	return copyWindows(ctx, tx, c.Len(), func() func(b []byte, i int) []byte { return appendClosed(pipeline, c) })
-}
-
-// copyWindows is upsertWindows for n rows, whose tuples tuples() writes
-// (called once per COPY: again for the second path).
-func copyWindows(ctx context.Context, tx pgx.Tx, n int, tuples func() func(b []byte, i int) []byte) error {
-	if n == 0 {
+	if c.Len() == 0 {
 		return nil
 	}
+	return copyWindows(ctx, tx, func() tupleFunc { return appendClosed(pipeline, c) })
+}
+
+// copyWindows is upsertWindows for the rows whose tuples tuples() writes
+// (called once per COPY: again for the second path). An error of the
+// tuples is returned as it is.
+func copyWindows(ctx context.Context, tx pgx.Tx, tuples func() tupleFunc) error {
 	sp, err := tx.Begin(ctx) // SAVEPOINT
 	if err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(n, tuples()),
-		"COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	bc := newBinaryCopy(tuples())
+	_, err = sp.Conn().PgConn().CopyFrom(ctx, bc, "COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	if bc.err != nil {
+		return bc.err
+	}
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
 			return fmt.Errorf("release savepoint: %w", err)
@@ -279,8 +286,11 @@ func copyWindows(ctx context.Context, tx pgx.Tx, n int, tuples func() func(b []b
 	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, newBinaryCopy(n, tuples()),
-		"COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	bc = newBinaryCopy(tuples())
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, bc, "COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
+	if bc.err != nil {
+		return bc.err
+	}
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}

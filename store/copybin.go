@@ -18,36 +18,59 @@ import (
 // big-endian two's complement; timestamptz = int64 microseconds since
 // 2000-01-01 00:00:00 UTC.
 type binaryCopy struct {
-	n     int                          // rows
-	row   func(b []byte, i int) []byte // appends the tuple of row i
-	next  int                          // next row to encode
-	buf   []byte                       // encoded, not yet read
-	off   int                          // read position in buf
-	ended bool                         // trailer written
+	next  tupleFunc
+	buf   []byte // encoded, not yet read
+	off   int    // read position in buf
+	ended bool   // trailer written
+	err   error  // next's error, which ended the COPY (CopyFail)
+}
+
+// tupleFunc appends the next tuple to b and reports whether there was one;
+// an error ends the COPY with it.
+type tupleFunc func(b []byte) ([]byte, bool, error)
+
+// indexed is the tupleFunc of rows 0..n-1, appended by row.
+func indexed(n int, row func(b []byte, i int) []byte) tupleFunc {
+	i := 0
+	return func(b []byte) ([]byte, bool, error) {
+		if i == n {
+			return b, false, nil
+		}
+		b = row(b, i)
+		i++
+		return b, true, nil
+	}
 }
 
 var copyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
 
-func newBinaryCopy(n int, row func(b []byte, i int) []byte) *binaryCopy {
-	c := &binaryCopy{n: n, row: row, buf: make([]byte, 0, 64<<10)}
+func newBinaryCopy(next tupleFunc) *binaryCopy {
+	c := &binaryCopy{next: next, buf: make([]byte, 0, 64<<10)}
 	c.buf = append(c.buf, copyHeader...)
 	return c
 }
 
-// Read implements io.Reader.
+// Read implements io.Reader. An error of next is returned (pgconn then
+// sends CopyFail and the server's answer is what CopyFrom returns: the
+// caller reads c.err).
 func (c *binaryCopy) Read(p []byte) (int, error) {
 	if c.off == len(c.buf) {
 		if c.ended {
 			return 0, io.EOF
 		}
 		c.buf, c.off = c.buf[:0], 0
-		for c.next < c.n && len(c.buf) < 48<<10 {
-			c.buf = c.row(c.buf, c.next)
-			c.next++
-		}
-		if c.next == c.n {
-			c.buf = binary.BigEndian.AppendUint16(c.buf, 0xffff) // trailer: -1
-			c.ended = true
+		for len(c.buf) < 48<<10 {
+			b, ok, err := c.next(c.buf)
+			if err != nil {
+				c.err = err
+				return 0, err
+			}
+			c.buf = b
+			if !ok {
+				c.buf = binary.BigEndian.AppendUint16(c.buf, 0xffff) // trailer: -1
+				c.ended = true
+				break
+			}
 		}
 	}
 	n := copy(p, c.buf[c.off:])

@@ -104,7 +104,7 @@ func writePartials(ctx context.Context, tx pgx.Tx, pipeline, topic string, ws []
 		return nil
 	}
 	copyIn := func(conn *pgconn.PgConn) error {
-		_, err := conn.CopyFrom(ctx, newBinaryCopy(len(ws), appendPartialWindow(pipeline, topic, ws)),
+		_, err := conn.CopyFrom(ctx, newBinaryCopy(indexed(len(ws), appendPartialWindow(pipeline, topic, ws))),
 			"COPY delay_partial_windows ("+partialColumns+") FROM STDIN (FORMAT binary)")
 		return err
 	}
@@ -347,19 +347,37 @@ RETURNING window_start, window_end, partition, row_count, rows`, pipeline, first
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}
-	merged, err := aggregate.MergePartialWindows(ws)
+	if len(ws) == 0 {
+		return nil
+	}
+	// The merged rows stream into the COPY (aggregate.MergeCursor): merging
+	// overlaps PostgreSQL's writing, and a chunk's rows are never all held.
+	cur, err := aggregate.NewMergeCursor(ws)
 	if err != nil {
 		return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
 	}
-	for i := range merged {
-		if i == 0 || !merged[i].WindowStart.Equal(merged[i-1].WindowStart) {
+	err = copyWindows(ctx, tx, func() tupleFunc {
+		cur, _ = aggregate.NewMergeCursor(ws) // a fresh one per COPY: the second path sends the rows again
+		var r aggregate.Row
+		return func(b []byte) ([]byte, bool, error) {
+			if !cur.Next(&r) {
+				return b, false, cur.Err()
+			}
+			return appendRow(b, pipeline, &r), true, nil
+		}
+	})
+	if err != nil {
+		if cur.Err() != nil {
+			return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
+		}
+		return fmt.Errorf("write merged windows: %w", err)
+	}
+	for i := range ws {
+		if i == 0 || !ws[i].WindowStart.Equal(ws[i-1].WindowStart) {
 			m.Windows++
 		}
 	}
-	if err := upsertWindows(ctx, tx, pipeline, merged); err != nil {
-		return fmt.Errorf("write merged windows: %w", err)
-	}
-	m.Rows += len(merged)
+	m.Rows += cur.Rows()
 	return nil
 }
 
