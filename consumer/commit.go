@@ -76,7 +76,7 @@ func (l *loop) takeBatch() *pendingCommit {
 	p := &pendingCommit{wm: wm, set: l.win.ClosedSet(wm), records: l.consumed}
 	// The names changed since the last batch: a failed commit is retried
 	// with them, so they stay until they are written (aggregate.Names).
-	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm,
+	p.batch = store.Batch{Pipeline: l.cfg.Pipeline, Owner: l.cfg.Owner, Epoch: l.epoch, DeadLetters: l.dead, Watermark: wm,
 		Names: l.names.Take()}
 	p.batch.Trips, p.batch.Vehicles = l.trips.rows, l.vehicles.rows
 	l.olderVersions(&p.batch)

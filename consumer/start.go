@@ -139,7 +139,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 			cfg.Logger.Warn("stored offset out of range: resuming", "partition", tp.String(),
 				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
 			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from}
-			if err := l.st.ResetPosition(ctx, cfg.Pipeline, l.epoch, reset); err != nil {
+			if err := l.st.ResetPosition(ctx, cfg.Pipeline, cfg.Owner, l.epoch, reset); err != nil {
 				return err
 			}
 			l.stored[tp] = reset

@@ -181,7 +181,7 @@ func (l *loop) checkTopics(ctx context.Context, assigned []aggregate.PartitionID
 		return nil
 	}
 	return retry(ctx, cfg, "record topic IDs", func() error {
-		return l.st.SetTopicIDs(ctx, cfg.Pipeline, l.epoch, set, resets)
+		return l.st.SetTopicIDs(ctx, cfg.Pipeline, cfg.Owner, l.epoch, set, resets)
 	})
 }
 

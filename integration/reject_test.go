@@ -264,7 +264,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 		row(aggregate.DimStation, "S3", 1, 1, 1, 1, 1), row(aggregate.DimLine, "L1", 3, 1, 1, 1, 1)}
 	trips := []store.Trip{trip("T1", 500, 0), trip("T1", 50, 1), trip("T1", 120, 2), trip("T1", 150, 3), trip("T2", 10, 4)}
 	vehicles := []store.Vehicle{vehicle("v1", "T1", 10), vehicle("vx", "", 12)}
-	b := store.Batch{Pipeline: "p", Epoch: epoch, Windows: windows, Trips: trips, Vehicles: vehicles,
+	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: windows, Trips: trips, Vehicles: vehicles,
 		DeadLetters: []store.DeadLetter{{Topic: "t", Offset: 5, Reason: store.ReasonDecode, Error: "x"}}, Positions: at0(13)}
 
 	err := s.Commit(ctx, b)
@@ -311,7 +311,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 	}
 
 	// Only a deferred foreign key, at COMMIT: no row is refused alone.
-	only := store.Batch{Pipeline: "p", Epoch: epoch, Vehicles: []store.Vehicle{vehicle("v2", "NOPE", 11)}, Positions: at0(13)}
+	only := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Vehicles: []store.Vehicle{vehicle("v2", "NOPE", 11)}, Positions: at0(13)}
 	err = s.Commit(ctx, only)
 	if err == nil || errors.As(err, &rej) || store.Retryable(err) || !strings.Contains(err.Error(), "known_trip") {
 		t.Fatalf("commit refused at COMMIT by a deferred constraint = %v, want the terminal refusal itself", err)
@@ -329,7 +329,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 	}
 
 	// A dead letter refused: no row of the batch is, so nothing to reject: terminal.
-	boom := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimNetwork, "all", 1, 1, 1, 1, 1)},
+	boom := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimNetwork, "all", 1, 1, 1, 1, 1)},
 		DeadLetters: []store.DeadLetter{{Topic: "t", Offset: 20, Reason: store.ReasonDecode, Error: "boom"}}, Positions: at0(21)}
 	err = s.Commit(ctx, boom)
 	if err == nil || errors.As(err, &rej) || store.Retryable(err) || !strings.Contains(err.Error(), "no_boom") {

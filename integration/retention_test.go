@@ -277,12 +277,12 @@ func TestStoreCommitAfterPartitionDropped(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
 	w := row(aggregate.DimLine, "L1", 2, 5, 9, 1, 9)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{w}, Positions: at0(1)}); err != nil {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w}, Positions: at0(1)}); err != nil {
 		t.Fatal(err)
 	}
 	execSQL(t, url, `DROP TABLE delay_aggregates_20260301`)
 	w2 := row(aggregate.DimLine, "L2", 3, 6, 9, 2, 9)
-	b := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{w2}, Positions: at0(2)}
+	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w2}, Positions: at0(2)}
 	err := s.Commit(ctx, b)
 	var rej *store.RejectedError
 	if err == nil || !store.Retryable(err) || store.Refused(err) || errors.As(err, &rej) {

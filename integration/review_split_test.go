@@ -203,6 +203,7 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 	plain := aggregate.NewWindower(w)
 	type inst struct {
 		st    *store.Store
+		owner string
 		epoch int64
 		tp    aggregate.PartitionID
 		win   *aggregate.Windower
@@ -216,11 +217,12 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 		t.Cleanup(func() { s.Close(context.Background()) })
 		s.MergeChunkRows = 1
 		tp := aggregate.PartitionID{Topic: "t", Partition: p}
-		c, err := s.Claim(ctx, "p", fmt.Sprintf("i%d", p), []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
+		owner := fmt.Sprintf("i%d", p)
+		c, err := s.Claim(ctx, "p", owner, []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		is = append(is, &inst{s, c.Epoch, tp, aggregate.NewPartitionedWindower(w)})
+		is = append(is, &inst{s, owner, c.Epoch, tp, aggregate.NewPartitionedWindower(w)})
 	}
 	all := make([]aggregate.PartitionID, n)
 	for i := range is {
@@ -238,7 +240,7 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 		is[part].win.AddFrom(part, p)
 	}
 	commit := func(in *inst, wm time.Time, holding bool) (store.Merged, error) {
-		b := store.Batch{Pipeline: "p", Epoch: in.epoch, Watermark: wm, Partials: in.win.ClosedSet(wm).PartialWindows(),
+		b := store.Batch{Pipeline: "p", Owner: in.owner, Epoch: in.epoch, Watermark: wm, Partials: in.win.ClosedSet(wm).PartialWindows(),
 			Positions: []store.Position{{PartitionID: in.tp, NextOffset: 1, ConsumedOffset: 1}},
 			Split: &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: in.win.FirstEnd(),
 				IdleLease: time.Minute, Holding: holding}}

@@ -33,6 +33,9 @@ type splitStoreRig struct {
 	partials func() int
 }
 
+// splitOwner is the owner that claims partition part of topic t in newSplitStoreRig.
+func splitOwner(part int32) string { return fmt.Sprintf("instance-%d", part) }
+
 func newSplitStoreRig(t *testing.T) *splitStoreRig {
 	ctx := testCtx(t)
 	url := freshDB(t)
@@ -43,7 +46,7 @@ func newSplitStoreRig(t *testing.T) *splitStoreRig {
 		}
 		t.Cleanup(func() { s.Close(context.Background()) })
 		tp := aggregate.PartitionID{Topic: "t", Partition: part}
-		c, err := s.Claim(ctx, "p", fmt.Sprintf("instance-%d", part), []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
+		c, err := s.Claim(ctx, "p", splitOwner(part), []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +71,7 @@ func newSplitStoreRig(t *testing.T) *splitStoreRig {
 	}
 	g.batch = func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch {
 		win := g.parts[tp.Partition]
-		return store.Batch{Pipeline: "p", Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).PartialWindows(),
+		return store.Batch{Pipeline: "p", Owner: splitOwner(tp.Partition), Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).PartialWindows(),
 			Positions: []store.Position{{PartitionID: tp, NextOffset: 10, ConsumedOffset: 10, Idle: idle}},
 			Split:     &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: win.FirstEnd(), IdleLease: time.Minute}}
 	}

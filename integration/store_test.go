@@ -24,8 +24,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// tp0 is the partition openStore claims; at0 is a batch's position of it.
+// tp0 is the partition openStore claims, as owner0; at0 is a batch's position of it.
 var tp0 = aggregate.PartitionID{Topic: "t", Partition: 0}
+
+const owner0 = "test"
 
 func at0(next int64) []store.Position {
 	return []store.Position{{PartitionID: tp0, NextOffset: next, ConsumedOffset: next}}
@@ -41,7 +43,7 @@ func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	c, err := s.Claim(ctx, "p", "test", []aggregate.PartitionID{tp0}, store.ClaimOptions{Lease: time.Minute})
+	c, err := s.Claim(ctx, "p", owner0, []aggregate.PartitionID{tp0}, store.ClaimOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +181,7 @@ func TestMigrateErrorsHidePassword(t *testing.T) {
 func TestStoreCommitReplacesWindows(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
-	first := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
+	first := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
 		row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30),
 		row(aggregate.DimNetwork, aggregate.NetworkID, 5, 10, 20, 0, 30),
 	},
@@ -189,7 +191,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 	if err := s.Commit(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	second := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
+	second := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
 		row(aggregate.DimLine, "L1", 3, 7, 8, 1, 9),
 	},
 		Positions: at0(0),
@@ -224,7 +226,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 		t.Fatalf("distribution %s after the replay, want {0,30} {4,1}", d)
 	}
 	// Rounding a few ulps outside [min, max] is clamped, not rejected by the CHECK.
-	third := store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{
+	third := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
 		row(aggregate.DimStation, "S1", 3, (0.1+0.1+0.1)/3, 0.1, 0.1, 0.1),
 	},
 		Positions: at0(0),
@@ -237,7 +239,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 func TestStoreFencedWritesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, old := openStore(t)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: old, Watermark: t0, Positions: at0(0)}); err != nil {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: old, Watermark: t0, Positions: at0(0)}); err != nil {
 		t.Fatal(err)
 	}
 	other, err := store.Open(ctx, url)
@@ -252,6 +254,7 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 	}
 	err = s.Commit(ctx, store.Batch{
 		Pipeline:    "p",
+		Owner:       owner0,
 		Epoch:       old,
 		Windows:     []aggregate.Row{row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30)},
 		Vehicles:    []store.Vehicle{{Position: aggregate.Position{VehicleID: "v", EventTime: t0}}},
@@ -277,11 +280,11 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		t.Errorf("fenced commit moved the watermark to %v", wm)
 	}
 	// The new owner commits normally.
-	if err := other.Commit(ctx, store.Batch{Pipeline: "p", Epoch: newer, Positions: at0(0)}); err != nil {
+	if err := other.Commit(ctx, store.Batch{Pipeline: "p", Owner: "other", Epoch: newer, Positions: at0(0)}); err != nil {
 		t.Fatal(err)
 	}
 	// A pipeline never claimed is fenced too.
-	if err := s.Commit(ctx, store.Batch{Pipeline: "unclaimed", Epoch: 1, Positions: at0(0)}); !errors.Is(err, store.ErrFenced) {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "unclaimed", Owner: owner0, Epoch: 1, Positions: at0(0)}); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("commit to an unclaimed pipeline = %v", err)
 	}
 }
@@ -291,14 +294,14 @@ func TestStorePositionsNeverMoveBackwards(t *testing.T) {
 	s, _, _ := openStore(t)
 	a := aggregate.PartitionID{Topic: "arrival_predictions", Partition: 0}
 	b := aggregate.PartitionID{Topic: "vehicle_positions", Partition: 3}
-	c, err := s.Claim(ctx, "p", "test", []aggregate.PartitionID{a, b}, store.ClaimOptions{Lease: time.Minute})
+	c, err := s.Claim(ctx, "p", owner0, []aggregate.PartitionID{a, b}, store.ClaimOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	epoch := c.Epoch
 	commit := func(ps ...store.Position) {
 		t.Helper()
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Positions: ps}); err != nil {
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: ps}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -336,7 +339,7 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 	}
 	commit := func(v store.Vehicle, tr store.Trip) {
 		t.Helper()
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: at0(0)}); err != nil {
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: at0(0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -362,7 +365,7 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 		t.Errorf("lat = %v, want 5", lat)
 	}
 	// Several rows for one key in one batch: the newest wins, no 21000 error.
-	err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch,
+	err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
 		Vehicles:  []store.Vehicle{veh(31, t0.Add(time.Hour), 7), veh(30, t0.Add(time.Hour), 6)},
 		Trips:     []store.Trip{trip(30, t0.Add(time.Hour), 6), trip(31, t0.Add(time.Hour), 7)},
 		Positions: at0(0),
@@ -388,7 +391,7 @@ func TestStoreDeadLetterBytes(t *testing.T) {
 		Reason: store.ReasonDecode, Error: "not a JSON object"}
 	noKey := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 42, Value: []byte{}, Reason: store.ReasonLate, Error: "late"}
 	for range 2 {
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: at0(0)}); err != nil {
+		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: at0(0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -422,7 +425,7 @@ func TestStoreSeedWatermark(t *testing.T) {
 	}
 	commit := func(b store.Batch) {
 		t.Helper()
-		b.Pipeline, b.Epoch = "p", epoch
+		b.Pipeline, b.Owner, b.Epoch = "p", owner0, epoch
 		if err := s.Commit(ctx, b); err != nil {
 			t.Fatal(err)
 		}
@@ -448,7 +451,7 @@ func TestStoreSeedWatermark(t *testing.T) {
 func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
-	bad := store.Batch{Pipeline: "p", Epoch: epoch,
+	bad := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
 		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 0, 1, 1, 1, 1)},
 		Positions: at0(3)}
 	err := s.Commit(ctx, bad)
@@ -465,7 +468,7 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 		t.Errorf("failed commit stored %d positions", n)
 	}
 	// The store reconnects and goes on.
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: at0(0)}); err != nil {
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: at0(0)}); err != nil {
 		t.Fatalf("commit after a failed one: %v", err)
 	}
 }
@@ -476,14 +479,14 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 func TestStoreConnectionKilledMidCommit(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Epoch: epoch, Positions: at0(0)}); err != nil { // warm the connection
+	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0)}); err != nil { // warm the connection
 		t.Fatal(err)
 	}
 	kill := func() {
 		query[int64](t, url, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'ovstream' AND pid <> pg_backend_pid()`)
 	}
-	batch := store.Batch{Pipeline: "p", Epoch: epoch,
+	batch := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
 		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 2, 1, 1, 1, 1)},
 		Positions: at0(3)}
 	for _, hook := range []string{"AfterWindows", "BeforeCommit"} {

@@ -21,10 +21,11 @@ import (
 // (EnsurePartitions, partitions.go).
 //
 // b.Positions names the partitions the batch is fenced by (at least one): a
-// commit writes only while b.Epoch is the epoch of every one of them.
+// commit writes only while b.Owner holds every one of them at b.Epoch.
 //
-// Errors: ErrFenced (errors.Is) when b.Epoch is no longer the epoch of one
-// of b.Positions' partitions (another instance claimed it);
+// Errors: ErrFenced (errors.Is) when b.Owner no longer holds one of
+// b.Positions' partitions at b.Epoch (another instance claimed it, or it
+// never did);
 // *RejectedError (errors.As) when PostgreSQL refused rows for a value they
 // hold, naming them; *CommitError when the COMMIT statement failed;
 // otherwise the failing step, wrapped. After any error the connection is
@@ -46,7 +47,7 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 		what := fmt.Sprintf("store: commit %d windows, %d vehicles, %d trips, %d dead letters, %d partitions",
 			b.WindowRows(), len(b.Vehicles), len(b.Trips), len(b.DeadLetters), len(b.Positions))
 		if errors.Is(err, ErrFenced) {
-			return fmt.Errorf("%s: pipeline %q epoch %d: %w", what, b.Pipeline, b.Epoch, err)
+			return fmt.Errorf("%s: pipeline %q owner %q epoch %d: %w", what, b.Pipeline, b.Owner, b.Epoch, err)
 		}
 		err = fmt.Errorf("%s: %w", what, err)
 		if Refused(err) {
@@ -67,7 +68,7 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 		m = &Merged{}
 	}
 	if len(b.Positions) == 0 {
-		return errors.New("a batch is fenced by the epoch of its partitions: it needs at least one Position")
+		return errors.New("a batch is fenced by the owner and epoch of its partitions: it needs at least one Position")
 	}
 	conn, err := s.connection(ctx)
 	if err != nil {
@@ -93,7 +94,7 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	for i, p := range positions {
 		parts[i] = p.PartitionID
 	}
-	if err := fence(ctx, tx, b.Pipeline, b.Epoch, parts); err != nil {
+	if err := fence(ctx, tx, b.Pipeline, b.Owner, b.Epoch, parts); err != nil {
 		return fmt.Errorf("fencing: %w", err)
 	}
 	if b.Split == nil {

@@ -3,7 +3,7 @@
 //
 // The invariant (DESIGN.md "The commit"): the finalized windows, the
 // latest-state rows, the dead letters and the stream positions that produced
-// them are committed in ONE transaction, behind the fencing epoch. So a stored
+// them are committed in ONE transaction, behind the fencing owner and epoch. So a stored
 // position never points past a record whose rows are not stored, and a commit
 // either writes all of its batch or nothing.
 //
@@ -17,8 +17,8 @@
 //     committed; an older one replayed later does not overwrite it.
 //   - Dead letters are stored byte for byte (bytea), once per (topic, partition, offset).
 //   - Stored positions never move backwards (GREATEST), never by delete-then-insert.
-//   - A commit whose epoch is no longer its partitions' writes nothing and
-//     returns ErrFenced.
+//   - A commit whose owner no longer holds every one of its partitions at
+//     its epoch writes nothing and returns ErrFenced.
 //   - A claim takes a partition only when it is released, its owner's lease
 //     expired (heartbeat older than the lease, by the database's clock), or
 //     under takeover; else it returns *HeldError. It never blocks on a frozen

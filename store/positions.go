@@ -74,19 +74,23 @@ SELECT GREATEST(
 }
 
 // fence is a commit's first statement (DESIGN.md "The commit", step 2): it
-// checks that epoch is still the epoch of every partition of ps and renews
-// the owner's lease (heartbeat_at), locking the partitions' rows in a fixed
-// order. ErrFenced when one of them has another epoch: the caller rolls back.
-func fence(ctx context.Context, tx pgx.Tx, pipeline string, epoch int64, ps []aggregate.PartitionID) error {
+// checks that owner holds every partition of ps at epoch (its owner is owner
+// and its epoch is epoch) and renews the owner's lease (heartbeat_at),
+// locking the partitions' rows in a fixed order. Epochs are per claim: two
+// instances that claimed different partitions may hold the same epoch, so
+// the epoch alone does not tell whose a partition is. ErrFenced when one of
+// them has another owner or another epoch (an empty owner owns nothing): the
+// caller rolls back.
+func fence(ctx context.Context, tx pgx.Tx, pipeline, owner string, epoch int64, ps []aggregate.PartitionID) error {
 	topics, parts := partitionArrays(ps)
 	var n int
 	err := tx.QueryRow(ctx, `
 WITH fenced AS (
     UPDATE stream_positions AS t SET heartbeat_at = now()
     FROM (SELECT * FROM unnest($2::text[], $3::integer[]) AS u(topic, partition) ORDER BY 1, 2) AS u
-    WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $4
+    WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $4 AND t.owner = $5
     RETURNING 1)
-SELECT count(*) FROM fenced`, pipeline, topics, parts, epoch).Scan(&n)
+SELECT count(*) FROM fenced`, pipeline, topics, parts, epoch, owner).Scan(&n)
 	if err != nil {
 		return err
 	}

@@ -11,15 +11,15 @@ import (
 // even when that is lower: the one case where a position may move backwards,
 // after the operator chose --on-offset-out-of-range=earliest|latest because
 // the stored offset no longer exists (retention, or a recreated topic). The
-// update is fenced like a commit: ErrFenced when epoch is no longer the
-// partition's.
-func (s *Store) ResetPosition(ctx context.Context, pipeline string, epoch int64, p Position) error {
+// update is fenced like a commit: ErrFenced when owner no longer holds the
+// partition at epoch.
+func (s *Store) ResetPosition(ctx context.Context, pipeline, owner string, epoch int64, p Position) error {
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, `
 UPDATE stream_positions SET next_offset = $4, consumed_offset = $4, heartbeat_at = now(), updated_at = now()
-WHERE pipeline = $1 AND topic = $2 AND partition = $3 AND epoch = $5`,
-				pipeline, p.Topic, p.Partition, p.NextOffset, epoch)
+WHERE pipeline = $1 AND topic = $2 AND partition = $3 AND epoch = $5 AND owner = $6`,
+				pipeline, p.Topic, p.Partition, p.NextOffset, epoch, owner)
 			if err != nil {
 				return err
 			}

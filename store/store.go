@@ -13,8 +13,8 @@ import (
 )
 
 // ErrFenced means another instance claimed one of the batch's partitions (its
-// epoch is newer than the batch's): nothing was written, and this instance
-// must stop.
+// owner is another, or its epoch is newer than the batch's): nothing was
+// written, and this instance must stop.
 var ErrFenced = errors.New("store: fenced: another instance claimed a partition of this one")
 
 // CommitError is returned when the COMMIT statement itself failed. When

@@ -42,9 +42,9 @@ func (s *Store) TopicIDs(ctx context.Context, pipeline string) (map[aggregate.Pa
 // even backwards: the operator chose --on-offset-out-of-range=earliest|latest
 // for a topic that was deleted and recreated (DESIGN.md "Start-up"). So a
 // crash never leaves offsets of the new topic under the old topic's ID, nor
-// the old offsets under the new ID. ErrFenced when epoch is no longer the
-// epoch of one of the partitions.
-func (s *Store) SetTopicIDs(ctx context.Context, pipeline string, epoch int64, ids map[aggregate.PartitionID]string, resets []Position) error {
+// the old offsets under the new ID. ErrFenced when owner no longer holds one
+// of the partitions at epoch.
+func (s *Store) SetTopicIDs(ctx context.Context, pipeline, owner string, epoch int64, ids map[aggregate.PartitionID]string, resets []Position) error {
 	var topics, idv []string
 	var parts []int32
 	for tp, id := range ids {
@@ -60,8 +60,8 @@ func (s *Store) SetTopicIDs(ctx context.Context, pipeline string, epoch int64, i
 			tag, err := tx.Exec(ctx, `
 UPDATE stream_positions AS t SET topic_id = u.topic_id
 FROM (SELECT * FROM unnest($2::text[], $3::integer[], $4::text[]) AS u(topic, partition, topic_id) ORDER BY 1, 2) AS u
-WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $5`,
-				pipeline, topics, parts, idv, epoch)
+WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $5 AND t.owner = $6`,
+				pipeline, topics, parts, idv, epoch, owner)
 			if err != nil {
 				return err
 			}
@@ -71,8 +71,8 @@ WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.
 			tag, err = tx.Exec(ctx, `
 UPDATE stream_positions AS t SET next_offset = u.next_offset, consumed_offset = u.next_offset, updated_at = now()
 FROM unnest($2::text[], $3::integer[], $4::bigint[]) AS u(topic, partition, next_offset)
-WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $5`,
-				pipeline, rtopics, rparts, roffs, epoch)
+WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $5 AND t.owner = $6`,
+				pipeline, rtopics, rparts, roffs, epoch, owner)
 			if err != nil {
 				return err
 			}

@@ -63,8 +63,12 @@ type Position struct {
 // Batch is everything one commit writes, in ONE transaction.
 type Batch struct {
 	Pipeline string
-	Epoch    int64           // the fencing epoch of the claim of Positions' partitions
-	Windows  []aggregate.Row // finalized windows: replace, never add
+	// Owner is the owner (host:pid, consumer.Config.Owner) whose claim holds the
+	// positions; the commit is fenced unless every partition of Positions
+	// has this owner and Epoch.
+	Owner   string
+	Epoch   int64           // the fencing epoch of the claim of Positions' partitions
+	Windows []aggregate.Row // finalized windows: replace, never add
 	// Closed, when it holds windows, is written like Windows (a batch has
 	// one or the other): the finalized windows, whose rows the commit
 	// builds one at a time as its COPY sends them (aggregate.RowCursor), so
