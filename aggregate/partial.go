@@ -234,6 +234,7 @@ type MergeCursor struct {
 	values  []float64
 	counts  []int64
 	rows    int // rows yielded
+	windows int // windows started
 	err     error
 }
 
@@ -262,6 +263,10 @@ func NewMergeCursor(ws []PartialWindow) (*MergeCursor, error) {
 
 // Rows returns the number of rows yielded so far.
 func (c *MergeCursor) Rows() int { return c.rows }
+
+// Windows returns the number of windows whose rows Next began to yield:
+// at a clean end, the windows of ws.
+func (c *MergeCursor) Windows() int { return c.windows }
 
 // Err returns the error that ended Next early, nil at a clean end.
 func (c *MergeCursor) Err() error { return c.err }
@@ -307,6 +312,7 @@ func (c *MergeCursor) startWindow() error {
 		j++
 	}
 	c.win, c.next = c.ws[i:j], j
+	c.windows++
 	c.readers, c.live = c.readers[:0], c.live[:0]
 	for _, w := range c.win {
 		c.readers = append(c.readers, partialReader{part: w.Partition, data: w.Data})

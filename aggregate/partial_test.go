@@ -377,3 +377,29 @@ func TestMergeCursorStreamsThenStopsAtACorruptWindow(t *testing.T) {
 		}
 	}
 }
+
+// A MergeCursor counts the windows of partials given in any order (as
+// DELETE ... RETURNING gives them) once each.
+func TestMergeCursorCountsWindows(t *testing.T) {
+	split := NewPartitionedWindower(5 * time.Minute)
+	for part := range int32(2) {
+		for k := range 4 {
+			split.AddFrom(part, pred("L1", "S1", "A", float64(k), t0.Add(time.Duration(k)*4*time.Minute)))
+		}
+	}
+	ws := split.ClosedSet(t0.Add(15 * time.Minute)).PartialWindows()
+	slices.SortStableFunc(ws, func(a, b PartialWindow) int { return int(a.Partition) - int(b.Partition) })
+	if len(ws) != 6 || ws[1].WindowStart.Equal(ws[0].WindowStart) {
+		t.Fatalf("%d partials, want 3 windows x 2 partitions, by partition", len(ws))
+	}
+	c, err := NewMergeCursor(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row Row
+	for c.Next(&row) {
+	}
+	if c.Err() != nil || c.Windows() != 3 {
+		t.Fatalf("windows %d, err %v; want 3", c.Windows(), c.Err())
+	}
+}
