@@ -24,7 +24,7 @@ type Config struct {
 	// Partitions is the manual assignment; nil = every partition of both topics.
 	Partitions []aggregate.PartitionID
 	Pipeline   string // name in pipelines and stream_positions; default "ovstream"
-	Owner      string // who holds the fencing epoch, host:pid; required, unique per running instance
+	Owner      string // who holds the fencing epoch, host:pid-nonce (cmd/ovstream instanceOwner); required, unique per running process
 	// Lease: a partition whose owner's heartbeat is younger is held, and a
 	// claim of it waits as a standby; the owner renews its heartbeat every
 	// Lease/3. Every instance of a pipeline should use the same. Default
@@ -162,7 +162,7 @@ func (c *Config) Validate() error {
 		c.Pipeline = "ovstream"
 	}
 	if c.Owner == "" {
-		return errors.New("consumer: no owner (host:pid) to claim partitions as")
+		return errors.New("consumer: no owner (host:pid-nonce) to claim partitions as")
 	}
 	def(&c.Lease, DefaultLease)
 	if c.Lease < time.Second {

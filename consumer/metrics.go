@@ -152,7 +152,7 @@ type Health struct {
 }
 
 // Standby tells whether the run waits as a standby, and for whom
-// ("9 partitions held by host:pid (since ..., heartbeat 1.2s ago)").
+// ("9 partitions held by host:pid-nonce (since ..., heartbeat 1.2s ago)").
 func (h *Health) Standby() (bool, string) {
 	if s := h.standby.Load(); s != nil {
 		return true, *s

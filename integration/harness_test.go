@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -114,7 +115,15 @@ type proc struct {
 // startOvstream starts `ovstream ARGS...` with env added to the environment.
 func startOvstream(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(ovstreamBin(t), args...)
+	return startWrapped(t, nil, env, args...)
+}
+
+// startWrapped is startOvstream under the command wrap (e.g. unshare ...),
+// which runs `ovstream ARGS...` and ends with it.
+func startWrapped(t testing.TB, wrap, env []string, args ...string) *proc {
+	t.Helper()
+	argv := append(append(slices.Clone(wrap), ovstreamBin(t)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, out: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout = &lockedWriter{w: p.out}

@@ -13,7 +13,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,14 +61,17 @@ func lineWith(p *proc, want string) string {
 	return ""
 }
 
-// ownerOf is the owner string (host:pid) of the instance p.
+// ownerOf is the owner string (host:pid-nonce) of the instance p, from its
+// starting line.
 func ownerOf(t *testing.T, p *proc) string {
 	t.Helper()
-	host, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
+	l := lineWith(p, "msg=starting ")
+	_, owner, ok := strings.Cut(l, " owner=")
+	if !ok {
+		t.Fatalf("no owner in the starting line %q; output:\n%s", l, tail(p.output(), 20))
 	}
-	return fmt.Sprintf("%s:%d", host, p.cmd.Process.Pid)
+	owner, _, _ = strings.Cut(owner, " ")
+	return owner
 }
 
 // A standby (--lease 3s) waits while the owner lives, saying whom it waits

@@ -72,7 +72,7 @@ const (
 //
 // A partition is taken when it is released (no owner), when its owner's
 // lease has expired (see LeaseAlive), when owner is its owner already (the
-// same host:pid, e.g. a restarted container), or under opts.Takeover.
+// same process: a resync claims again), or under opts.Takeover.
 // Otherwise nothing is claimed and the error is a *HeldError (errors.As)
 // listing the live owners: wait as a standby and call Claim again.
 //

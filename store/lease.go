@@ -34,7 +34,7 @@ const (
 // PartitionLease is the ownership of one partition of a pipeline.
 type PartitionLease struct {
 	aggregate.PartitionID
-	Owner string // host:pid of the owner; "" when released or never claimed
+	Owner string // host:pid-nonce of the owner; "" when released or never claimed
 	Epoch int64  // the fencing epoch of the last claim; kept when released
 	State string // LeaseAlive, LeaseExpired or LeaseReleased
 	// OwnerSince is when the owner instance started (its pipeline_instances
@@ -152,7 +152,7 @@ func (s *Store) Leases(ctx context.Context, pipeline string, lease time.Duration
 
 // Instance is one running instance of a pipeline (table pipeline_instances).
 type Instance struct {
-	Owner        string                  // host:pid
+	Owner        string                  // host:pid-nonce
 	Role         string                  // RoleActive or RoleStandby
 	Partitions   []aggregate.PartitionID // owned (active) or waited for (standby)
 	StartedAt    time.Time               // UTC

@@ -13,7 +13,7 @@ import (
 type PipelineRow struct {
 	Name        string
 	Epoch       int64     // the greatest fencing epoch of its partitions: one more at each claim
-	Owner       string    // the owners (host:pid) of its partitions, comma-separated; "" = none holds one
+	Owner       string    // the owners (host:pid-nonce) of its partitions, comma-separated; "" = none holds one
 	HeartbeatAt time.Time // UTC; the newest claim or commit of any owner; zero if none
 	Watermark   time.Time // UTC; the lowest watermark committed for its partitions; zero if none
 }

@@ -63,7 +63,7 @@ type Position struct {
 // Batch is everything one commit writes, in ONE transaction.
 type Batch struct {
 	Pipeline string
-	// Owner is the owner (host:pid, consumer.Config.Owner) whose claim holds the
+	// Owner is the owner (host:pid-nonce, consumer.Config.Owner) whose claim holds the
 	// positions; the commit is fenced unless every partition of Positions
 	// has this owner and Epoch.
 	Owner   string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -142,13 +143,27 @@ func (f *runFlags) check() error {
 	return err
 }
 
+// instanceOwner returns the owner string of this process, the identity its
+// claims and commits are fenced by: host:pid, then 8 random hex digits.
+// host:pid alone is not unique: two containers with the host's network (one
+// hostname) or the same fixed hostname both run as pid 1, and two processes
+// with one owner string each took the other's live partitions as their own
+// (a claim, and a claim of added partitions, at the same epoch: both counted
+// its events). A restarted process is a new owner: it claims at once what
+// the old one released, and waits one lease for what a crash left.
+func instanceOwner() string {
+	host, _ := os.Hostname()
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return fmt.Sprintf("%s:%d-%x", host, os.Getpid(), nonce)
+}
+
 // config turns the flags into a consumer.Config.
 func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
-	host, _ := os.Hostname()
 	cfg := consumer.Config{
 		Brokers:            splitList(f.brokers),
 		Pipeline:           f.pipeline,
-		Owner:              fmt.Sprintf("%s:%d", host, os.Getpid()),
+		Owner:              instanceOwner(),
 		Window:             f.window,
 		AllowedLateness:    f.lateness,
 		IdleTimeout:        f.idle,

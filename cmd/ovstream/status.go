@@ -89,7 +89,7 @@ type PartitionStatus struct {
 	LogStart       *int64     `json:"log_start"`       // null when Kafka could not be asked
 	HighWater      *int64     `json:"high_water"`      // null when Kafka could not be asked
 	Lag            *int64     `json:"lag"`             // high_water - next_offset (log_start when nothing is stored); null = unknown
-	Owner          string     `json:"owner"`           // host:pid of the instance holding it; "" = none
+	Owner          string     `json:"owner"`           // host:pid-nonce of the instance holding it; "" = none
 	Epoch          int64      `json:"epoch"`           // its fencing epoch (0 = never claimed)
 	Lease          string     `json:"lease"`           // alive, expired or released ("" = never claimed)
 	HeartbeatAgeS  *float64   `json:"heartbeat_age_s"` // seconds since the owner's heartbeat (database clock); null = none

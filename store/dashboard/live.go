@@ -14,7 +14,7 @@ import (
 // page of the pipeline it runs (run --metrics-addr).
 type Live struct {
 	Pipeline    string         `json:"pipeline"`
-	Owner       string         `json:"owner"`                   // host:pid
+	Owner       string         `json:"owner"`                   // host:pid-nonce
 	Assigned    bool           `json:"assigned"`                // every partition assigned and sought
 	Standby     string         `json:"standby,omitempty"`       // whom a standby waits for; "" = not waiting
 	LastCommit  *time.Time     `json:"last_commit"`             // this instance's last successful commit

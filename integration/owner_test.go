@@ -1,0 +1,66 @@
+//go:build integration
+
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Two processes on one host with one pid (containers with the host's
+// network, or with one fixed hostname, each running ovstream as pid 1) are
+// two owners: the second waits as a standby while the first holds the
+// partitions, and the first is not fenced. With host:pid as the owner string
+// both were "host:1": the second took the first's live partitions at once
+// as its own, and a claim of partitions added to a topic, at the same epoch,
+// let both count their events. Each process runs as pid 1 of a pid namespace
+// of its own (unshare, in a user namespace: no privilege needed).
+func TestOwnerUniqueAtOnePid(t *testing.T) {
+	t.Parallel()
+	wrap := []string{"unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child"}
+	if out, err := exec.Command(wrap[0], append(wrap[1:], "true")...).CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("unshare (util-linux) cannot make a pid namespace here: %v: %s", err, out)
+		}
+		t.Skipf("unshare cannot make a pid namespace on this machine: %v: %s", err, out)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, brokers := freshDB(t), startBroker(t)
+	args := runArgs(db, brokers, "--lease", "3s")
+	a := startWrapped(t, wrap, nil, args...)
+	waitLog(t, a, claimedLine, time.Minute)
+	b := startWrapped(t, wrap, nil, args...)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(b.output(), standbyLine) {
+		if strings.Contains(b.output(), claimedLine) {
+			t.Fatalf("B claimed A's live partitions at once (owners %q and %q):\n%s", ownerOf(t, a), ownerOf(t, b),
+				tail(b.output(), 20))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B neither waited as a standby nor claimed within a minute:\n%s", tail(b.output(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	oa, ob := ownerOf(t, a), ownerOf(t, b)
+	if !strings.HasPrefix(oa, host+":1-") || !strings.HasPrefix(ob, host+":1-") || oa == ob {
+		t.Fatalf("owners %q and %q: want two distinct owners, both %s:1-...", oa, ob, host)
+	}
+	if l := lineWith(b, standbyLine); !strings.Contains(l, "holder="+oa) {
+		t.Fatalf("B's standby line does not name A (%s) as the holder: %s", oa, l)
+	}
+	time.Sleep(4 * time.Second) // more than a lease: A renews, B keeps waiting
+	select {
+	case <-a.done:
+		t.Fatalf("A ended while B waited:\n%s", tail(a.output(), 20))
+	default:
+	}
+	if strings.Contains(a.output(), "fenced") || strings.Contains(b.output(), claimedLine) {
+		t.Fatalf("A fenced or B claimed while A lives:\nA:\n%s\nB:\n%s", tail(a.output(), 10), tail(b.output(), 10))
+	}
+}
