@@ -188,9 +188,10 @@ func (l *loop) awaitMerge(ctx context.Context) error {
 	for tp := range l.led.parts {
 		mine = append(mine, tp)
 	}
-	// Polled at 25 ms, doubling to a second: the other instance's last
-	// merge usually ends within a few hundred milliseconds (a fixed 200 ms
-	// poll added 100 ms to a drain on average), a stopped one may take long.
+	// Polled at 25 ms, doubling to 200 ms: the other instance's last merge
+	// often ends within a few hundred milliseconds of this one's (a fixed
+	// 200 ms poll added 100 ms to a drain on average); a backoff to a second
+	// added up to a second to a wait of a few seconds.
 	poll := 25 * time.Millisecond
 	var logged time.Time
 	for {
@@ -215,6 +216,6 @@ func (l *loop) awaitMerge(ctx context.Context) error {
 			return nil
 		case <-time.After(poll):
 		}
-		poll = min(2*poll, time.Second)
+		poll = min(2*poll, 200*time.Millisecond)
 	}
 }
