@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +157,37 @@ func TestCLIZeroLatenessReachesTheWatermark(t *testing.T) {
 	_ = p.cmd.Process.Signal(sigterm)
 	if code := p.wait(t, time.Minute); code != 0 {
 		t.Errorf("SIGTERM: exit %d\n%s", code, p.output())
+	}
+}
+
+// A --pipeline that is blank, padded with white space or holds a control
+// character is a usage error naming the flag (exit 2, one short message), on
+// every command that takes it and from the environment alike, before any
+// connection; a name with inner spaces and non-ASCII letters is fine (run
+// then fails on the unreachable Kafka, exit 1).
+func TestCLIPipelineNameRejected(t *testing.T) {
+	db := "--database-url=postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1"
+	cmds := [][]string{
+		{"run", db, "--brokers", "127.0.0.1:1", "--metrics-addr", ""},
+		{"status", db}, {"dlq", "list", db}, {"serve", db, "--addr", "127.0.0.1:0"},
+		{"report", db, "--from", "2016-05-19", "--to", "2016-05-20"},
+	}
+	for _, name := range []string{" ", "\t", " ovstream", "ovstream ", "ovstream\n", "ov\tstream", "ov\x1bstream", "ov\x7fstream", "ov\u0085stream"} {
+		for _, cmd := range cmds {
+			args := append(slices.Clone(cmd), "--pipeline", name)
+			out, errOut, code := runCLI(t, cliEnv(), args...)
+			if code != 2 || out != "" || !strings.Contains(errOut, "--pipeline "+strconv.Quote(name)) ||
+				!strings.Contains(errOut, "Run 'ovstream") || strings.Count(errOut, "\n") > 3 {
+				t.Errorf("ovstream %q: exit %d, stdout %q, stderr:\n%s\nwant 2 and a short message naming --pipeline %q", args, code, out, errOut, name)
+			}
+		}
+	}
+	_, errOut, code := runCLI(t, cliEnv("OVSTREAM_PIPELINE= x"), cmds[0]...)
+	if code != 2 || !strings.Contains(errOut, `--pipeline " x" (from env OVSTREAM_PIPELINE)`) {
+		t.Errorf("OVSTREAM_PIPELINE=' x': exit %d, stderr:\n%s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, cliEnv(), append(slices.Clone(cmds[0]), "--pipeline", "Nederland – ov 2")...)
+	if code != 1 || !strings.Contains(errOut, "kafka: cannot connect") {
+		t.Errorf("--pipeline 'Nederland – ov 2': exit %d, want 1 (Kafka unreachable), stderr:\n%s", code, errOut)
 	}
 }

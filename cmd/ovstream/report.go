@@ -26,7 +26,10 @@ Buckets hour, day, week (from Monday), month and year are calendar buckets in --
 duration (15m, 6h) gives fixed bins from --from; all (the default) one bucket. --from
 and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T07:30).
 --by orders each bucket's rows, greatest first: events, mean, min, max or a quantile
-(p90 for 0.9); --top keeps the first N. The table rounds to 0.1 s; --json and --csv are exact.`
+(p90 for 0.9); --top keeps the first N. The table rounds to 0.1 s; --json and --csv are exact.
+In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
+leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
+are written as they are.`
 
 // reportFlags are the flags of report.
 type reportFlags struct {
@@ -51,7 +54,7 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.by, "by", "", "order each bucket's rows by this `statistic`, greatest first: events, mean, min, max or pNN")
 	fs.IntVar(&f.top, "top", 0, "keep the first `N` rows of each bucket in --by order (0: all)")
 	fs.BoolVar(&f.json, "json", false, "print JSON (exact)")
-	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact)")
+	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact; text starting with = + - @ tab or CR gets a leading ')")
 }
 
 func newReportCmd() *cobra.Command {

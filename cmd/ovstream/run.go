@@ -99,7 +99,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.kafka.register(fs)
 	zeroMeans(fs, "allowed-lateness", "no lateness")
 	zeroMeans(fs, "progress-interval", "no progress lines")
-	notEmpty(fs, "pipeline")
+	nameFlag(fs, "pipeline")
 }
 
 // ages reads --retention and --dead-letter-retention into cfg (consumer.ParseAge).

@@ -37,10 +37,10 @@ const configFlag = "config"
 
 // Flag annotations (pflag.Flag.Annotations) read by settle and checkValues.
 const (
-	annZero     = "ovstream/zero"      // a duration for which 0 is valid: [what 0 means]
-	annNotEmpty = "ovstream/non-empty" // a string that must not be empty
-	annCLIOnly  = "ovstream/cli-only"  // from the command line only: confirmations (--yes)
-	annSecret   = "ovstream/secret"    // from the environment or the file only; hidden from help
+	annZero    = "ovstream/zero"     // a duration for which 0 is valid: [what 0 means]
+	annName    = "ovstream/name"     // a name: not blank, no padding, no control character
+	annCLIOnly = "ovstream/cli-only" // from the command line only: confirmations (--yes)
+	annSecret  = "ovstream/secret"   // from the environment or the file only; hidden from help
 )
 
 // conventionalEnv is the variable read after OVSTREAM_<FLAG> for a flag.
@@ -63,10 +63,10 @@ func envNames(flag string) []string {
 // what it means; any other duration flag must be positive.
 func zeroMeans(fs *pflag.FlagSet, name, meaning string) { annotate(fs, name, annZero, meaning) }
 
-// notEmpty declares string flags that must not be empty.
-func notEmpty(fs *pflag.FlagSet, names ...string) {
+// nameFlag declares string flags that hold a name (checkName).
+func nameFlag(fs *pflag.FlagSet, names ...string) {
 	for _, n := range names {
-		annotate(fs, n, annNotEmpty, "")
+		annotate(fs, n, annName, "")
 	}
 }
 
@@ -313,8 +313,8 @@ func scalar(v any) (string, error) {
 }
 
 // checkValues applies the rules every command shares: a duration is positive
-// unless zeroMeans says what 0 means, and never negative; a notEmpty string
-// is not empty. from says where a value came from, for the message.
+// unless zeroMeans says what 0 means, and never negative; a nameFlag string
+// passes checkName. from says where a value came from, for the message.
 func checkValues(fs *pflag.FlagSet, from map[string]string) error {
 	var errs []error
 	fs.VisitAll(func(fl *pflag.Flag) {
@@ -322,8 +322,12 @@ func checkValues(fs *pflag.FlagSet, from map[string]string) error {
 		if s := from[fl.Name]; s != "" && s != "command line" {
 			where = " (from " + s + ")"
 		}
-		if _, ok := fl.Annotations[annNotEmpty]; ok && fl.Value.String() == "" {
-			errs = append(errs, fmt.Errorf("--%s is empty%s: give a name", fl.Name, where))
+		if _, ok := fl.Annotations[annName]; ok {
+			if fl.Value.String() == "" {
+				errs = append(errs, fmt.Errorf("--%s is empty%s: give a name", fl.Name, where))
+			} else if err := checkName(fl.Value.String()); err != nil {
+				errs = append(errs, fmt.Errorf("--%s %q%s: %w", fl.Name, fl.Value.String(), where, err))
+			}
 		}
 		if fl.Value.Type() != "duration" {
 			return

@@ -30,7 +30,7 @@ type opsFlags struct {
 func (o *opsFlags) register(fs *pflag.FlagSet, withKafka bool) {
 	fs.StringVar(&o.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	fs.StringVar(&o.pipeline, "pipeline", "ovstream", "pipeline name")
-	notEmpty(fs, "pipeline")
+	nameFlag(fs, "pipeline")
 	if withKafka {
 		fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
 		o.kafka.register(fs)

@@ -139,7 +139,11 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 		if err != nil {
 			return err
 		}
-		bucket, name, approx, err := chooseBucket(v.Get("bucket"), to.Sub(from), e.Window)
+		span, err := rangeSpan(from, to)
+		if err != nil {
+			return err
+		}
+		bucket, name, approx, err := chooseBucket(v.Get("bucket"), span, e.Window)
 		if err != nil {
 			return err
 		}

@@ -138,6 +138,18 @@ func timeRange(v url.Values, loc *time.Location, e extent, span time.Duration) (
 	return from.In(loc), to.In(loc), nil
 }
 
+// rangeSpan returns to - from, the length of a delay page's range. Error (a
+// 400 naming from): a range longer than a time.Duration holds (about 292
+// years), whose count of buckets would not be right.
+func rangeSpan(from, to time.Time) (time.Duration, error) {
+	span := to.Sub(from)
+	if !from.Add(span).Equal(to) {
+		return 0, badParam("from", "%s to %s is longer than 292 years: choose a shorter range",
+			from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	return span, nil
+}
+
 // intParam reads a whole number parameter in [lo, hi]; def when absent.
 func intParam(v url.Values, name string, def, lo, hi int64) (int64, error) {
 	s := strings.TrimSpace(v.Get(name))
@@ -185,7 +197,13 @@ func shortDuration(d time.Duration) string {
 // the window, or more than maxPoints buckets.
 func chooseBucket(param string, span, window time.Duration) (rollup.Bucket, string, time.Duration, error) {
 	param = strings.TrimSpace(param)
-	points := func(d time.Duration) int64 { return int64((span + d - 1) / d) }
+	points := func(d time.Duration) int64 { // ceil(span / d), without overflow
+		n := int64(span / d)
+		if span%d != 0 {
+			n++
+		}
+		return n
+	}
 	if param == "" || param == "auto" {
 		param = shortDuration(window)
 		if points(window) > autoPoints {

@@ -25,15 +25,28 @@ func header(q Query) []string {
 // exact formats a statistic so that it reads back as the same float64.
 func exact(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
+// csvText returns the text s (a dimension id or name, from the feeds) for one
+// cell of WriteCSV: with a leading ' when it starts with =, +, -, @, a tab or
+// a carriage return, which a spreadsheet would run as a formula (OWASP "CSV
+// Injection"); else s as it is. Numbers never pass through it.
+func csvText(s string) string {
+	if s != "" && strings.IndexByte("=+-@\t\r", s[0]) >= 0 {
+		return "'" + s
+	}
+	return s
+}
+
 // WriteCSV writes res as CSV with a header line (header): bucket starts in
-// RFC 3339 with the time zone's offset, statistics in seconds, exact.
+// RFC 3339 with the time zone's offset, statistics in seconds, exact. An id
+// or name starting with =, +, -, @, a tab or a carriage return is written
+// with a leading ' (csvText), so that a spreadsheet shows it as text.
 func WriteCSV(w io.Writer, q Query, res *Result) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(header(q)); err != nil {
 		return err
 	}
 	for _, r := range res.Rows {
-		rec := []string{r.Bucket.Format(time.RFC3339), r.ID, r.Name, strconv.FormatInt(r.Count, 10),
+		rec := []string{r.Bucket.Format(time.RFC3339), csvText(r.ID), csvText(r.Name), strconv.FormatInt(r.Count, 10),
 			exact(r.Mean), exact(r.Min), exact(r.Max)}
 		for _, v := range r.Quantiles {
 			rec = append(rec, exact(v))

@@ -54,7 +54,7 @@ func (q *Query) Validate() error {
 	if q.Pipeline == "" {
 		return errors.New("no pipeline")
 	}
-	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
+	if !q.From.Before(q.To) { // not IsZero: 0001-01-01T00:00:00Z is a bound like any other
 		return fmt.Errorf("time range [%s, %s): want from < to", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
 	}
 	for _, p := range q.Quantiles {
