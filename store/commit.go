@@ -226,11 +226,16 @@ func appendRow(b []byte, pipeline string, r *aggregate.Row) []byte {
 // appendClosed returns the tuples of the rows of c, built one at a time in
 // their order (aggregate.RowCursor).
 func appendClosed(pipeline string, c aggregate.ClosedSet) tupleFunc {
-	cur := c.Cursor()
+	return rowTuples(pipeline, c.Cursor().Next, func() error { return nil })
+}
+
+// rowTuples returns the tuples of the rows next yields (appendRow); once next
+// yields no more, end says whether that was an error.
+func rowTuples(pipeline string, next func(*aggregate.Row) bool, end func() error) tupleFunc {
 	var r aggregate.Row
 	return func(b []byte) ([]byte, bool, error) {
-		if !cur.Next(&r) {
-			return b, false, nil
+		if !next(&r) {
+			return b, false, end()
 		}
 		return appendRow(b, pipeline, &r), true, nil
 	}

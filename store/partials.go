@@ -358,13 +358,7 @@ RETURNING window_start, window_end, partition, row_count, rows`, pipeline, first
 	}
 	err = copyWindows(ctx, tx, func() tupleFunc {
 		cur, _ = aggregate.NewMergeCursor(ws) // a fresh one per COPY: the second path sends the rows again
-		var r aggregate.Row
-		return func(b []byte) ([]byte, bool, error) {
-			if !cur.Next(&r) {
-				return b, false, cur.Err()
-			}
-			return appendRow(b, pipeline, &r), true, nil
-		}
+		return rowTuples(pipeline, cur.Next, cur.Err)
 	})
 	if err != nil {
 		if cur.Err() != nil {
