@@ -3,8 +3,11 @@
 package integration
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,32 +18,89 @@ import (
 	"github.com/ovstream/ovstream/migrations"
 )
 
+// migrationDB is a database migration 8 is tested in: its encoding and the
+// client_encoding of every session on it, ovstream's and the migration's
+// (the database URL's), and ids it holds beyond ASCII and the Latin-1
+// letters of the tests: where the encoding allows, ones that its bytes
+// sort otherwise than their UTF-8 bytes (a PartialWindow's order).
+type migrationDB struct {
+	name    string // the subtest's
+	options string // of CREATE DATABASE; "": the server's default, UTF8
+	client  string // client_encoding; "": the database's (pgx sets none)
+	ids     []string
+}
+
+const (
+	latin1  = "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+	win1252 = "ENCODING 'WIN1252' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+)
+
+// migrationDBs: in a LATIN1 or WIN1252 database, ovstream's text is stored
+// as its UTF-8 bytes taken as that encoding's when the URL sets no
+// client_encoding, and converted when it sets UTF8. 'Œ' is 0x8C and '€'
+// 0x80 in WIN1252, below 'Ä' (0xC4); in UTF-8 above.
+var migrationDBs = []migrationDB{
+	{"UTF8", "", "", []string{"e\u0301", "😀", "\uffff"}},
+	{"LATIN1", latin1, "", []string{"ÿ"}},
+	{"LATIN1_client_UTF8", latin1, "UTF8", []string{"ÿ"}},
+	{"WIN1252", win1252, "", []string{"Œ", "€"}},
+	{"WIN1252_client_UTF8", win1252, "UTF8", []string{"Œ", "€"}},
+}
+
+// create creates the database for the test (emptyDBWith) and returns its
+// URL.
+func (m migrationDB) create(t *testing.T) string {
+	db := emptyDBWith(t, m.options)
+	if m.client == "" {
+		return db
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("client_encoding", m.client)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // rawPartialEvents are events of 3 windows read from 4 source partitions:
 // whole, half and tenth seconds, negative delays, ties across partitions, a
 // second operator on some stations, ids that sort differently bytewise and
-// in a natural collation.
+// in a natural collation, ids and an operator with Latin-1 letters. %s are
+// more line ids (SQL literals, comma-separated), %d their number plus 4.
 const rawPartialEvents = `
 CREATE TABLE raw_events AS
-SELECT '2016-05-16 20:00:00+00'::timestamptz + (g % 3) * interval '5 minutes' AS ws,
-       g % 4 AS part,
-       (ARRAY['L1', 'l2', 'L10', 'Ä'])[g % 7 % 4 + 1] AS line,
-       'S' || (g * 7919 % 41) AS stop,
-       CASE WHEN g % 13 = 0 THEN 'B' ELSE 'A' END AS op,
-       ((g * 104729 % 601) - 120)::float8 + (ARRAY[0, 0.5, 0.1])[g % 5 % 3 + 1] AS delay
+SELECT '2016-05-16 20:00:00+00'::timestamptz + (g %% 3) * interval '5 minutes' AS ws,
+       g %% 4 AS part,
+       (ARRAY['L1', 'l2', 'L10', 'Ä', %s])[g %% 11 %% %d + 1] AS line,
+       (ARRAY['S', 'Stationsplein é '])[g / 5 %% 2 + 1] || (g * 7919 %% 41) AS stop,
+       CASE WHEN g %% 13 = 0 THEN 'B' ELSE 'Qbuzz ü' END AS op,
+       ((g * 104729 %% 601) - 120)::float8 + (ARRAY[0, 0.5, 0.1])[g %% 5 %% 3 + 1] AS delay
 FROM generate_series(0, 2999) AS g`
 
-// Migration 8 turns the per-row partials of schema 7 into partial windows:
-// merged, they give exactly the rows the raw events give (count, min, max,
-// operator and distribution equal; mean and P90 within 1e-9 of avg and
-// percentile_cont). `migrate down 7` refuses while partial windows wait,
-// leaving the schema clean at 8, and goes back once none do.
+// Migration 8 turns the per-row partials of schema 7 into partial windows,
+// in every database of migrationDBs: merged, they give exactly the rows the
+// raw events give (count, min, max, operator and distribution equal; mean
+// and P90 within 1e-9 of avg and percentile_cont). `migrate down 7` refuses
+// while partial windows wait, leaving the schema clean at 8, and goes back
+// once none do.
 func TestMigration8ConvertsPartials(t *testing.T) {
-	db := emptyDB(t)
+	for _, m := range migrationDBs {
+		t.Run(m.name, func(t *testing.T) { migration8ConvertsPartials(t, m.create(t), m.ids) })
+	}
+}
+
+func migration8ConvertsPartials(t *testing.T, db string, ids []string) {
 	ctx := testCtx(t)
 	if err := migrations.UpTo(ctx, db, 7); err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, db, rawPartialEvents)
+	lines := make([]string, len(ids))
+	for i, id := range ids {
+		lines[i] = "'" + id + "'"
+	}
+	execSQL(t, db, fmt.Sprintf(rawPartialEvents, strings.Join(lines, ", "), 4+len(ids)))
 	execSQL(t, db, `
 CREATE VIEW raw_rows AS
 SELECT ws, 'line' AS dimension, line AS id, part, op, delay FROM raw_events
@@ -91,46 +151,48 @@ FROM raw_rows o GROUP BY ws, dimension, id, part`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The oracle, row by row in the merge's order (bytewise ids).
+	// The oracle, sorted here in the merge's order: ids by the bytes the
+	// client reads.
 	oracle, err := conn.Query(ctx, `
 SELECT ws, dimension, id, count(*), avg(delay), percentile_cont(0.9) WITHIN GROUP (ORDER BY delay), min(delay), max(delay),
        CASE WHEN min(op) = max(op) THEN min(op) ELSE '' END,
-       (SELECT array_agg(d ORDER BY d) FROM (SELECT DISTINCT delay AS d FROM raw_rows i
-            WHERE (i.ws, i.dimension, i.id) = (o.ws, o.dimension, o.id)) AS x)
-FROM raw_rows o GROUP BY ws, dimension, id ORDER BY ws, dimension COLLATE "C", id COLLATE "C"`)
+       (SELECT array_agg(d ORDER BY d) FROM (SELECT delay AS d FROM raw_rows i
+            WHERE (i.ws, i.dimension, i.id) = (o.ws, o.dimension, o.id) GROUP BY delay) AS x),
+       (SELECT array_agg(c ORDER BY d) FROM (SELECT delay AS d, count(*) AS c FROM raw_rows i
+            WHERE (i.ws, i.dimension, i.id) = (o.ws, o.dimension, o.id) GROUP BY delay) AS x)
+FROM raw_rows o GROUP BY ws, dimension, id`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := 0
-	var want aggregate.Row
-	var values []float64
-	_, err = pgx.ForEachRow(oracle, []any{&want.WindowStart, &want.Dimension, &want.DimensionID, &want.Count, &want.Mean,
-		&want.P90, &want.Min, &want.Max, &want.Operator, &values}, func() error {
-		if i >= len(merged) {
-			return fmt.Errorf("merged %d rows, the oracle has more", len(merged))
-		}
-		got := merged[i]
-		i++
-		near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9 }
-		var n int64
-		for _, c := range got.Counts {
-			n += c
-		}
-		if !got.WindowStart.Equal(want.WindowStart) || !got.WindowEnd.Equal(want.WindowStart.Add(5*time.Minute)) ||
-			got.Dimension != want.Dimension || got.DimensionID != want.DimensionID || got.Count != want.Count ||
-			n != want.Count || !near(got.Mean, want.Mean) || !near(got.P90, want.P90) || got.Min != want.Min ||
-			got.Max != want.Max || got.Operator != want.Operator || fmt.Sprint(got.Values) != fmt.Sprint(values) {
-			return fmt.Errorf("row %d: merged %+v\nwant %+v, values %v", i, got, want, values)
-		}
+	var want []aggregate.Row
+	var r aggregate.Row
+	if _, err = pgx.ForEachRow(oracle, []any{&r.WindowStart, &r.Dimension, &r.DimensionID, &r.Count, &r.Mean,
+		&r.P90, &r.Min, &r.Max, &r.Operator, &r.Values, &r.Counts}, func() error {
+		want = append(want, r)
+		r.Values, r.Counts = nil, nil
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if i != len(merged) || i < 100 {
-		t.Fatalf("oracle %d rows, merged %d", i, len(merged))
+	slices.SortFunc(want, func(a, b aggregate.Row) int {
+		return cmp.Or(a.WindowStart.Compare(b.WindowStart), cmp.Compare(a.Dimension, b.Dimension),
+			cmp.Compare(a.DimensionID, b.DimensionID))
+	})
+	if len(want) != len(merged) || len(want) < 100 {
+		t.Fatalf("oracle %d rows, merged %d", len(want), len(merged))
 	}
-	t.Logf("%d rows from %d partial windows equal the oracle", i, len(ws))
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9 }
+	for i, got := range merged {
+		w := want[i]
+		if !got.WindowStart.Equal(w.WindowStart) || !got.WindowEnd.Equal(w.WindowStart.Add(5*time.Minute)) ||
+			got.Dimension != w.Dimension || got.DimensionID != w.DimensionID || got.Count != w.Count ||
+			!near(got.Mean, w.Mean) || !near(got.P90, w.P90) || got.Min != w.Min || got.Max != w.Max ||
+			got.Operator != w.Operator || !slices.Equal(got.Values, w.Values) || !slices.Equal(got.Counts, w.Counts) {
+			t.Fatalf("row %d: merged id %q, operator %q: %+v\nwant id %q, operator %q: %+v", i+1,
+				got.DimensionID, got.Operator, got, w.DimensionID, w.Operator, w)
+		}
+	}
+	t.Logf("%d rows from %d partial windows equal the oracle", len(merged), len(ws))
 
 	if err := migrations.DownTo(ctx, db, 7); err == nil || !strings.Contains(err.Error(), "refused, nothing changed: 12 partial windows") {
 		t.Fatalf("migrate down 7 while partial windows wait: %v", err)

@@ -44,6 +44,13 @@ func testServerAddr(t testing.TB) string {
 // never share tables. It returns the new database's URL.
 func emptyDB(t testing.TB) string {
 	t.Helper()
+	return emptyDBWith(t, "")
+}
+
+// emptyDBWith is emptyDB creating the database WITH options, e.g.
+// "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0".
+func emptyDBWith(t testing.TB, options string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, testDatabaseURL())
@@ -56,7 +63,7 @@ func emptyDB(t testing.TB) string {
 		t.Fatal(err)
 	}
 	name := "ovs_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+options); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {

@@ -29,19 +29,34 @@ CREATE TABLE delay_partial_windows (
 ALTER TABLE delay_partial_windows ALTER COLUMN rows SET STORAGE EXTERNAL;
 
 -- The partials of schema 4-7 waiting for the merge, converted: per (window,
--- partition) the rows in the same order and layout the binary writes.
+-- partition) the rows in the same order and layout the binary writes. An id
+-- or operator is written as the bytes ovstream reads for it through the
+-- database URL it migrates with: the text in this session's client_encoding
+-- (convert_to), with the length and order of these bytes. That is UTF-8 in
+-- a UTF8 database, and in a LATIN1 or WIN1252 one too: there ovstream's
+-- UTF-8 is stored byte for byte as text of that encoding when the URL sets
+-- no client_encoding (pgx sets none), converted when it sets UTF8; neither
+-- octet_length(text) nor convert_to(text, 'UTF8') nor COLLATE "C" counts,
+-- gives and orders those bytes in both cases.
+-- Corrected after release: golang-migrate runs a version once, so the
+-- correction serves the databases not yet at 8. Those that reached 8 before
+-- it were converted alike when their encoding and client_encoding were UTF8 or
+-- their pending ids and operators ASCII; any other got corrupt partial
+-- windows.
 INSERT INTO delay_partial_windows (pipeline, window_start, topic, partition, window_end, row_count, rows)
 SELECT pipeline, window_start, topic, partition, min(window_end), count(*),
-       string_agg(r, ''::bytea ORDER BY dimension COLLATE "C", dimension_id COLLATE "C")
-FROM (SELECT pipeline, window_start, topic, partition, window_end, dimension, dimension_id,
+       string_agg(r, ''::bytea ORDER BY dimension COLLATE "C", id) -- bytea orders bytewise
+FROM (SELECT pipeline, window_start, topic, partition, window_end, dimension, b.id,
              set_byte('\x00'::bytea, 0, array_position(ARRAY['line', 'network', 'operator', 'station'], dimension) - 1)
-             || int4send(octet_length(dimension_id)) || convert_to(dimension_id, 'UTF8')
-             || CASE WHEN operator IS NULL OR operator = '' THEN int4send(-1)
-                     ELSE int4send(octet_length(operator)) || convert_to(operator, 'UTF8') END
+             || int4send(octet_length(b.id)) || b.id
+             || CASE WHEN b.op IS NULL THEN int4send(-1) ELSE int4send(octet_length(b.op)) || b.op END
              || int4send(cardinality(delay_values))
              || (SELECT string_agg(float8send(CASE WHEN u.v = 0 THEN 0 ELSE u.v END) || int8send(u.c), ''::bytea ORDER BY u.v)
                  FROM unnest(delay_values, delay_counts) AS u(v, c)) AS r
-      FROM delay_partials) AS p
+      FROM delay_partials,
+           LATERAL (SELECT convert_to(dimension_id, pg_client_encoding()),
+                           convert_to(nullif(operator, ''), pg_client_encoding())) AS b(id, op)
+     ) AS p
 GROUP BY pipeline, window_start, topic, partition;
 
 DROP TABLE delay_partials;
