@@ -18,12 +18,14 @@ run: build
 	@bash .ci/postgres.sh
 	@$(PGENV) ./$(BIN) demo
 
-# Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), short fuzzing,
+# Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), a COPY whose
+# connection breaks mid-way under the race detector (store), short fuzzing,
 # the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
 test: vet build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m ./integration/
+	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^TestCopyConnectionBroken$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/

@@ -23,7 +23,7 @@ type Config struct {
 	PositionsTopic   string   // vehicle positions; "" = not consumed
 	// Partitions is the manual assignment; nil = every partition of both topics.
 	Partitions []aggregate.PartitionID
-	Pipeline   string // name in pipelines and stream_positions; default "ovstream"
+	Pipeline   string // name in pipelines and stream_positions (store.CheckPipelineName); default "ovstream"
 	Owner      string // who holds the fencing epoch, host:pid-nonce (cmd/ovstream instanceOwner); required, unique per running process
 	// Lease: a partition whose owner's heartbeat is younger is held, and a
 	// claim of it waits as a standby; the owner renews its heartbeat every
@@ -160,6 +160,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Pipeline == "" {
 		c.Pipeline = "ovstream"
+	}
+	if err := store.CheckPipelineName(c.Pipeline); err != nil {
+		return fmt.Errorf("consumer: pipeline %q: %w", c.Pipeline, err)
 	}
 	if c.Owner == "" {
 		return errors.New("consumer: no owner (host:pid-nonce) to claim partitions as")

@@ -172,7 +172,7 @@ func TestCLIPipelineNameRejected(t *testing.T) {
 		{"status", db}, {"dlq", "list", db}, {"serve", db, "--addr", "127.0.0.1:0"},
 		{"report", db, "--from", "2016-05-19", "--to", "2016-05-20"},
 	}
-	for _, name := range []string{" ", "\t", " ovstream", "ovstream ", "ovstream\n", "ov\tstream", "ov\x1bstream", "ov\x7fstream", "ov\u0085stream"} {
+	for _, name := range []string{" ", "\t", " ovstream", "ovstream ", "ovstream\n", "ov\tstream", "ov\x1bstream", "ov\x7fstream", "ov\u0085stream", "ov\u200bstream"} {
 		for _, cmd := range cmds {
 			args := append(slices.Clone(cmd), "--pipeline", name)
 			out, errOut, code := runCLI(t, cliEnv(), args...)

@@ -274,10 +274,9 @@ func copyWindows(ctx context.Context, tx pgx.Tx, tuples func() tupleFunc) error 
 	if err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	bc := newBinaryCopy(tuples())
-	_, err = sp.Conn().PgConn().CopyFrom(ctx, bc, "COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)")
-	if bc.err != nil {
-		return bc.err
+	srcErr, err := copyBinary(ctx, sp.Conn().PgConn(), "COPY delay_aggregates ("+windowColumns+") FROM STDIN (FORMAT binary)", tuples())
+	if srcErr != nil {
+		return srcErr
 	}
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
@@ -292,10 +291,9 @@ func copyWindows(ctx context.Context, tx pgx.Tx, tuples func() tupleFunc) error 
 	if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
 		return fmt.Errorf("rollback to savepoint: %w", err)
 	}
-	bc = newBinaryCopy(tuples())
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, bc, "COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)")
-	if bc.err != nil {
-		return bc.err
+	srcErr, err = copyBinary(ctx, tx.Conn().PgConn(), "COPY ovs_windows ("+windowColumns+") FROM STDIN (FORMAT binary)", tuples())
+	if srcErr != nil {
+		return srcErr
 	}
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)

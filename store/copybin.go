@@ -1,10 +1,15 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // binaryCopy streams rows in PostgreSQL's binary COPY format (PostgreSQL docs,
@@ -17,12 +22,34 @@ import (
 // the decoder guarantees it); float8 = IEEE 754 big-endian; int8, int4 =
 // big-endian two's complement; timestamptz = int64 microseconds since
 // 2000-01-01 00:00:00 UTC.
+//
+// pgconn's CopyFrom calls Read on a goroutine of its own and, when the
+// connection breaks mid-COPY (a FATAL error, a failed read), returns without
+// waiting for it (pgx v5.12.0, pgconn.go, CopyFrom), so Read may still run,
+// and call next, after CopyFrom returned: copyBinary waits for it (stop).
 type binaryCopy struct {
-	next  tupleFunc
-	buf   []byte // encoded, not yet read
-	off   int    // read position in buf
-	ended bool   // trailer written
-	err   error  // next's error, which ended the COPY (CopyFail)
+	mu      sync.Mutex // held by Read and stop
+	next    tupleFunc
+	buf     []byte // encoded, not yet read
+	off     int    // read position in buf
+	ended   bool   // trailer written
+	stopped bool   // stop was called: Read calls next no more
+	err     error  // next's error, which ended the COPY (CopyFail)
+}
+
+// errCopyStopped is what a Read after stop returns.
+var errCopyStopped = errors.New("store: COPY data read after the COPY returned")
+
+// copyBinary runs sql, a COPY ... FROM STDIN (FORMAT binary), on conn with
+// the tuples of next. srcErr is next's error when one ended the COPY, as
+// next returned it; err is CopyFrom's (then the server's answer to the
+// CopyFail). It returns only once nothing reads next any more, even when the
+// connection broke mid-COPY (binaryCopy), so the caller may then read what
+// next wrote (a merge cursor's Err, Rows and Windows).
+func copyBinary(ctx context.Context, conn *pgconn.PgConn, sql string, next tupleFunc) (srcErr, err error) {
+	c := newBinaryCopy(next)
+	_, err = conn.CopyFrom(ctx, c, sql)
+	return c.stop(), err
 }
 
 // tupleFunc appends the next tuple to b and reports whether there was one;
@@ -51,9 +78,14 @@ func newBinaryCopy(next tupleFunc) *binaryCopy {
 }
 
 // Read implements io.Reader. An error of next is returned (pgconn then
-// sends CopyFail and the server's answer is what CopyFrom returns: the
-// caller reads c.err).
+// sends CopyFail and the server's answer is what CopyFrom returns: stop
+// returns next's). After stop it returns errCopyStopped.
 func (c *binaryCopy) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return 0, errCopyStopped
+	}
 	if c.off == len(c.buf) {
 		if c.ended {
 			return 0, io.EOF
@@ -76,6 +108,15 @@ func (c *binaryCopy) Read(p []byte) (int, error) {
 	n := copy(p, c.buf[c.off:])
 	c.off += n
 	return n, nil
+}
+
+// stop ends the stream and returns next's error, if one ended it. It waits
+// for a Read in progress; a later Read calls next no more.
+func (c *binaryCopy) stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	return c.err
 }
 
 func appendFieldCount(b []byte, n int16) []byte { return binary.BigEndian.AppendUint16(b, uint16(n)) }

@@ -104,9 +104,9 @@ func writePartials(ctx context.Context, tx pgx.Tx, pipeline, topic string, ws []
 		return nil
 	}
 	copyIn := func(conn *pgconn.PgConn) error {
-		_, err := conn.CopyFrom(ctx, newBinaryCopy(indexed(len(ws), appendPartialWindow(pipeline, topic, ws))),
-			"COPY delay_partial_windows ("+partialColumns+") FROM STDIN (FORMAT binary)")
-		return err
+		_, err := copyBinary(ctx, conn, "COPY delay_partial_windows ("+partialColumns+") FROM STDIN (FORMAT binary)",
+			indexed(len(ws), appendPartialWindow(pipeline, topic, ws)))
+		return err // indexed never fails
 	}
 	sp, err := tx.Begin(ctx) // SAVEPOINT
 	if err != nil {

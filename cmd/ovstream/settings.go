@@ -15,6 +15,8 @@ import (
 	gotoml "github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ovstream/ovstream/store"
 )
 
 // Where a flag's value comes from, first wins (DESIGN.md "Interface"):
@@ -38,7 +40,7 @@ const configFlag = "config"
 // Flag annotations (pflag.Flag.Annotations) read by settle and checkValues.
 const (
 	annZero    = "ovstream/zero"     // a duration for which 0 is valid: [what 0 means]
-	annName    = "ovstream/name"     // a name: not blank, no padding, no control character
+	annName    = "ovstream/name"     // a pipeline name: store.CheckPipelineName
 	annCLIOnly = "ovstream/cli-only" // from the command line only: confirmations (--yes)
 	annSecret  = "ovstream/secret"   // from the environment or the file only; hidden from help
 )
@@ -63,7 +65,8 @@ func envNames(flag string) []string {
 // what it means; any other duration flag must be positive.
 func zeroMeans(fs *pflag.FlagSet, name, meaning string) { annotate(fs, name, annZero, meaning) }
 
-// nameFlag declares string flags that hold a name (checkName).
+// nameFlag declares string flags that hold a pipeline name
+// (store.CheckPipelineName).
 func nameFlag(fs *pflag.FlagSet, names ...string) {
 	for _, n := range names {
 		annotate(fs, n, annName, "")
@@ -314,7 +317,7 @@ func scalar(v any) (string, error) {
 
 // checkValues applies the rules every command shares: a duration is positive
 // unless zeroMeans says what 0 means, and never negative; a nameFlag string
-// passes checkName. from says where a value came from, for the message.
+// passes store.CheckPipelineName. from says where a value came from, for the message.
 func checkValues(fs *pflag.FlagSet, from map[string]string) error {
 	var errs []error
 	fs.VisitAll(func(fl *pflag.Flag) {
@@ -325,7 +328,7 @@ func checkValues(fs *pflag.FlagSet, from map[string]string) error {
 		if _, ok := fl.Annotations[annName]; ok {
 			if fl.Value.String() == "" {
 				errs = append(errs, fmt.Errorf("--%s is empty%s: give a name", fl.Name, where))
-			} else if err := checkName(fl.Value.String()); err != nil {
+			} else if err := store.CheckPipelineName(fl.Value.String()); err != nil {
 				errs = append(errs, fmt.Errorf("--%s %q%s: %w", fl.Name, fl.Value.String(), where, err))
 			}
 		}
