@@ -3,6 +3,7 @@ package aggregate
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -20,14 +21,34 @@ import (
 // into the rows one instance would have written, bit for bit.
 //
 // Data is a sequence of rows, sorted by (dimension, dimension id) bytewise,
-// no key twice; every integer big-endian, as PostgreSQL's send functions
-// write them (so a migration can build it in SQL):
+// no key twice, in one of two formats. Format 2, which PartialWindows
+// writes, starts with the byte 0x82; then per row:
 //
 //	1 byte      dimension: 0 line, 1 network, 2 operator, 3 station
+//	uvarint n   the dimension id's length, then its UTF-8 bytes
+//	uvarint n   0: several operators (NULL); else the one operator's length
+//	            plus 1, then its bytes
+//	uvarint     the number of distinct delays, >= 1
+//	1 byte      how the delays are written: 0 whole seconds, 1 float8
+//	per delay   the delay in seconds (finite, ascending, no -0), then its
+//	            count as a uvarint >= 1. Whole seconds (every delay of the
+//	            row a whole number within +-2^53): the first as a zigzag
+//	            varint, each next one as a uvarint, its difference from the
+//	            one before; float8: 8 bytes big-endian.
+//
+// Varints are encoding/binary's (protocol buffers' base-128 varints). Format
+// 1 (schema 8's migration builds it in SQL, and earlier releases wrote it)
+// starts with a row's dimension byte; every integer big-endian, as
+// PostgreSQL's send functions write them; per row:
+//
+//	1 byte      dimension
 //	int4, n     the dimension id's length, then its UTF-8 bytes
 //	int4, n     the one operator's length, then its bytes; -1: several (NULL)
 //	int4        the number of distinct delays, >= 1
-//	per delay   float8 delay in seconds (finite, ascending, no -0), int8 count >= 1
+//	per delay   float8 delay in seconds, int8 count >= 1
+//
+// Format 2 takes about a third of format 1's bytes for whole-second delays
+// (BENCHMARKS.md): the partials are written, read back and deleted once each.
 type PartialWindow struct {
 	WindowStart time.Time // UTC
 	WindowEnd   time.Time // UTC, WindowStart + window size
@@ -48,7 +69,8 @@ func (c ClosedSet) PartialWindows() []PartialWindow {
 	var ids []string
 	var keys []uint64 // sortedValues' scratch
 	for _, win := range c.wins {
-		pw := PartialWindow{WindowStart: win.start, WindowEnd: win.start.Add(c.size), Partition: win.key.part}
+		pw := PartialWindow{WindowStart: win.start, WindowEnd: win.start.Add(c.size), Partition: win.key.part,
+			Data: []byte{partialFormat2}}
 		for d, m := range win.rows {
 			ids = ids[:0]
 			for id := range m {
@@ -74,22 +96,58 @@ func (c ClosedSet) PartialWindows() []PartialWindow {
 	return out
 }
 
+// partialFormat2 is the first byte of Data in format 2 (PartialWindow); a
+// row of format 1 starts with its dimension, below len(dims).
+const partialFormat2 = 0x82
+
+// maxWholeDelay bounds the delays format 2 writes as whole seconds: every
+// integer up to it is a float64 exactly.
+const maxWholeDelay = 1 << 53
+
+// appendPartialRow appends one row in format 2 (PartialWindow).
 func appendPartialRow(b []byte, dim byte, id, operator string, vcs []valueCount) []byte {
 	b = append(b, dim)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(id)))
+	b = binary.AppendUvarint(b, uint64(len(id)))
 	b = append(b, id...)
 	if operator == "" {
-		b = binary.BigEndian.AppendUint32(b, math.MaxUint32) // -1
+		b = append(b, 0) // several
 	} else {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(operator)))
+		b = binary.AppendUvarint(b, uint64(len(operator))+1)
 		b = append(b, operator...)
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(vcs)))
-	for _, vc := range vcs {
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(vc.v))
-		b = binary.BigEndian.AppendUint64(b, uint64(vc.n))
+	b = binary.AppendUvarint(b, uint64(len(vcs)))
+	if !wholeDelays(vcs) {
+		b = append(b, 1)
+		for _, vc := range vcs {
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(vc.v))
+			b = binary.AppendUvarint(b, uint64(vc.n))
+		}
+		return b
+	}
+	b = append(b, 0)
+	prev := int64(0)
+	for i, vc := range vcs {
+		v := int64(vc.v)
+		if i == 0 {
+			b = binary.AppendVarint(b, v)
+		} else {
+			b = binary.AppendUvarint(b, uint64(v-prev))
+		}
+		b = binary.AppendUvarint(b, uint64(vc.n))
+		prev = v
 	}
 	return b
+}
+
+// wholeDelays tells whether every delay of vcs is a whole number within
+// +-maxWholeDelay.
+func wholeDelays(vcs []valueCount) bool {
+	for _, vc := range vcs {
+		if vc.v != math.Trunc(vc.v) || math.Abs(vc.v) > maxWholeDelay {
+			return false
+		}
+	}
+	return true
 }
 
 // partialReader reads the rows of one PartialWindow's Data in order.
@@ -98,22 +156,31 @@ type partialReader struct {
 	data []byte
 	rows int // rows read
 
+	format byte // 1 or 2 (PartialWindow); 0: not read yet
+
 	// the current row, valid after next returned true
 	dim      byte
 	id       []byte
-	operator []byte // nil: several operators
-	values   []byte // n x 16 bytes
+	operator []byte       // nil: several operators
+	vcs      []valueCount // the distribution, ascending; reused by the next row
 }
 
 var errPartialData = fmt.Errorf("aggregate: corrupt partial window")
 
 // minPartialRowBytes is the size of the shortest row of a PartialWindow's
-// Data: dimension, empty id, several operators, one delay and its count.
-const minPartialRowBytes = 1 + 4 + 4 + 4 + 16
+// Data in either format: in format 2, dimension, empty id, several
+// operators, one delay, whole seconds, the delay and its count.
+const minPartialRowBytes = 1 + 1 + 1 + 1 + 1 + 1 + 1
 
 // next reads the next row; false at the end. A row that breaks the format
 // (see PartialWindow) is an error wrapping errPartialData.
 func (r *partialReader) next() (bool, error) {
+	if r.format == 0 {
+		r.format = 1
+		if len(r.data) > 0 && r.data[0] == partialFormat2 {
+			r.format, r.data = 2, r.data[1:]
+		}
+	}
 	if len(r.data) == 0 {
 		return false, nil
 	}
@@ -126,32 +193,30 @@ func (r *partialReader) next() (bool, error) {
 	}
 	r.data = r.data[1:]
 	var ok bool
-	if r.id, ok = r.field(); !ok || r.id == nil {
+	if r.id, ok = r.field(false); !ok || r.id == nil {
 		return fail("dimension id")
 	}
-	if r.operator, ok = r.field(); !ok || r.operator != nil && len(r.operator) == 0 {
+	if r.operator, ok = r.field(true); !ok || r.operator != nil && len(r.operator) == 0 {
 		return fail("operator")
 	}
 	if !text(r.id) || !text(r.operator) {
 		return fail("dimension id or operator not UTF-8 text without NUL")
 	}
-	if len(r.data) < 4 {
-		return fail("truncated")
+	var err error
+	if r.format == 1 {
+		err = r.delays1()
+	} else {
+		err = r.delays2()
 	}
-	n := uint64(binary.BigEndian.Uint32(r.data))
-	r.data = r.data[4:]
-	if n == 0 || n*16 > uint64(len(r.data)) {
-		return fail("number of delays")
+	if err != nil {
+		return fail(err.Error())
 	}
-	r.values, r.data = r.data[:n*16], r.data[n*16:]
 	prev := math.Inf(-1)
-	for i := 0; i < len(r.values); i += 16 {
-		v := math.Float64frombits(binary.BigEndian.Uint64(r.values[i:]))
-		c := int64(binary.BigEndian.Uint64(r.values[i+8:]))
-		if !(v > prev) || math.IsInf(v, 0) || math.Signbit(v) && v == 0 || c < 1 {
+	for _, vc := range r.vcs {
+		if !(vc.v > prev) || math.IsInf(vc.v, 0) || math.Signbit(vc.v) && vc.v == 0 || vc.n < 1 {
 			return fail("delays not finite and ascending, or a count below 1")
 		}
-		prev = v
+		prev = vc.v
 	}
 	if !first && (r.dim < prevDim || r.dim == prevDim && bytes.Compare(r.id, prevID) <= 0) {
 		return fail("rows not sorted by (dimension, id)")
@@ -160,17 +225,112 @@ func (r *partialReader) next() (bool, error) {
 	return true, nil
 }
 
-// field reads an int4 length and that many bytes; nil for length -1.
-func (r *partialReader) field() ([]byte, bool) {
+// delays1 reads a row's delays in format 1 into r.vcs.
+func (r *partialReader) delays1() error {
 	if len(r.data) < 4 {
-		return nil, false
+		return errors.New("truncated")
 	}
-	n := binary.BigEndian.Uint32(r.data)
+	n := uint64(binary.BigEndian.Uint32(r.data))
 	r.data = r.data[4:]
-	if n == math.MaxUint32 {
-		return nil, true
+	if n == 0 || n*16 > uint64(len(r.data)) {
+		return errors.New("number of delays")
 	}
-	if uint64(n) > uint64(len(r.data)) {
+	r.vcs = r.vcs[:0]
+	for range n {
+		r.vcs = append(r.vcs, valueCount{math.Float64frombits(binary.BigEndian.Uint64(r.data)),
+			int64(binary.BigEndian.Uint64(r.data[8:]))})
+		r.data = r.data[16:]
+	}
+	return nil
+}
+
+// delays2 reads a row's delays in format 2 into r.vcs.
+func (r *partialReader) delays2() error {
+	n, ok := r.uvarint()
+	// every delay takes 2 bytes at least, and the kind byte comes first
+	if !ok || n == 0 || len(r.data) == 0 || n > uint64(len(r.data)-1)/2 {
+		return errors.New("number of delays")
+	}
+	kind := r.data[0]
+	r.data = r.data[1:]
+	if kind > 1 {
+		return errors.New("kind of delays")
+	}
+	r.vcs = r.vcs[:0]
+	var prev int64
+	for i := range n {
+		var v float64
+		switch {
+		case kind == 1:
+			if len(r.data) < 8 {
+				return errors.New("truncated")
+			}
+			v, r.data = math.Float64frombits(binary.BigEndian.Uint64(r.data)), r.data[8:]
+		case i == 0:
+			first, k := binary.Varint(r.data)
+			if k <= 0 || k != len(binary.AppendVarint(nil, first)) || first < -maxWholeDelay || first > maxWholeDelay {
+				return errors.New("first delay")
+			}
+			r.data, prev, v = r.data[k:], first, float64(first)
+		default:
+			d, ok := r.uvarint()
+			if !ok || d == 0 || d > uint64(maxWholeDelay-prev) {
+				return errors.New("delays not ascending within 2^53")
+			}
+			prev += int64(d)
+			v = float64(prev)
+		}
+		c, ok := r.uvarint()
+		if !ok || c < 1 || c > math.MaxInt64 {
+			return errors.New("count")
+		}
+		r.vcs = append(r.vcs, valueCount{v, int64(c)})
+	}
+	if kind == 1 && wholeDelays(r.vcs) {
+		return errors.New("whole-second delays written as float8") // one encoding per row
+	}
+	return nil
+}
+
+// uvarint reads a uvarint; false when Data ends, it overflows 64 bits or
+// it is longer than it needs to be (one encoding per row).
+func (r *partialReader) uvarint() (uint64, bool) {
+	x, k := binary.Uvarint(r.data)
+	if k <= 0 || k != len(binary.AppendUvarint(nil, x)) {
+		return 0, false
+	}
+	r.data = r.data[k:]
+	return x, true
+}
+
+// field reads a length and that many bytes: in format 1 an int4 length, -1
+// for nil; in format 2 a uvarint length, or for the operator (op) the length
+// plus 1, 0 for nil.
+func (r *partialReader) field(op bool) ([]byte, bool) {
+	var n uint64
+	if r.format == 1 {
+		if len(r.data) < 4 {
+			return nil, false
+		}
+		n4 := binary.BigEndian.Uint32(r.data)
+		r.data = r.data[4:]
+		if n4 == math.MaxUint32 {
+			return nil, true
+		}
+		n = uint64(n4)
+	} else {
+		var ok bool
+		if n, ok = r.uvarint(); !ok {
+			return nil, false
+		}
+		if op {
+			if n == 0 {
+				return nil, true
+			}
+			n--
+		}
+	}
+	if n > uint64(len(r.data)) {
 		return nil, false
 	}
 	f := r.data[:n:n]
@@ -377,10 +537,7 @@ func (c *MergeCursor) merge(row *Row) error {
 		case r.operator == nil || !bytes.Equal(op, r.operator):
 			several = true
 		}
-		for i := 0; i < len(r.values); i += 16 {
-			c.vcs = append(c.vcs, valueCount{math.Float64frombits(binary.BigEndian.Uint64(r.values[i:])),
-				int64(binary.BigEndian.Uint64(r.values[i+8:]))})
-		}
+		c.vcs = append(c.vcs, r.vcs...)
 		ok, err := r.next()
 		if err != nil {
 			return fmt.Errorf("partition %d: %w", r.part, err)

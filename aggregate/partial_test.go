@@ -43,7 +43,37 @@ func modelRow(evs []event) Row {
 		Min: vs[0], Max: vs[len(vs)-1], Values: values, Counts: counts}
 }
 
+// appendPartialRowV1 appends one row in format 1 (PartialWindow), as
+// schema 8's migration and earlier releases wrote it.
+func appendPartialRowV1(b []byte, dim byte, id, operator string, vcs []valueCount) []byte {
+	b = append(b, dim)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(id)))
+	b = append(b, id...)
+	if operator == "" {
+		b = binary.BigEndian.AppendUint32(b, math.MaxUint32) // -1
+	} else {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(operator)))
+		b = append(b, operator...)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(vcs)))
+	for _, vc := range vcs {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(vc.v))
+		b = binary.BigEndian.AppendUint64(b, uint64(vc.n))
+	}
+	return b
+}
+
+// encodePartial returns the Data of a partial window of one row in format
+// 1 or 2.
+func encodePartial(format int, dim byte, id, operator string, vcs []valueCount) []byte {
+	if format == 1 {
+		return appendPartialRowV1(nil, dim, id, operator, vcs)
+	}
+	return appendPartialRow([]byte{partialFormat2}, dim, id, operator, vcs)
+}
+
 // splitMerge returns the merge (MergePartialWindows) of the partials of evs, one Stats per partition,
+// each in format 1 or 2 at random (a window's partials may mix them after an upgrade),
 // and the Row of one Stats fed every event.
 func splitMerge(evs []event) (merged, whole Row) {
 	per := map[int32]*Stats{}
@@ -58,7 +88,7 @@ func splitMerge(evs []event) (merged, whole Row) {
 	var parts []PartialWindow
 	for p, st := range per {
 		parts = append(parts, PartialWindow{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Partition: p, Rows: 1,
-			Data: appendPartialRow(nil, dimLine, "L", st.Operator(), st.sortedValues(nil))})
+			Data: encodePartial(rand.IntN(2)+1, dimLine, "L", st.Operator(), st.sortedValues(nil))})
 	}
 	// The merge must not depend on the order of the partials.
 	rand.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
@@ -259,32 +289,39 @@ func FuzzMerge(f *testing.F) {
 }
 
 // FuzzPartialWindowData: any bytes as one partition's Data either fail with
-// an error (never a panic) or are a well-formed encoding: the merged rows,
-// encoded again, give the same bytes.
+// an error (never a panic) or are a well-formed encoding in format 1 or 2:
+// the merged rows, encoded again in the same format, give the same bytes
+// (each format has one encoding per row).
 func FuzzPartialWindowData(f *testing.F) {
-	f.Add(appendPartialRow(appendPartialRow(nil, dimLine, "10", "AT", []valueCount{{-3, 2}, {0.5, 1}}),
+	f.Add(appendPartialRowV1(appendPartialRowV1(nil, dimLine, "10", "AT", []valueCount{{-3, 2}, {0.5, 1}}),
 		dimStation, "S", "", []valueCount{{7, 1}}))
 	f.Add([]byte{3, 0, 0, 0, 1, 'S', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0})
+	f.Add(appendPartialRow(appendPartialRow([]byte{partialFormat2}, dimLine, "10", "AT", []valueCount{{-3, 2}, {0.5, 1}}),
+		dimStation, "S", "", []valueCount{{-86400, 1}, {7, 300}, {86400, 1}}))
+	f.Add([]byte{partialFormat2, 3, 1, 'S', 0, 2, 0, 0x80, 0x00, 1, 1, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		w := PartialWindow{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Data: data}
 		var rows []Row
-		for w.Rows = 1; w.Rows <= 4; w.Rows++ {
+		accepted := false
+		for w.Rows = 1; w.Rows <= 4 && !accepted; w.Rows++ {
 			var err error
-			if rows, err = MergePartialWindows([]PartialWindow{w}); err == nil {
-				break
-			}
+			rows, err = MergePartialWindows([]PartialWindow{w})
+			accepted = err == nil // on an error, rows are those before it
 		}
-		if len(rows) == 0 {
+		if !accepted {
 			return
 		}
-		var again []byte
+		encode, again := appendPartialRowV1, []byte(nil)
+		if data[0] == partialFormat2 {
+			encode, again = appendPartialRow, []byte{partialFormat2}
+		}
 		for _, r := range rows {
 			d := byte(slices.Index(dims[:], r.Dimension))
 			vcs := make([]valueCount, len(r.Values))
 			for i := range vcs {
 				vcs[i] = valueCount{r.Values[i], r.Counts[i]}
 			}
-			again = appendPartialRow(again, d, r.DimensionID, r.Operator, vcs)
+			again = encode(again, d, r.DimensionID, r.Operator, vcs)
 		}
 		if string(again) != string(data) {
 			t.Fatalf("accepted %x, which encodes as %x", data, again)
@@ -298,14 +335,54 @@ func FuzzPartialWindowData(f *testing.F) {
 // output from the announced counts, and a row_count of 2^31-1 made the
 // process die with "fatal error: runtime: out of memory".
 func TestMergePartialWindowsRowCountBeyondData(t *testing.T) {
-	data := appendPartialRow(nil, dimLine, "L1", "AT", []valueCount{{12, 3}})
-	for _, rows := range []int{math.MaxInt32, 2} {
+	for i, rows := range []int{math.MaxInt32, 2, math.MaxInt32, 2} {
+		data := encodePartial(1+i/2, dimLine, "L1", "AT", []valueCount{{12, 3}})
 		ws := []PartialWindow{
 			{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Partition: 0, Rows: rows, Data: data},
 			{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Partition: 1, Rows: rows, Data: data},
 		}
 		if _, err := MergePartialWindows(ws); err == nil || !errors.Is(err, errPartialData) {
 			t.Fatalf("row_count %d over 1 row of data: %v, want a corrupt partial window error", rows, err)
+		}
+	}
+}
+
+// Format 2 has one encoding per row: a reader takes the bytes appendPartialRow
+// writes, whole-second delays and others, and refuses every other spelling
+// of them, and what the format cannot hold, with the corrupt-partial error.
+func TestPartialFormat2(t *testing.T) {
+	whole := []valueCount{{-86400, 1}, {-1, 2}, {0, 7}, {1, 1}, {86400, 1 << 40}}
+	frac := []valueCount{{-0.5, 1}, {2, 3}}
+	for _, vcs := range [][]valueCount{whole, frac, {{maxWholeDelay, 1}}, {{-maxWholeDelay - 2, 1}}} {
+		data := appendPartialRow([]byte{partialFormat2}, dimStation, "Stationsplein é", "AT", vcs)
+		rows, err := MergePartialWindows([]PartialWindow{{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Rows: 1, Data: data}})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("%v: %d rows, %v", vcs, len(rows), err)
+		}
+		r := rows[0]
+		if r.Dimension != "station" || r.DimensionID != "Stationsplein é" || r.Operator != "AT" || len(r.Values) != len(vcs) {
+			t.Fatalf("%v: row %+v", vcs, r)
+		}
+		for i, vc := range vcs {
+			if math.Float64bits(r.Values[i]) != math.Float64bits(vc.v) || r.Counts[i] != vc.n {
+				t.Fatalf("%v: delay %d read as %v x%d", vcs, i, r.Values[i], r.Counts[i])
+			}
+		}
+	}
+	head := []byte{partialFormat2, dimStation, 1, 'S', 0} // station "S", several operators
+	for name, data := range map[string][]byte{
+		"a zero count":                        append(slices.Clone(head), 1, 0, 2, 0),
+		"a uvarint longer than it need be":    append(slices.Clone(head), 1, 0, 2, 0x81, 0x00),
+		"a varint longer than it need be":     append(slices.Clone(head), 1, 0, 0x82, 0x00, 1),
+		"delays not ascending":                append(slices.Clone(head), 2, 0, 2, 1, 0, 1),
+		"whole delays written as float8":      binary.BigEndian.AppendUint64(append(slices.Clone(head), 1, 1), math.Float64bits(3)),
+		"a kind of delays that is not 0 or 1": append(slices.Clone(head), 1, 2, 2, 1),
+		"a first delay beyond 2^53":           append(binary.AppendVarint(append(slices.Clone(head), 1, 0), maxWholeDelay+1), 1),
+		"truncated":                           append(slices.Clone(head), 2, 0, 2, 1),
+	} {
+		_, err := MergePartialWindows([]PartialWindow{{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Rows: 1, Data: data}})
+		if !errors.Is(err, errPartialData) {
+			t.Errorf("%s (%x): %v, want the corrupt-partial error", name, data, err)
 		}
 	}
 }

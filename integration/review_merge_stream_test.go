@@ -76,7 +76,7 @@ func TestReviewMergeCorruptInSecondPass(t *testing.T) {
 	g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false))
 	want := g.plain.Closed(g.w2)
 	conflictRow(t, g.url, want, 0)
-	execSQL(t, g.url, `UPDATE delay_partial_windows SET rows = substring(rows FROM 1 FOR 10)
+	execSQL(t, g.url, `UPDATE delay_partial_windows SET data = substring(data FROM 1 FOR 10)
 		WHERE window_start = (SELECT max(window_start) FROM delay_partial_windows)`)
 	before := snapshot(t, g.url)
 	partials := dump(t, g.url, `SELECT t::text FROM delay_partial_windows t`)

@@ -78,7 +78,7 @@ func (s *Store) CommitSplit(ctx context.Context, b Batch) (Merged, error) {
 
 // partialColumns are the delay_partial_windows columns a commit writes, in
 // the order of appendPartialWindow; updated_at takes its default, now().
-const partialColumns = "pipeline, window_start, topic, partition, window_end, row_count, rows"
+const partialColumns = "pipeline, window_start, topic, partition, window_end, row_count, data"
 
 func appendPartialWindow(pipeline, topic string, ws []aggregate.PartialWindow) func(b []byte, i int) []byte {
 	return func(b []byte, i int) []byte {
@@ -333,7 +333,7 @@ WHERE pipeline = $1 AND window_start <= $2 GROUP BY window_start ORDER BY window
 func mergeChunk(ctx context.Context, tx pgx.Tx, pipeline string, first, last time.Time, m *Merged) error {
 	rows, err := tx.Query(ctx, `
 DELETE FROM delay_partial_windows WHERE pipeline = $1 AND window_start BETWEEN $2 AND $3
-RETURNING window_start, window_end, partition, row_count, rows`, pipeline, first, last)
+RETURNING window_start, window_end, partition, row_count, data`, pipeline, first, last)
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}

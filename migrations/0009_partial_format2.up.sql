@@ -1,0 +1,16 @@
+-- ovstream schema, version 9: partial windows in format 2 (issue 14). The
+-- binary layout of delay_partial_windows.rows (aggregate.PartialWindow) gains
+-- a second format: varint lengths and counts, whole-second delays written as
+-- differences, about a third of format 1's bytes (BENCHMARKS.md); the
+-- partials are written, read back and deleted once each, so the split mode's
+-- partial COPY shrinks as much. Binaries of version 9 write format 2 (Data
+-- starts with the byte 0x82) and read both; binaries of version 8 read format
+-- 1 only. One implicit transaction (see 0001); no BEGIN/COMMIT here.
+--
+-- The column is renamed, rows -> data, so that an instance of version 8
+-- still running when this migration lands fails at its next split commit
+-- (column "rows" does not exist) instead of meeting format 2 in a merge, and
+-- then refuses to start (the schema is 9): upgrade every instance of a split
+-- pipeline after `migrate up`. Partial windows waiting in format 1 stay as
+-- they are: version 9 merges them with those in format 2.
+ALTER TABLE delay_partial_windows RENAME COLUMN rows TO data;
