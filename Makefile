@@ -28,6 +28,7 @@ test: vet build
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^TestCopyConnectionBroken$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
+	$(GO) test -run '^$$' -fuzz '^FuzzPartialWindowData$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
 	bash .ci/check-unit.sh $(BIN)
 	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
@@ -57,6 +58,7 @@ vet:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 2m ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 2m ./aggregate/
+	$(GO) test -run '^$$' -fuzz '^FuzzPartialWindowData$$' -fuzztime 2m ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 2m ./consumer/
 
 # The long crash schedule for release checks, not CI: at least 200 SIGKILLs at seeded random
