@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -304,7 +305,7 @@ func refMerge(ws []PartialWindow) ([]Row, error) {
 	}
 	slices.SortFunc(keys, func(a, b key) int {
 		if a.start != b.start {
-			return cmpInt(a.start, b.start)
+			return cmp.Compare(a.start, b.start)
 		}
 		if a.dim != b.dim {
 			return int(a.dim) - int(b.dim)
@@ -366,16 +367,6 @@ func refMerge(ws []PartialWindow) ([]Row, error) {
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sameRow compares everything of two rows, statistics bit for bit.
