@@ -355,9 +355,10 @@ func (r *partialReader) cmpKey(o *partialReader) int {
 // the rows one Windower fed every event gives), sorted by (WindowStart,
 // Dimension, DimensionID). ws may come in any order; two partials of one
 // window and partition are an error (their events would count twice), as is
-// a window whose partials disagree on its end, or Data that breaks the
-// format of PartialWindow. It holds every row: a commit streams them with a
-// MergeCursor instead.
+// a window whose partials disagree on its end, Data that breaks the format
+// of PartialWindow, or the partials of one row whose counts add up past
+// 2^63-1 (the last two wrap errPartialData). It holds every row: a commit
+// streams them with a MergeCursor instead.
 func MergePartialWindows(ws []PartialWindow) ([]Row, error) {
 	c, err := NewMergeCursor(ws)
 	if err != nil {
@@ -551,11 +552,17 @@ func (c *MergeCursor) merge(row *Row) error {
 	if !several {
 		row.Operator = string(op)
 	}
-	vcs := mergeValues(c.vcs)
-	c.vcs = vcs
-	for _, vc := range vcs {
+	// Every count is >= 1, so once the total fits in int64 so does each
+	// value's sum in mergeValues; partials whose counts add up past it are
+	// no instance's (it counts in an int64) and would wrap around.
+	for _, vc := range c.vcs {
+		if vc.n > math.MaxInt64-row.Count {
+			return fmt.Errorf("%w: %s %q: counts add up past 2^63-1", errPartialData, dims[key.dim], key.id)
+		}
 		row.Count += vc.n
 	}
+	vcs := mergeValues(c.vcs)
+	c.vcs = vcs
 	row.Min, row.Max = vcs[0].v, vcs[len(vcs)-1].v
 	row.Mean = exactSum(vcs, row.Count) / float64(row.Count)
 	row.P90 = sortedQuantile(vcs, row.Count, 0.9)
