@@ -2,6 +2,10 @@
 -- merged yet are not converted back: the migration refuses while any wait,
 -- so nothing is lost. Merge them first: one `ovstream run` over every
 -- partition of the pipeline, or a split `--drain`, merges every window.
+-- The lock first: a split commit in flight while this runs either commits
+-- before the count sees it, or waits until the migration is done (before,
+-- one that committed while DROP TABLE waited for its lock was dropped).
+LOCK TABLE delay_partial_windows IN ACCESS EXCLUSIVE MODE;
 DO $$
 DECLARE n bigint;
 BEGIN

@@ -19,7 +19,7 @@ var downGuards = map[uint]string{
 	    FROM delay_partial_windows HAVING count(*) > 0`,
 	9: `SELECT format('%s partial windows in format 2 wait for the merge (delay_partial_windows), which version 8 ` +
 		`cannot read: merge them first (one ovstream run over every partition of the pipeline, or a split --drain), then migrate down', count(*))
-	    FROM delay_partial_windows WHERE get_byte(data, 0) = 130 HAVING count(*) > 0`,
+	    FROM delay_partial_windows WHERE substring(data FROM 1 FOR 1) = '\x82'::bytea HAVING count(*) > 0`,
 }
 
 // checkDownGuards returns an error naming the reason when reverting the

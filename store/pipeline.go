@@ -15,9 +15,12 @@ import (
 // with the name, when name is empty, only white space, starts or ends with
 // white space (unicode.IsSpace), is not valid UTF-8 (naming the first bad
 // byte and its offset), or holds a control character (Unicode category Cc:
-// C0, DEL, C1) or an invisible format character (category Cf, e.g. U+200B
+// C0, DEL, C1), an invisible format character (category Cf, e.g. U+200B
 // ZERO WIDTH SPACE, U+FEFF, U+202E RIGHT-TO-LEFT OVERRIDE: "demo" and
-// "demo\u200b" print alike); those two name the rune (U+200B). Inner spaces
+// "demo\u200b" print alike) or another character Unicode marks
+// Default_Ignorable_Code_Point (Other_Default_Ignorable_Code_Point and
+// Variation_Selector, e.g. U+3164 HANGUL FILLER, U+FE0F; DerivedCoreProperties.txt);
+// those name the rune (U+200B). Inner spaces
 // and any other letters, marks, digits, punctuation and symbols are fine
 // ("ams-2", "Zürich", "Nederland – ov 2").
 func CheckPipelineName(name string) error {
@@ -37,6 +40,8 @@ func CheckPipelineName(name string) error {
 			return fmt.Errorf("holds %U, a control character", r)
 		case unicode.Is(unicode.Cf, r):
 			return fmt.Errorf("holds %U, an invisible format character (Unicode category Cf)", r)
+		case unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector):
+			return fmt.Errorf("holds %U, a character that renders as nothing (Unicode Default_Ignorable_Code_Point)", r)
 		}
 	}
 	return nil
