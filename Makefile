@@ -1,7 +1,7 @@
 # ovstream: see README.md.
 GO      ?= go
 BIN     := bin/ovstream
-PKGS    := ./aggregate/... ./consumer/... ./store/... ./migrations/... ./cmd/...
+PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./cmd/...
 
 .PHONY: build run test unit integration fuzz vet clean check-unit check-docker screenshots
 

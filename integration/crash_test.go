@@ -37,8 +37,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 var (

@@ -24,9 +24,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ovstream/ovstream/consumer/embedded"
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/broker/embedded"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 const (

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ovstream/ovstream/broker/embedded"
 	"github.com/ovstream/ovstream/consumer"
-	"github.com/ovstream/ovstream/consumer/embedded"
 	"github.com/ovstream/ovstream/store"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ovstream/ovstream/consumer/embedded"
+	"github.com/ovstream/ovstream/broker/embedded"
 	"github.com/ovstream/ovstream/migrations"
 )
 

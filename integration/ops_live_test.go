@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 // `produce --gtfs-rt-url` against a local HTTP server that serves the ten

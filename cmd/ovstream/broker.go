@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ovstream/ovstream/consumer/embedded"
+	"github.com/ovstream/ovstream/broker/embedded"
 )
 
 func init() { register(newBrokerCmd) }

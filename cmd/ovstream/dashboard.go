@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/dashboard"
 	"github.com/ovstream/ovstream/store"
-	"github.com/ovstream/ovstream/store/dashboard"
 )
 
 func init() { register(newServeCmd) }

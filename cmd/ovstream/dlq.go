@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/produce"
 	"github.com/ovstream/ovstream/store"
 )
 

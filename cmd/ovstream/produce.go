@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/gtfsstatic"
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsstatic"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 func init() { register(newProduceCmd) }

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ovstream/ovstream/consumer"
-	"github.com/ovstream/ovstream/store/dashboard"
+	"github.com/ovstream/ovstream/dashboard"
 )
 
 // defaultMetricsAddr is where run serves /metrics, /healthz and /readyz.

@@ -20,7 +20,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 // broker is `ovstream broker` running as its own process.

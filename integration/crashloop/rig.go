@@ -25,8 +25,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 // ---------------------------------------------------------------------------

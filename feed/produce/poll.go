@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
 )
 
 // MaxFeedBytes bounds one downloaded FeedMessage.

@@ -11,9 +11,9 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer/embedded"
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/broker/embedded"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 func startBroker(t *testing.T, topics map[string]int32) string {

@@ -13,7 +13,7 @@ import (
 	"github.com/MobilityData/gtfs-realtime-bindings/golang/gtfs"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
 )
 
 const td = "../../testdata/"

@@ -22,7 +22,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
 )
 
 // Config says where and how to produce.

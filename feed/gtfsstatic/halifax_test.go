@@ -7,7 +7,7 @@ import (
 	"github.com/MobilityData/gtfs-realtime-bindings/golang/gtfs"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ovstream/ovstream/consumer/gtfsstatic"
+	"github.com/ovstream/ovstream/feed/gtfsstatic"
 )
 
 // The agency as the oracle: Halifax's stop time updates that give both a

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
 )
 
 // Conform keeps the events of the data contract in order, counts the others

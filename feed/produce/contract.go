@@ -2,7 +2,7 @@ package produce
 
 import (
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
 )
 
 // SkipContract prefixes the skip reason of an event that breaks the data

@@ -33,7 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer/gtfsstatic"
+	"github.com/ovstream/ovstream/feed/gtfsstatic"
 )
 
 // Skip reasons, the keys of Result.Skipped.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovstream/ovstream/consumer/gtfsstatic"
+	"github.com/ovstream/ovstream/feed/gtfsstatic"
 )
 
 // A small feed in America/Halifax. WK runs Monday to Friday from

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovstream/ovstream/consumer/embedded"
+	"github.com/ovstream/ovstream/broker/embedded"
 )
 
 const helperEnv = "OVSTREAM_EMBEDDED_HELPER_DIR"

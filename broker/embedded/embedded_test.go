@@ -7,7 +7,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/ovstream/ovstream/consumer/embedded"
+	"github.com/ovstream/ovstream/broker/embedded"
 )
 
 func saramaConfig() *sarama.Config {

@@ -11,8 +11,8 @@ import (
 	"github.com/MobilityData/gtfs-realtime-bindings/golang/gtfs"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/gtfsstatic"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsstatic"
 )
 
 // versionedRoutes is a static feed whose route ids carry GTFS version

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovstream/ovstream/consumer/gtfsrt"
-	"github.com/ovstream/ovstream/consumer/gtfsstatic"
-	"github.com/ovstream/ovstream/consumer/produce"
+	"github.com/ovstream/ovstream/feed/gtfsrt"
+	"github.com/ovstream/ovstream/feed/gtfsstatic"
+	"github.com/ovstream/ovstream/feed/produce"
 )
 
 // Live polling with the agency's static feed: the Halifax TripUpdates
