@@ -20,7 +20,10 @@ import (
 // SQLSTATE class 08 (connection exception), 40001 (serialization failure),
 // 40P01 (deadlock), 55P03 (lock not available), 25P03 (the server ended a
 // session idle in its transaction), 57P01/57P02/57P03 (server shutting down
-// or starting up), 53300 (too many connections).
+// or starting up), 53300 (too many connections), 25006 (read-only SQL
+// transaction: the server is a standby now, e.g. the old primary after a
+// failover or a host that target_session_attrs did not rule out; the next
+// connection finds the primary).
 // False: ErrFenced, context.Canceled, every other server error (a value
 // PostgreSQL refuses, see Refused; missing tables, authentication).
 //
@@ -42,7 +45,7 @@ func Retryable(err error) bool {
 		case strings.HasPrefix(code, "08"):
 			return true
 		case code == "40001", code == "40P01", code == "55P03", code == "25P03",
-			code == "57P01", code == "57P02", code == "57P03", code == "53300":
+			code == "57P01", code == "57P02", code == "57P03", code == "53300", code == "25006":
 			return true
 		default:
 			return false
