@@ -155,6 +155,14 @@ func (l *loop) splitCommitted(m store.Merged, wm time.Time, positions []store.Po
 	l.sum.WindowRows += int64(m.Rows)
 	l.cfg.Metrics.MergePending.Set(float64(m.Pending))
 	l.cfg.Metrics.WindowsFinalized.Add(float64(m.Rows))
+	for i, r := range m.Refused {
+		if i == 10 {
+			l.cfg.Logger.Warn("more merged rows refused: see table refused_windows", "rows", len(m.Refused))
+			break
+		}
+		l.cfg.Logger.Warn("PostgreSQL refused a merged row: kept in refused_windows with its statistics and distribution; fix the cause and re-apply it (docs/runbook.md)",
+			"window_start", r.WindowStart.Format(time.RFC3339), "dimension", r.Dimension, "id", r.DimensionID, "reason", r.Reason)
+	}
 	if m.Skipped {
 		l.cfg.Logger.Debug("merge left to the next commit: another one was deciding a merge", "pending_windows", m.Pending)
 	}

@@ -4,3 +4,11 @@
 ALTER TABLE stream_positions DROP COLUMN commit_seq;
 ALTER TABLE pipeline_instances DROP COLUMN backend_pid, DROP COLUMN backend_start;
 -- pipelines.window_size stays: version 9 ignores it.
+-- Refused merged rows: version 9 has no place for them; refuse while any wait.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM refused_windows) THEN
+        RAISE EXCEPTION 'migrate down 9 refused, nothing changed: refused_windows holds merged rows PostgreSQL refused; re-apply or delete them first (docs/runbook.md)';
+    END IF;
+END $$;
+DROP TABLE refused_windows;

@@ -356,15 +356,26 @@ RETURNING window_start, window_end, partition, row_count, data`, pipeline, first
 	if err != nil {
 		return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
 	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT ovs_merge"); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
 	err = copyWindows(ctx, tx, func() tupleFunc {
 		cur, _ = aggregate.NewMergeCursor(ws) // a fresh one per COPY: the second path sends the rows again
 		return rowTuples(pipeline, cur.Next, cur.Err)
 	})
-	if err != nil {
-		if cur.Err() != nil {
-			return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
+	switch {
+	case err != nil && cur.Err() != nil:
+		return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
+	case err != nil && Refused(err):
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT ovs_merge; RELEASE SAVEPOINT ovs_merge"); err != nil {
+			return fmt.Errorf("rollback to savepoint: %w", err)
 		}
+		return mergeRefused(ctx, tx, pipeline, ws, m)
+	case err != nil:
 		return fmt.Errorf("write merged windows: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT ovs_merge"); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
 	}
 	// Counted by the cursor, which sorts them: DELETE ... RETURNING gives
 	// the partials in no particular order (a sequential scan: as they lie).
@@ -493,4 +504,67 @@ ORDER BY topic, partition`, pipeline)
 		return nil, fmt.Errorf("store: merge lag of pipeline %q: %w", pipeline, err)
 	}
 	return ml, nil
+}
+
+// mergeRefused writes the merged rows of the partials ws after delay_aggregates
+// refused some of them (Refused): it finds those rows (refusedRows), writes
+// the others, and keeps each refused one in refused_windows with the
+// database's message, its statistics and distribution (G10: the pipeline
+// never stalls on a row; its records were read by other instances and cannot
+// be named as dead letters). The rows of one chunk are held in memory here:
+// at most chunkRows, as the merge's bound says.
+func mergeRefused(ctx context.Context, tx pgx.Tx, pipeline string, ws []aggregate.PartialWindow, m *Merged) error {
+	cur, err := aggregate.NewMergeCursor(ws)
+	if err != nil {
+		return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
+	}
+	var rows []aggregate.Row
+	var r aggregate.Row
+	for cur.Next(&r) { // the cursor reuses the distribution's slices: keep copies
+		r.Values, r.Counts = slices.Clone(r.Values), slices.Clone(r.Counts)
+		rows = append(rows, r)
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("merge partials of pipeline %q: %w", pipeline, err)
+	}
+	refused := map[WindowKey]string{}
+	write := func(tx pgx.Tx, rows []aggregate.Row) error {
+		return writeThenClear(ctx, tx, "ovs_windows", upsertWindows(ctx, tx, pipeline, rows))
+	}
+	err = refusedRows(ctx, tx, rows, write, func(r aggregate.Row, e *pgconn.PgError) {
+		k := WindowKey{WindowStart: r.WindowStart.UTC(), Dimension: r.Dimension, DimensionID: r.DimensionID}
+		refused[k] = refusal("delay_aggregates", fmt.Sprintf("(%s, %s, %s)", k.WindowStart.Format(time.RFC3339), k.Dimension, k.DimensionID), e)
+	})
+	if err != nil {
+		return fmt.Errorf("find the merged rows PostgreSQL refused: %w", err)
+	}
+	var keep, out []aggregate.Row
+	for _, r := range rows {
+		k := WindowKey{WindowStart: r.WindowStart.UTC(), Dimension: r.Dimension, DimensionID: r.DimensionID}
+		if reason, ok := refused[k]; ok {
+			out = append(out, r)
+			m.Refused = append(m.Refused, RefusedWindow{WindowKey: k, Reason: reason})
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	if len(out) == 0 { // refused as a whole, no row alone: not a row's value
+		return errors.New("write merged windows: PostgreSQL refused the rows together but none alone (a constraint across rows?)")
+	}
+	if err := upsertWindows(ctx, tx, pipeline, keep); err != nil {
+		return fmt.Errorf("write merged windows: %w", err)
+	}
+	for i, r := range out {
+		_, err := tx.Exec(ctx, `INSERT INTO refused_windows (pipeline, window_start, window_end, dimension, dimension_id, operator,
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts, error)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+			pipeline, r.WindowStart.UTC(), r.WindowEnd.UTC(), r.Dimension, r.DimensionID, nullString(r.Operator), r.Count,
+			within(r.Mean, r.Min, r.Max), within(r.P90, r.Min, r.Max), r.Min, r.Max, r.Values, r.Counts, m.Refused[len(m.Refused)-len(out)+i].Reason)
+		if err != nil {
+			return fmt.Errorf("keep a refused merged row in refused_windows: %w", err)
+		}
+	}
+	m.Windows += cur.Windows()
+	m.Rows += len(keep)
+	return nil
 }

@@ -136,6 +136,9 @@ type Merged struct {
 	Drained bool      // every partition was drained: everything was merged and the drain flags cleared
 	Pending int       // windows with partials still waiting for the merge
 	Skipped bool      // another commit was deciding a merge: this one left it to the next (Split.Holding)
+	// Refused are the merged rows PostgreSQL refused, kept in refused_windows
+	// with its message instead of delay_aggregates (mergeChunk).
+	Refused []RefusedWindow
 	// Frontier is the merge frontier this commit read, UTC: the lowest
 	// stored watermark of the partitions that hold the merge (the greatest
 	// when none does); zero when a partition that holds it never committed.
