@@ -47,6 +47,7 @@ type pgNode struct {
 // own and is rewritten after every copy.
 const replicaConf = "wal_level = replica\nmax_wal_senders = 5\nmax_replication_slots = 5\nwal_log_hints = on\n" +
 	"hot_standby = on\nwal_keep_size = '256MB'\nwal_receiver_status_interval = 1s\nsynchronous_commit = on\n" +
+	"wal_retrieve_retry_interval = '100ms'\n" + // a promotion waits for it when the stream is gone
 	"include_if_exists = 'node.conf'\n"
 
 // startReplicaSet initializes node0 as the primary, copies it to node1 with
