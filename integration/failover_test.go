@@ -112,9 +112,13 @@ func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failove
 	}
 	r.mon.mu.Lock() // no sample until the baseline is the new primary's
 	died := rs.killPrimary()
+	// What the new primary starts from, read on the standby before its
+	// promotion (once promoted, the service writes on it at once): all it
+	// received replayed, the stream gone.
+	rs.waitStandbyQuiet()
+	after := standby.state()
 	rs.promote()
 	f.promoteAfter = time.Since(died)
-	after := rs.nodes[rs.primary].state()
 	r.mon.last = map[aggregate.PartitionID][2]int64{}
 	r.mon.mu.Unlock()
 
@@ -156,6 +160,7 @@ func startFailoverRig(t *testing.T, sync bool, chunks int) (*rig, *pgReplicaSet,
 	r.feed.paced(200 * time.Millisecond)
 	p := r.start()
 	r.waitProgress(p, time.Minute, "before the failover")
+	r.sleepOrExit(p, time.Duration(300+rng.IntN(700))*time.Millisecond, "before the failover")
 	return r, rs, p
 }
 

@@ -227,6 +227,21 @@ func (rs *pgReplicaSet) waitReplayed() {
 	}
 }
 
+// waitStandbyQuiet waits, once the primary is dead, until the standby's
+// walreceiver is gone and it replayed everything it received.
+func (rs *pgReplicaSet) waitStandbyQuiet() {
+	rs.t.Helper()
+	s := rs.nodes[1-rs.primary]
+	deadline := time.Now().Add(30 * time.Second)
+	for s.query("postgres", `SELECT (NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')
+		AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn())::text`) != "true" {
+		if time.Now().After(deadline) {
+			rs.t.Fatalf("%s still streams or replays 30 s after its primary died", s.name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // hold stops (SIGSTOP) the walsenders of the primary: the standby receives
 // nothing more while commits on the primary go on (asynchronous) or wait
 // (synchronous). release continues them; the test's end does too.
