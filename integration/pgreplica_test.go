@@ -351,8 +351,13 @@ func (n *pgNode) kill9() time.Time {
 			_ = exec.Command("ipcrm", "-m", fs[1]).Run()
 		}
 	}
-	if err := os.Remove(pidFile); err != nil {
-		n.t.Fatal(err)
+	// The lock files name a dead postmaster, which may stay a zombie when
+	// nothing reaps it (a container's init): PostgreSQL would refuse them.
+	sock := filepath.Join(filepath.Dir(n.dir), fmt.Sprintf(".s.PGSQL.%d", n.port))
+	for _, f := range []string{pidFile, sock + ".lock", sock} {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			n.t.Fatal(err)
+		}
 	}
 	n.t.Logf("%s (port %d): postmaster %d and %d children SIGKILLed", n.name, n.port, pm, len(pids)-1)
 	return died
