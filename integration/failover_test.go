@@ -14,11 +14,14 @@ package integration
 // uninterrupted run's and delay_aggregates the SQL oracle, row for row.
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
 )
@@ -61,6 +64,40 @@ func (s dbState) ahead(o dbState) (parts []string, records int64) {
 	return parts, records
 }
 
+// watchCommits polls max(stream_positions.updated_at) on db every 2 ms
+// over one connection (each commit upserts every partition it owns, so the
+// maximum moves with every commit) until the returned function is called,
+// which returns the distinct values seen: the commits made meanwhile.
+func watchCommits(t *testing.T, db string) func() []time.Time {
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var seen []time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			var c time.Time
+			if err := conn.QueryRow(ctx, `SELECT coalesce(max(updated_at), 'epoch') FROM stream_positions`).Scan(&c); err != nil {
+				return
+			}
+			if len(seen) == 0 || !c.Equal(seen[len(seen)-1]) {
+				seen = append(seen, c)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() []time.Time {
+		cancel()
+		<-done
+		return seen
+	}
+}
+
 // failoverFigures is what one failover did.
 type failoverFigures struct {
 	held         time.Duration // the replication stream held before the kill
@@ -79,6 +116,13 @@ type failoverFigures struct {
 // primary, promotes the standby and waits until p commits on it. The
 // positions monitor is told the database lost what the new primary lacks.
 func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failoverFigures {
+	r.t.Helper()
+	return r.failoverWith(rs, p, minHold, nil)
+}
+
+// failoverWith is failover with held run first while the stream is held
+// (e.g. an instance's death and its standby's claim).
+func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, held func()) failoverFigures {
 	t := r.t
 	t.Helper()
 	var f failoverFigures
@@ -86,16 +130,16 @@ func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failove
 	rs.waitReplayed()
 	began := time.Now()
 	rs.hold()
-	commits := map[time.Time]bool{} // max(updated_at) seen on the primary during the hold
+	commitsSeen := watchCommits(t, primary.url("ovs"))
+	if held != nil {
+		held()
+	}
 	var before dbState
 	for {
 		r.alive(p, "while the replication stream is held")
 		time.Sleep(20 * time.Millisecond)
 		on := standby.state()
 		before = primary.state()
-		if before.lastCommit.After(on.lastCommit) {
-			commits[before.lastCommit] = true
-		}
 		f.held = time.Since(began)
 		parts, _ := before.ahead(on)
 		if f.held >= minHold && (rs.sync || len(parts) > 0) {
@@ -110,6 +154,7 @@ func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failove
 	if f.lagBytes <= 0 {
 		t.Fatalf("replication held %v, yet the standby is %d bytes behind the primary", f.held, f.lagBytes)
 	}
+	commits := commitsSeen()
 	r.mon.mu.Lock() // no sample until the baseline is the new primary's
 	died := rs.killPrimary()
 	// What the new primary starts from, read on the standby before its
@@ -122,7 +167,7 @@ func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failove
 	r.mon.last = map[aggregate.PartitionID][2]int64{}
 	r.mon.mu.Unlock()
 
-	for c := range commits {
+	for _, c := range commits {
 		if c.After(after.lastCommit) {
 			f.lostCommits++
 		}
@@ -151,12 +196,15 @@ func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failove
 // startFailoverRig starts a replicated cluster, the feed of the Auckland
 // 2 h slice in chunks paced so that commits go on for many seconds, and the
 // service on the multi-host URL, and waits for its first real commits.
-func startFailoverRig(t *testing.T, sync bool, chunks int) (*rig, *pgReplicaSet, *proc) {
+func startFailoverRig(t *testing.T, sync bool, chunks int, flags ...string) (*rig, *pgReplicaSet, *proc) {
 	t.Helper()
 	rng := crashSeed(t)
 	ds := auckland2h(t)
 	rs := startReplicaSet(t, sync)
 	r := newRigOn(t, rng, ds, startBroker(t), chunks, rs.createDB())
+	if len(flags) > 0 {
+		r.flags = flags
+	}
 	r.feed.paced(200 * time.Millisecond)
 	p := r.start()
 	r.waitProgress(p, time.Minute, "before the failover")
@@ -230,4 +278,30 @@ func TestFailoverRewindBack(t *testing.T) {
 		}
 	}
 	endFailoverRig(r, p)
+}
+
+// A failover during a standby takeover: the owner A is SIGKILLed while the
+// replication stream is held, its standby B (--lease 3s) claims the
+// partitions and commits on the primary; then the primary is SIGKILLed and
+// the asynchronous standby promoted: B's claim (epoch 2) and its commits are
+// lost, the new primary holds A's expired lease at epoch 1. B must carry on
+// (claim again, recompute what was lost) and the final tables are exact.
+func TestFailoverDuringTakeover(t *testing.T) {
+	t.Parallel()
+	r, rs, a := startFailoverRig(t, false, 50, "--lease", "3s")
+	b := r.startWith(nil)
+	waitLog(t, b, standbyLine, time.Minute)
+	f := r.failoverWith(rs, b, 0, func() {
+		r.kill(a)
+		waitLog(t, b, claimedLine, time.Minute)
+		r.waitCommits(b, 2, time.Minute, "after the takeover, on the primary whose stream is held")
+	})
+	if f.lostCommits == 0 || len(f.lostParts) == 0 {
+		t.Fatalf("the failover lost %d commits, %d partitions' offsets: it did not exercise the hole", f.lostCommits, len(f.lostParts))
+	}
+	if epochs := dump(t, r.db, `SELECT DISTINCT epoch FROM stream_positions`); len(epochs) != 1 {
+		t.Logf("epochs stored on the new primary: %v", epochs)
+	}
+	r.kills-- // A's death came before the failover and is not what the test is about
+	endFailoverRig(r, b)
 }
