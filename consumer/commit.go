@@ -82,7 +82,7 @@ func (l *loop) takeBatch() *pendingCommit {
 	l.olderVersions(&p.batch)
 	for _, tp := range SortedPartitions(l.led.parts) {
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
-			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp)})
+			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
 	}
 	l.splitBatch(&p.batch)
 	l.dead = nil
@@ -112,6 +112,7 @@ func (l *loop) finishCommit(res commitResult) error {
 		l.sum.CommitFailures++
 		var ce *store.CommitError
 		var rejected *store.RejectedError
+		var behind *store.BehindError
 		fail := cfg.Metrics.CommitFailures.WithLabelValues
 		switch {
 		case errors.Is(err, store.ErrFenced):
@@ -120,6 +121,10 @@ func (l *loop) finishCommit(res commitResult) error {
 			cfg.Logger.Error("fenced: another instance claimed the pipeline; this one wrote nothing after the claim",
 				"pipeline", cfg.Pipeline, "epoch", l.epoch)
 			return ErrFenced
+		case errors.As(err, &behind):
+			fail(FailBehind).Inc()
+			l.logBehind(behind)
+			return errResync
 		case errors.As(err, &rejected):
 			fail(FailRejected).Inc()
 			return l.rejected(rejected)
@@ -154,6 +159,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	}
 	b := &p.batch
 	for _, pos := range b.Positions {
+		pos.Seq++ // the commit's fencing statement added one (store.Commit)
 		l.stored[pos.PartitionID] = pos
 		l.sum.Stored[pos.PartitionID] = pos.NextOffset
 	}
@@ -176,4 +182,19 @@ func (l *loop) finishCommit(res commitResult) error {
 	cfg.Logger.Debug("committed", "windows", b.WindowRows(), "trips", len(b.Trips), "vehicles", len(b.Vehicles), "names", len(b.Names),
 		"dead_letters", len(b.DeadLetters), "watermark", p.wm.Format(time.RFC3339), "took", res.took)
 	return nil
+}
+
+// logBehind logs, once per loss, that the database does not hold what this
+// instance committed (a failover to a replica that had not received them, a
+// restore): the partitions, the offsets this instance had committed and the
+// ones the database holds. The loop then drops its state and replays from the
+// stored positions (errResync): the lost commits took their offsets with
+// them, so every event is counted once.
+func (l *loop) logBehind(e *store.BehindError) {
+	for _, b := range e.Partitions {
+		l.cfg.Logger.Error("the database lost commits this instance made (a failover to a replica that had not received them, or a restore): replaying them from the stored offsets",
+			"pipeline", l.cfg.Pipeline, "partition", b.PartitionID.String(),
+			"committed_next_offset", l.stored[b.PartitionID].NextOffset, "stored_next_offset", b.NextOffset,
+			"commits_lost", b.WantSeq-b.Seq)
+	}
 }

@@ -45,6 +45,10 @@ const (
 	FailFenced    = "fenced"
 	FailTerminal  = "terminal" // e.g. a missing table: the run stops
 	FailRejected  = "rejected" // PostgreSQL refused rows: their records are dead-lettered on a resync
+	// FailBehind: the database does not hold commits this instance made (a
+	// failover to a replica that had not received them, a restore): the
+	// positions are re-read and the lost work replayed (store.BehindError).
+	FailBehind = "behind"
 	// FailMergedPast: the split pipeline merged a window this instance still
 	// held events of (they came on an idle partition): positions re-read.
 	FailMergedPast = "merged_past"
@@ -96,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RetentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_retention_deleted_dead_letters_total",
 			Help: "Dead letters deleted by --dead-letter-retention."}),
 	}
-	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailMergedPast, FailFenced, FailTerminal} {
+	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailBehind, FailMergedPast, FailFenced, FailTerminal} {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,

@@ -68,6 +68,10 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	st.OnNameRefused = func(n aggregate.Name, reason string) {
 		cfg.Logger.Warn("name left out: "+reason, "dimension", n.Dimension, "id", n.ID)
 	}
+	st.OnServerChange = func(from, to string) {
+		cfg.Logger.Warn("connected to another PostgreSQL server (a failover?): commits go on there once it holds what this instance committed",
+			"from", from, "to", to)
+	}
 	if crashpoint.Enabled {
 		st.Hooks.AfterWindows = func() { crashpoint.Hit(crashpoint.MidCommit) }
 		st.Hooks.BeforeCommit = func() { crashpoint.Hit(crashpoint.BeforeCommit) }

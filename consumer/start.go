@@ -138,7 +138,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 			}
 			cfg.Logger.Warn("stored offset out of range: resuming", "partition", tp.String(),
 				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
-			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from}
+			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq}
 			if err := l.st.ResetPosition(ctx, cfg.Pipeline, cfg.Owner, l.epoch, reset); err != nil {
 				return err
 			}

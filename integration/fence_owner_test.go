@@ -95,11 +95,11 @@ func TestFenceOwnerPlain(t *testing.T) {
 		}
 		return b
 	}
-	g.fenced(t, "B commits A's partition", func() error { return g.b.Commit(ctx, batch("B", 7, ta)) })
-	g.fenced(t, "B commits A's and its own partition", func() error { return g.b.Commit(ctx, batch("B", 7, ta, ub)) })
-	g.fenced(t, "a commit without owner", func() error { return g.a.Commit(ctx, batch("", 7, ta)) })
+	g.fenced(t, "B commits A's partition", func() error { return g.b.Commit(ctx, withSeqs(t, g.b, batch("B", 7, ta))) })
+	g.fenced(t, "B commits A's and its own partition", func() error { return g.b.Commit(ctx, withSeqs(t, g.b, batch("B", 7, ta, ub))) })
+	g.fenced(t, "a commit without owner", func() error { return g.a.Commit(ctx, withSeqs(t, g.a, batch("", 7, ta))) })
 
-	if err := g.a.Commit(ctx, batch("A", 5, ta)); err != nil {
+	if err := g.a.Commit(ctx, withSeqs(t, g.a, batch("A", 5, ta))); err != nil {
 		t.Fatalf("A commits its own partition: %v", err)
 	}
 	if got := g.position(t, ta); got != "A/1/5" {
@@ -118,7 +118,7 @@ func TestFenceOwnerPlain(t *testing.T) {
 		return g.b.SetTopicIDs(ctx, "p", "B", 1, map[aggregate.PartitionID]string{ub: "AAAAAAAAAAAAAAAAAAAAAA"},
 			[]store.Position{{PartitionID: ta}})
 	})
-	if err := g.b.Commit(ctx, batch("B", 3, ub)); err != nil {
+	if err := g.b.Commit(ctx, withSeqs(t, g.b, batch("B", 3, ub))); err != nil {
 		t.Fatalf("B commits its own partition: %v", err)
 	}
 	if got := g.position(t, ub); got != "B/1/3" {
@@ -157,7 +157,7 @@ func TestFenceOwnerSplit(t *testing.T) {
 		return b
 	}
 	split := func(s *store.Store, b store.Batch) error {
-		_, err := s.CommitSplit(ctx, b)
+		_, err := s.CommitSplit(ctx, withSeqs(t, s, b))
 		return err
 	}
 	g.fenced(t, "B commits partials of A's partition", func() error { return split(g.b, batch("B", ta)) })

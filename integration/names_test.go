@@ -385,7 +385,7 @@ func TestStoreNamesNewerWins(t *testing.T) {
 	}
 	commit := func(names ...aggregate.Name) {
 		t.Helper()
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0), Names: names}); err != nil {
+		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0), Names: names})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -83,20 +82,9 @@ func TestOpsPostgresOutage(t *testing.T) {
 		m = scrape(t, ops)
 		return m[consumed] == float64(total) && m["ovstream_uncommitted_messages"] == 0
 	})
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run exited %d after SIGTERM:\n%s", code, p.output())
-	}
-	// The windows still open at SIGTERM are finalized by a drain.
-	drain(t, db, addr, "--pipeline", "outage")
-
-	if n := loadOracleInput(t, db, addr, predictionsTopic); n != total {
-		t.Fatalf("topic holds %d records, want %d", n, total)
-	}
+	// The windows still open at SIGTERM are finalized by the drain.
+	stopDrainCompare(t, p, db, addr, "outage", total, "delay_aggregates after a 30 s outage vs SQL oracle")
 	if dl := dump(t, db, `SELECT count(*) FROM dead_letters`); dl[0] != "[0]" {
 		t.Errorf("dead letters %v, want none (allowed lateness 10m)", dl)
 	}
-	sameRows(t, "delay_aggregates after a 30 s outage vs SQL oracle", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
 }

@@ -267,7 +267,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: windows, Trips: trips, Vehicles: vehicles,
 		DeadLetters: []store.DeadLetter{{Topic: "t", Offset: 5, Reason: store.ReasonDecode, Error: "x"}}, Positions: at0(13)}
 
-	err := s.Commit(ctx, b)
+	err := s.Commit(ctx, withSeqs(t, s, b))
 	var rej *store.RejectedError
 	if !errors.As(err, &rej) {
 		t.Fatalf("commit = %v, want a *store.RejectedError", err)
@@ -312,7 +312,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 
 	// Only a deferred foreign key, at COMMIT: no row is refused alone.
 	only := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Vehicles: []store.Vehicle{vehicle("v2", "NOPE", 11)}, Positions: at0(13)}
-	err = s.Commit(ctx, only)
+	err = s.Commit(ctx, withSeqs(t, s, only))
 	if err == nil || errors.As(err, &rej) || store.Retryable(err) || !strings.Contains(err.Error(), "known_trip") {
 		t.Fatalf("commit refused at COMMIT by a deferred constraint = %v, want the terminal refusal itself", err)
 	}
@@ -321,7 +321,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 	b.Windows = []aggregate.Row{windows[0], windows[2], windows[3]}
 	b.Trips = []store.Trip{trips[0], trips[1], trips[4]}
 	b.Vehicles = vehicles[:1]
-	if err := s.Commit(ctx, b); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
 		t.Fatalf("commit without the refused rows: %v", err)
 	}
 	if got := dump(t, url, `SELECT trip_id, delay_s, kafka_offset FROM trip_delay_latest`); strings.Join(got, " ") != "[T1 50 1] [T2 10 4]" {
@@ -331,7 +331,7 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 	// A dead letter refused: no row of the batch is, so nothing to reject: terminal.
 	boom := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimNetwork, "all", 1, 1, 1, 1, 1)},
 		DeadLetters: []store.DeadLetter{{Topic: "t", Offset: 20, Reason: store.ReasonDecode, Error: "boom"}}, Positions: at0(21)}
-	err = s.Commit(ctx, boom)
+	err = s.Commit(ctx, withSeqs(t, s, boom))
 	if err == nil || errors.As(err, &rej) || store.Retryable(err) || !strings.Contains(err.Error(), "no_boom") {
 		t.Fatalf("commit with a refused dead letter = %v, want the terminal refusal itself", err)
 	}

@@ -277,18 +277,18 @@ func TestStoreCommitAfterPartitionDropped(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
 	w := row(aggregate.DimLine, "L1", 2, 5, 9, 1, 9)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w}, Positions: at0(1)}); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w}, Positions: at0(1)})); err != nil {
 		t.Fatal(err)
 	}
 	execSQL(t, url, `DROP TABLE delay_aggregates_20260301`)
 	w2 := row(aggregate.DimLine, "L2", 3, 6, 9, 2, 9)
 	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w2}, Positions: at0(2)}
-	err := s.Commit(ctx, b)
+	err := s.Commit(ctx, withSeqs(t, s, b))
 	var rej *store.RejectedError
 	if err == nil || !store.Retryable(err) || store.Refused(err) || errors.As(err, &rej) {
 		t.Fatalf("commit into a dropped partition: %v; want a retryable error, not a refusal", err)
 	}
-	if err := s.Commit(ctx, b); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
 		t.Fatalf("the retry: %v", err)
 	}
 	if got := dump(t, url, `SELECT dimension_id, event_count, tableoid::regclass::text FROM delay_aggregates`); fmt.Sprint(got) !=

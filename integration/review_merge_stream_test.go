@@ -80,7 +80,7 @@ func TestReviewMergeCorruptInSecondPass(t *testing.T) {
 		WHERE window_start = (SELECT max(window_start) FROM delay_partial_windows)`)
 	before := snapshot(t, g.url)
 	partials := dump(t, g.url, `SELECT t::text FROM delay_partial_windows t`)
-	_, err := g.sb.CommitSplit(ctx, g.batch(g.eb, g.tb, g.w2, false))
+	_, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w2, false)))
 	if err == nil || store.Retryable(err) || !strings.Contains(err.Error(), "merge partials of pipeline") ||
 		!strings.Contains(err.Error(), "corrupt partial window") || strings.Contains(err.Error(), "57014") {
 		t.Fatalf("merge of a corrupt partial in the second pass: %v (retryable %v)", err, store.Retryable(err))

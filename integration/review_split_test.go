@@ -259,7 +259,7 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 			Positions: []store.Position{{PartitionID: in.tp, NextOffset: 1, ConsumedOffset: 1}},
 			Split: &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: in.win.FirstEnd(),
 				IdleLease: time.Minute, Holding: holding}}
-		m, err := in.st.CommitSplit(ctx, b)
+		m, err := in.st.CommitSplit(ctx, withSeqs(t, in.st, b))
 		if err == nil {
 			in.win.Drop(wm)
 		}
@@ -322,7 +322,7 @@ func TestStoreSplitCorruptPartialWindow(t *testing.T) {
 			g := newSplitStoreRig(t)
 			g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
 			execSQL(t, g.url, tc.edit)
-			_, err := g.sb.CommitSplit(ctx, g.batch(g.eb, g.tb, g.w1, false))
+			_, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w1, false)))
 			if err == nil || store.Retryable(err) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("merge of an edited partial window: %v (retryable %v), want an error naming %q", err, store.Retryable(err), tc.want)
 			}

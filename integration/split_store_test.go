@@ -77,7 +77,7 @@ func newSplitStoreRig(t *testing.T) *splitStoreRig {
 	}
 	g.commit = func(s *store.Store, b store.Batch) store.Merged {
 		t.Helper()
-		m, err := s.CommitSplit(ctx, b)
+		m, err := s.CommitSplit(ctx, withSeqs(t, s, b))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestStoreSplitMerge(t *testing.T) {
 	// A batch that still holds the merged window writes nothing.
 	stale := batch(ea, ta, w2, false)
 	stale.Split.FirstOpen = w1
-	_, err := sa.CommitSplit(ctx, stale)
+	_, err := sa.CommitSplit(ctx, withSeqs(t, sa, stale))
 	if !errors.Is(err, store.ErrMergedPast) {
 		t.Fatalf("a batch holding a merged window: %v, want ErrMergedPast", err)
 	}
@@ -185,7 +185,7 @@ func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
 	// A stale batch is refused though the merge is left.
 	stale := holding(g.ea, g.ta, g.w2)
 	stale.Split.FirstOpen = g.w1
-	if _, err := g.sa.CommitSplit(ctx, stale); !errors.Is(err, store.ErrMergedPast) {
+	if _, err := g.sa.CommitSplit(ctx, withSeqs(t, g.sa, stale)); !errors.Is(err, store.ErrMergedPast) {
 		t.Fatalf("a Holding batch holding a merged window: %v, want ErrMergedPast", err)
 	}
 	// A and B past the second window while the lock is held: neither waits.
@@ -200,7 +200,7 @@ func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
 	// Without Holding, B's next commit waits for the lock, then merges.
 	done := make(chan store.Merged, 1)
 	go func() {
-		m, err := g.sb.CommitSplit(ctx, g.batch(g.eb, g.tb, g.w2, false))
+		m, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w2, false)))
 		if err != nil {
 			t.Error(err)
 		}

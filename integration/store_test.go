@@ -188,7 +188,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 		Positions: at0(0),
 	}
 	first.Windows[1].Operator = "" // several operators -> NULL
-	if err := s.Commit(ctx, first); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, first)); err != nil {
 		t.Fatal(err)
 	}
 	second := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
@@ -196,7 +196,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 	},
 		Positions: at0(0),
 	}
-	if err := s.Commit(ctx, second); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, second)); err != nil {
 		t.Fatal(err)
 	}
 	if n := query[int64](t, url, "SELECT event_count FROM delay_aggregates WHERE dimension = 'line' AND dimension_id = 'L1'"); n != 3 {
@@ -216,7 +216,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 		t.Fatalf("distribution %s after the upsert path, want {1,9} {2,1} (replaced)", d)
 	}
 	// Replaying the first batch restores its values exactly.
-	if err := s.Commit(ctx, first); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, first)); err != nil {
 		t.Fatal(err)
 	}
 	if n := query[int64](t, url, "SELECT sum(event_count) FROM delay_aggregates"); n != 10 {
@@ -231,7 +231,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 	},
 		Positions: at0(0),
 	}
-	if err := s.Commit(ctx, third); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, third)); err != nil {
 		t.Fatalf("mean one ulp above max: %v", err)
 	}
 }
@@ -239,7 +239,7 @@ func TestStoreCommitReplacesWindows(t *testing.T) {
 func TestStoreFencedWritesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, old := openStore(t)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: old, Watermark: t0, Positions: at0(0)}); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: old, Watermark: t0, Positions: at0(0)})); err != nil {
 		t.Fatal(err)
 	}
 	other, err := store.Open(ctx, url)
@@ -252,7 +252,7 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 	if err != nil || newer != old+1 {
 		t.Fatalf("second claim = %d, %v; want %d", newer, err, old+1)
 	}
-	err = s.Commit(ctx, store.Batch{
+	err = s.Commit(ctx, withSeqs(t, s, store.Batch{
 		Pipeline:    "p",
 		Owner:       owner0,
 		Epoch:       old,
@@ -261,7 +261,7 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		DeadLetters: []store.DeadLetter{{Topic: "t", Reason: store.ReasonDecode, Error: "x"}},
 		Positions:   at0(5),
 		Watermark:   t0.Add(time.Hour),
-	})
+	}))
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("commit with stale epoch = %v, want ErrFenced", err)
 	}
@@ -280,11 +280,11 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		t.Errorf("fenced commit moved the watermark to %v", wm)
 	}
 	// The new owner commits normally.
-	if err := other.Commit(ctx, store.Batch{Pipeline: "p", Owner: "other", Epoch: newer, Positions: at0(0)}); err != nil {
+	if err := other.Commit(ctx, withSeqs(t, other, store.Batch{Pipeline: "p", Owner: "other", Epoch: newer, Positions: at0(0)})); err != nil {
 		t.Fatal(err)
 	}
 	// A pipeline never claimed is fenced too.
-	if err := s.Commit(ctx, store.Batch{Pipeline: "unclaimed", Owner: owner0, Epoch: 1, Positions: at0(0)}); !errors.Is(err, store.ErrFenced) {
+	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "unclaimed", Owner: owner0, Epoch: 1, Positions: at0(0)})); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("commit to an unclaimed pipeline = %v", err)
 	}
 }
@@ -301,7 +301,7 @@ func TestStorePositionsNeverMoveBackwards(t *testing.T) {
 	epoch := c.Epoch
 	commit := func(ps ...store.Position) {
 		t.Helper()
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: ps}); err != nil {
+		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: ps})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,8 +316,8 @@ func TestStorePositionsNeverMoveBackwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[aggregate.PartitionID]store.Position{
-		a: {PartitionID: a, NextOffset: 12, ConsumedOffset: 25},
-		b: {PartitionID: b, NextOffset: 7, ConsumedOffset: 7},
+		a: {PartitionID: a, NextOffset: 12, ConsumedOffset: 25, Seq: 3}, // three commits stored it
+		b: {PartitionID: b, NextOffset: 7, ConsumedOffset: 7, Seq: 2},
 	}
 	if len(got) != len(want) || got[a] != want[a] || got[b] != want[b] {
 		t.Fatalf("positions = %+v, want %+v", got, want)
@@ -339,7 +339,7 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 	}
 	commit := func(v store.Vehicle, tr store.Trip) {
 		t.Helper()
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: at0(0)}); err != nil {
+		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: at0(0)})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -365,11 +365,11 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 		t.Errorf("lat = %v, want 5", lat)
 	}
 	// Several rows for one key in one batch: the newest wins, no 21000 error.
-	err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
+	err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
 		Vehicles:  []store.Vehicle{veh(31, t0.Add(time.Hour), 7), veh(30, t0.Add(time.Hour), 6)},
 		Trips:     []store.Trip{trip(30, t0.Add(time.Hour), 6), trip(31, t0.Add(time.Hour), 7)},
 		Positions: at0(0),
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestStoreDeadLetterBytes(t *testing.T) {
 		Reason: store.ReasonDecode, Error: "not a JSON object"}
 	noKey := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 42, Value: []byte{}, Reason: store.ReasonLate, Error: "late"}
 	for range 2 {
-		if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: at0(0)}); err != nil {
+		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: at0(0)})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -426,7 +426,7 @@ func TestStoreSeedWatermark(t *testing.T) {
 	commit := func(b store.Batch) {
 		t.Helper()
 		b.Pipeline, b.Owner, b.Epoch = "p", owner0, epoch
-		if err := s.Commit(ctx, b); err != nil {
+		if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -454,7 +454,7 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 	bad := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
 		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 0, 1, 1, 1, 1)},
 		Positions: at0(3)}
-	err := s.Commit(ctx, bad)
+	err := s.Commit(ctx, withSeqs(t, s, bad))
 	if err == nil {
 		t.Fatal("count 0 was accepted")
 	}
@@ -468,7 +468,7 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 		t.Errorf("failed commit stored %d positions", n)
 	}
 	// The store reconnects and goes on.
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: at0(0)}); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: at0(0)})); err != nil {
 		t.Fatalf("commit after a failed one: %v", err)
 	}
 }
@@ -479,7 +479,7 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 func TestStoreConnectionKilledMidCommit(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
-	if err := s.Commit(ctx, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0)}); err != nil { // warm the connection
+	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0)})); err != nil { // warm the connection
 		t.Fatal(err)
 	}
 	kill := func() {
@@ -495,7 +495,7 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 		} else {
 			s.Hooks = store.Hooks{BeforeCommit: kill}
 		}
-		err := s.Commit(ctx, batch)
+		err := s.Commit(ctx, withSeqs(t, s, batch))
 		if err == nil || !store.Retryable(err) {
 			t.Fatalf("%s: commit on a killed connection = %v, want a retryable error", hook, err)
 		}
@@ -510,7 +510,7 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 		}
 	}
 	s.Hooks = store.Hooks{}
-	if err := s.Commit(ctx, batch); err != nil {
+	if err := s.Commit(ctx, withSeqs(t, s, batch)); err != nil {
 		t.Fatalf("retry after reconnect: %v", err)
 	}
 	if err := s.Ping(ctx); err != nil {

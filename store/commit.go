@@ -94,7 +94,7 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	for i, p := range positions {
 		parts[i] = p.PartitionID
 	}
-	if err := fence(ctx, tx, b.Pipeline, b.Owner, b.Epoch, parts); err != nil {
+	if err := fence(ctx, tx, b.Pipeline, b.Owner, b.Epoch, positions); err != nil {
 		return fmt.Errorf("fencing: %w", err)
 	}
 	if b.Split == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,19 +14,19 @@ import (
 
 // LoadPositions returns the stored progress of every partition of pipeline;
 // a partition without committed offsets (never claimed, or claimed and never
-// committed) is absent from the map.
+// committed) is absent from the map: its commit sequence (Position.Seq) is 0.
 func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggregate.PartitionID]Position, error) {
 	positions := map[aggregate.PartitionID]Position{}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		clear(positions)
-		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, watermark
+		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, watermark, commit_seq
 			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL`, pipeline)
 		if err != nil {
 			return err
 		}
 		var p Position
 		var wm *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &wm}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &wm, &p.Seq}, func() error {
 			p.Watermark = time.Time{}
 			if wm != nil {
 				p.Watermark = wm.UTC()
@@ -75,29 +76,127 @@ SELECT GREATEST(
 
 // fence is a commit's first statement (DESIGN.md "The commit", step 2): it
 // checks that owner holds every partition of ps at epoch (its owner is owner
-// and its epoch is epoch) and renews the owner's lease (heartbeat_at),
-// locking the partitions' rows in a fixed order. Epochs are per claim: two
-// instances that claimed different partitions may hold the same epoch, so
-// the epoch alone does not tell whose a partition is. ErrFenced when one of
-// them has another owner or another epoch (an empty owner owns nothing): the
-// caller rolls back.
-func fence(ctx context.Context, tx pgx.Tx, pipeline, owner string, epoch int64, ps []aggregate.PartitionID) error {
-	topics, parts := partitionArrays(ps)
+// and its epoch is epoch) and that the database holds what this instance last
+// committed of each (its commit_seq is the Position's Seq), renews the
+// owner's lease (heartbeat_at) and adds one to each commit_seq, locking the
+// partitions' rows in a fixed order. Epochs are per claim: two instances that
+// claimed different partitions may hold the same epoch, so the epoch alone
+// does not tell whose a partition is.
+//
+// Errors: ErrFenced when one of them has another owner or another epoch (an
+// empty owner owns nothing); *BehindError when the owner and epoch are this
+// instance's but a commit sequence is not (the database lost commits it
+// acknowledged). The caller rolls back either way.
+func fence(ctx context.Context, tx pgx.Tx, pipeline, owner string, epoch int64, ps []Position) error {
+	topics, parts := make([]string, len(ps)), make([]int32, len(ps))
+	seqs := make([]int64, len(ps))
+	for i, p := range ps {
+		topics[i], parts[i], seqs[i] = p.Topic, p.Partition, p.Seq
+	}
 	var n int
 	err := tx.QueryRow(ctx, `
 WITH fenced AS (
-    UPDATE stream_positions AS t SET heartbeat_at = now()
-    FROM (SELECT * FROM unnest($2::text[], $3::integer[]) AS u(topic, partition) ORDER BY 1, 2) AS u
+    UPDATE stream_positions AS t SET heartbeat_at = now(), commit_seq = t.commit_seq + 1
+    FROM (SELECT * FROM unnest($2::text[], $3::integer[], $6::bigint[]) AS u(topic, partition, seq) ORDER BY 1, 2) AS u
     WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition AND t.epoch = $4 AND t.owner = $5
+        AND t.commit_seq = u.seq
     RETURNING 1)
-SELECT count(*) FROM fenced`, pipeline, topics, parts, epoch, owner).Scan(&n)
+SELECT count(*) FROM fenced`, pipeline, topics, parts, epoch, owner, seqs).Scan(&n)
 	if err != nil {
 		return err
 	}
-	if n != len(ps) {
-		return ErrFenced
+	if n == len(ps) {
+		return nil
 	}
-	return nil
+	return behind(ctx, tx, pipeline, owner, epoch, ps)
+}
+
+// behind tells why fence matched fewer rows than ps: ErrFenced when one of
+// them is not owner's at epoch, else a *BehindError naming the partitions
+// whose stored commit sequence is not the one ps expects.
+func behind(ctx context.Context, tx pgx.Tx, pipeline, owner string, epoch int64, ps []Position) error {
+	topics, parts := make([]string, len(ps)), make([]int32, len(ps))
+	for i, p := range ps {
+		topics[i], parts[i] = p.Topic, p.Partition
+	}
+	type row struct {
+		owner    *string
+		epoch    int64
+		seq      int64
+		next     *int64
+		consumed *int64
+	}
+	stored := map[aggregate.PartitionID]row{}
+	rows, err := tx.Query(ctx, `
+SELECT t.topic, t.partition, t.owner, t.epoch, t.commit_seq, t.next_offset, t.consumed_offset
+FROM stream_positions t JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
+    ON t.topic = u.topic AND t.partition = u.partition
+WHERE t.pipeline = $1`, pipeline, topics, parts)
+	if err != nil {
+		return fmt.Errorf("read the stored commit sequences: %w", err)
+	}
+	var tp aggregate.PartitionID
+	var r row
+	if _, err := pgx.ForEachRow(rows, []any{&tp.Topic, &tp.Partition, &r.owner, &r.epoch, &r.seq, &r.next, &r.consumed}, func() error {
+		stored[tp] = r
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read the stored commit sequences: %w", err)
+	}
+	e := &BehindError{Pipeline: pipeline}
+	for _, p := range ps {
+		r, ok := stored[p.PartitionID]
+		if !ok || r.owner == nil || *r.owner != owner || r.epoch != epoch {
+			return ErrFenced
+		}
+		if r.seq == p.Seq {
+			continue
+		}
+		b := Behind{PartitionID: p.PartitionID, Seq: r.seq, WantSeq: p.Seq, NextOffset: -1, ConsumedOffset: -1}
+		if r.next != nil {
+			b.NextOffset, b.ConsumedOffset = *r.next, *r.consumed
+		}
+		e.Partitions = append(e.Partitions, b)
+	}
+	if len(e.Partitions) == 0 { // cannot be: fence matched fewer rows
+		return fmt.Errorf("fencing matched fewer partitions than the batch names, yet each is the owner's: %w", ErrFenced)
+	}
+	return e
+}
+
+// BehindError says that the database does not hold what this instance last
+// committed: its commit sequence of Partitions is not the one the instance
+// wrote (usually lower: commits the database acknowledged were lost, as in a
+// failover to an asynchronous replica, a restore from a backup or a
+// point-in-time recovery). The commit wrote nothing. The commits lost took
+// their offsets with them, so re-reading the stored positions
+// (LoadPositions) and consuming again from them counts every event once:
+// never write later offsets over the hole.
+type BehindError struct {
+	Pipeline   string
+	Partitions []Behind
+}
+
+// Behind is one partition of a BehindError.
+type Behind struct {
+	aggregate.PartitionID
+	Seq     int64 // the commit sequence the database holds
+	WantSeq int64 // the one the instance last read or wrote
+	// NextOffset and ConsumedOffset are the stored offsets, -1 when none
+	// (the database holds no commit of the partition).
+	NextOffset, ConsumedOffset int64
+}
+
+func (e *BehindError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "store: the database is behind what pipeline %q committed (lost commits: a failover, a restore):", e.Pipeline)
+	for i, p := range e.Partitions {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s commit %d stored, %d written, next offset %d stored", p.PartitionID, p.Seq, p.WantSeq, p.NextOffset)
+	}
+	return b.String()
 }
 
 // mergePositions returns one Position per partition of ps, sorted by topic

@@ -57,12 +57,17 @@ type Store struct {
 	// commits) for each names row PostgreSQL refuses, with the database's
 	// message; the commit writes the other names and goes on (writeNames).
 	OnNameRefused func(n aggregate.Name, reason string)
+	// OnServerChange, when set, is called when the Store connects to another
+	// server than its last connection's (host:port as connected, e.g. after a
+	// failover with a multi-host URL and target_session_attrs=read-write).
+	OnServerChange func(from, to string)
 	// MergeChunkRows bounds the rows one step of a split commit's merge
 	// holds in memory (partials.go); 0 means 100,000.
 	MergeChunkRows int
 
 	config *pgx.ConnConfig
 	conn   *pgx.Conn      // nil after an error: the next call reconnects
+	server string         // host:port of the last connection
 	parts  partitionCache // the delay_aggregates partitions known to exist (partitions.go)
 }
 
@@ -148,6 +153,12 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("create temporary tables: %w", err)
 	}
 	s.conn = conn
+	if addr := conn.PgConn().Conn().RemoteAddr().String(); addr != s.server {
+		if s.server != "" && s.OnServerChange != nil {
+			s.OnServerChange(s.server, addr)
+		}
+		s.server = addr
+	}
 	return conn, nil
 }
 

@@ -53,6 +53,11 @@ type Position struct {
 	// below ConsumedOffset whose window ends at or before it was counted in
 	// a written window or dead-lettered.
 	Watermark time.Time
+	// Seq is the partition's commit sequence (stream_positions.commit_seq):
+	// how many commits stored its position. In a Batch it is the sequence
+	// the instance last read or wrote; the commit is fenced by it (a
+	// *BehindError when the database holds another) and stores Seq+1.
+	Seq int64
 	// Idle and Drained are what a commit of a split pipeline tells the merge
 	// about the partition (stream_positions.idle, .drained): idle = caught
 	// up, quiet, and none of its events in an open window; drained = its

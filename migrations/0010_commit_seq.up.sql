@@ -1,0 +1,12 @@
+-- ovstream schema, version 10: a commit sequence per partition (issue 22).
+-- Each commit that stores a partition's position checks, in its fencing
+-- statement, that commit_seq is the one this instance last wrote, and adds
+-- one. A database that lost acknowledged commits (an asynchronous replica
+-- promoted by a failover, a restore from a backup, a point-in-time recovery)
+-- holds a lower commit_seq: the instance re-reads the stored positions and
+-- replays from them instead of writing later offsets over the hole
+-- (store.BehindError). Rows start at 0: an instance of version 9 still
+-- running when this lands does not add to it, and one of version 10 reads it
+-- whenever it claims or resyncs. One implicit transaction (see 0001).
+ALTER TABLE stream_positions ADD COLUMN commit_seq bigint NOT NULL DEFAULT 0
+    CONSTRAINT stream_positions_commit_seq CHECK (commit_seq >= 0);
