@@ -28,7 +28,7 @@ import (
 
 // dbState is what a node holds of the service's progress.
 type dbState struct {
-	positions  map[aggregate.PartitionID][2]int64 // next_offset, consumed_offset
+	positions  map[aggregate.PartitionID][3]int64 // next_offset, consumed_offset, commit_seq
 	lastCommit time.Time                          // max(stream_positions.updated_at)
 	windowRows int64
 }
@@ -36,18 +36,28 @@ type dbState struct {
 // state reads the service's progress on node n.
 func (n *pgNode) state() dbState {
 	n.t.Helper()
-	s := dbState{positions: map[aggregate.PartitionID][2]int64{}}
+	s := dbState{positions: map[aggregate.PartitionID][3]int64{}}
 	db := n.url("ovs")
-	for _, row := range scalar[[]string](n.t, db, `SELECT coalesce(array_agg(topic || ' ' || partition || ' ' || next_offset || ' ' || consumed_offset), '{}')
-		FROM stream_positions WHERE next_offset IS NOT NULL`) {
+	for _, row := range scalar[[]string](n.t, db, `SELECT coalesce(array_agg(topic || ' ' || partition || ' ' || next_offset || ' ' || consumed_offset
+		|| ' ' || commit_seq), '{}') FROM stream_positions WHERE next_offset IS NOT NULL`) {
 		var tp aggregate.PartitionID
-		var next, consumed int64
-		fmt.Sscanf(row, "%s %d %d %d", &tp.Topic, &tp.Partition, &next, &consumed)
-		s.positions[tp] = [2]int64{next, consumed}
+		var next, consumed, seq int64
+		fmt.Sscanf(row, "%s %d %d %d %d", &tp.Topic, &tp.Partition, &next, &consumed, &seq)
+		s.positions[tp] = [3]int64{next, consumed, seq}
 	}
 	s.lastCommit = scalar[time.Time](n.t, db, `SELECT coalesce(max(updated_at), 'epoch') FROM stream_positions`)
 	s.windowRows = scalar[int64](n.t, db, `SELECT count(*) FROM delay_aggregates`)
 	return s
+}
+
+// seqsAhead is the most commits (commit_seq) by which a partition of s is
+// ahead of o.
+func (s dbState) seqsAhead(o dbState) int64 {
+	var n int64
+	for tp, p := range s.positions {
+		n = max(n, p[2]-o.positions[tp][2])
+	}
+	return n
 }
 
 // ahead lists the partitions whose offsets in s are past those in o, with
@@ -98,11 +108,17 @@ func watchCommits(t *testing.T, db string) func() []time.Time {
 	}
 }
 
+// lostLine is what the service logs, per partition, when the database lost
+// commits it made.
+const lostLine = "the database lost commits this instance made"
+
 // failoverFigures is what one failover did.
 type failoverFigures struct {
 	held         time.Duration // the replication stream held before the kill
 	lagBytes     int64         // WAL the standby had not replayed at the kill
-	lostCommits  int           // commits the old primary acknowledged that the new one lacks
+	lostCommits  int           // commits the old primary acknowledged that the new one lacks (seen on it)
+	lostSeq      int64         // the same by commit_seq: the most a partition's went back
+	loggedLost   int64         // the most commits_lost the service logged for a partition
 	lostParts    []string      // partitions whose stored offsets went back
 	lostRecords  int64         // sum over partitions of next_offset lost
 	lostWindows  int64         // delay_aggregates rows lost
@@ -174,10 +190,12 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 	}
 	f.lostParts, f.lostRecords = before.ahead(after)
 	f.lostWindows = before.windowRows - after.windowRows
-	t.Logf("failover %s -> %s (%s): stream held %v, standby %d bytes of WAL behind; the old primary had acknowledged %d commits the new one lacks: "+
-		"%d delay_aggregates rows, stored offsets of %d partitions back by %d records %v",
-		primary.name, rs.nodes[rs.primary].name, rs.mode(), f.held.Round(time.Millisecond), f.lagBytes, f.lostCommits,
+	f.lostSeq = before.seqsAhead(after)
+	t.Logf("failover %s -> %s (%s): stream held %v, standby %d bytes of WAL behind; the old primary had acknowledged %d commits the new one lacks "+
+		"(commit_seq back by %d): %d delay_aggregates rows, stored offsets of %d partitions back by %d records %v",
+		primary.name, rs.nodes[rs.primary].name, rs.mode(), f.held.Round(time.Millisecond), f.lagBytes, f.lostCommits, f.lostSeq,
 		f.lostWindows, len(f.lostParts), f.lostRecords, f.lostParts)
+	logged := strings.Count(p.output(), lostLine)
 
 	deadline := died.Add(time.Minute)
 	for !r.lastCommit().After(died) {
@@ -188,6 +206,23 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 		time.Sleep(10 * time.Millisecond)
 	}
 	f.firstCommit = time.Since(died)
+	if f.lostSeq > 0 { // the service must have said so, naming how many commits it lost
+		waitLog(t, p, lostLine, time.Minute)
+		var lines int
+		for _, l := range strings.Split(p.output(), "\n") {
+			if _, n, ok := strings.Cut(l, "commits_lost="); ok && strings.Contains(l, lostLine) {
+				if lines++; lines > logged {
+					var c int64
+					fmt.Sscanf(n, "%d", &c)
+					f.loggedLost = max(f.loggedLost, c)
+				}
+			}
+		}
+		t.Logf("the service logged the loss on %d partitions, up to %d commits each, and replayed them from the stored offsets", lines-logged, f.loggedLost)
+		if f.loggedLost < f.lostSeq {
+			t.Errorf("the service logged %d commits lost, the database lost %d (commit_seq)", f.loggedLost, f.lostSeq)
+		}
+	}
 	t.Logf("from the primary's death: promoted standby accepting writes after %v, first commit of the service on it after %v",
 		f.promoteAfter.Round(time.Millisecond), f.firstCommit.Round(time.Millisecond))
 	return f
@@ -234,7 +269,7 @@ func TestFailoverAsync(t *testing.T) {
 	t.Parallel()
 	r, rs, p := startFailoverRig(t, false, 50)
 	f := r.failover(rs, p, 700*time.Millisecond)
-	if f.lostCommits == 0 || len(f.lostParts) == 0 {
+	if f.lostCommits == 0 || f.lostSeq == 0 || len(f.lostParts) == 0 {
 		t.Fatalf("the failover lost %d commits, %d partitions' offsets: it did not exercise the hole", f.lostCommits, len(f.lostParts))
 	}
 	endFailoverRig(r, p)
@@ -249,8 +284,12 @@ func TestFailoverSync(t *testing.T) {
 	t.Parallel()
 	r, rs, p := startFailoverRig(t, true, 50)
 	f := r.failover(rs, p, 700*time.Millisecond)
-	if f.lostCommits != 0 || len(f.lostParts) != 0 || f.lostWindows > 0 {
-		t.Fatalf("synchronous failover lost acknowledged commits: %d commits, %d window rows, offsets %v", f.lostCommits, f.lostWindows, f.lostParts)
+	if f.lostCommits != 0 || f.lostSeq != 0 || len(f.lostParts) != 0 || f.lostWindows > 0 {
+		t.Fatalf("synchronous failover lost acknowledged commits: %d commits (commit_seq %d), %d window rows, offsets %v",
+			f.lostCommits, f.lostSeq, f.lostWindows, f.lostParts)
+	}
+	if strings.Contains(p.output(), lostLine) {
+		t.Fatalf("the service says the database lost commits after a synchronous failover:\n%s", lineWith(p, lostLine))
 	}
 	endFailoverRig(r, p)
 }
@@ -273,7 +312,7 @@ func TestFailoverRewindBack(t *testing.T) {
 		t.Fatalf("after failing back the primary is node%d, want node0", rs.primary)
 	}
 	for i, f := range []failoverFigures{f1, f2} {
-		if f.lostCommits == 0 || len(f.lostParts) == 0 {
+		if f.lostCommits == 0 || f.lostSeq == 0 || len(f.lostParts) == 0 {
 			t.Fatalf("failover %d lost %d commits, %d partitions' offsets: it did not exercise the hole", i+1, f.lostCommits, len(f.lostParts))
 		}
 	}
@@ -296,7 +335,7 @@ func TestFailoverDuringTakeover(t *testing.T) {
 		waitLog(t, b, claimedLine, time.Minute)
 		r.waitCommits(b, 2, time.Minute, "after the takeover, on the primary whose stream is held")
 	})
-	if f.lostCommits == 0 || len(f.lostParts) == 0 {
+	if f.lostCommits == 0 || f.lostSeq == 0 || len(f.lostParts) == 0 {
 		t.Fatalf("the failover lost %d commits, %d partitions' offsets: it did not exercise the hole", f.lostCommits, len(f.lostParts))
 	}
 	if epochs := dump(t, r.db, `SELECT DISTINCT epoch FROM stream_positions`); len(epochs) != 1 {
