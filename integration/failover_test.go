@@ -171,7 +171,8 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 		t.Fatalf("replication held %v, yet the standby is %d bytes behind the primary", f.held, f.lagBytes)
 	}
 	commits := commitsSeen()
-	r.mon.mu.Lock() // no sample until the baseline is the new primary's
+	logged := strings.Count(p.output(), lostLine) // the losses the service logged before this failover
+	r.mon.mu.Lock()                               // no sample until the baseline is the new primary's
 	died := rs.killPrimary()
 	// What the new primary starts from, read on the standby before its
 	// promotion (once promoted, the service writes on it at once): all it
@@ -195,7 +196,6 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 		"(commit_seq back by %d): %d delay_aggregates rows, stored offsets of %d partitions back by %d records %v",
 		primary.name, rs.nodes[rs.primary].name, rs.mode(), f.held.Round(time.Millisecond), f.lagBytes, f.lostCommits, f.lostSeq,
 		f.lostWindows, len(f.lostParts), f.lostRecords, f.lostParts)
-	logged := strings.Count(p.output(), lostLine)
 
 	deadline := died.Add(time.Minute)
 	for !r.lastCommit().After(died) {
@@ -251,7 +251,7 @@ func startFailoverRig(t *testing.T, sync bool, chunks int, flags ...string) (*ri
 // and checks the final drain's tables (rig.finish).
 func endFailoverRig(r *rig, p *proc) {
 	r.t.Helper()
-	r.feed.wait(r.t, 2*time.Minute)
+	r.feed.all(r.t) // the failovers are over: the rest of the feed at once
 	r.waitCommits(p, 2, time.Minute, "after the feed ended")
 	r.stopGracefully(p)
 	r.finish(0)
