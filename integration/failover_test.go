@@ -171,8 +171,10 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 		t.Fatalf("replication held %v, yet the standby is %d bytes behind the primary", f.held, f.lagBytes)
 	}
 	commits := commitsSeen()
-	logged := strings.Count(p.output(), lostLine) // the losses the service logged before this failover
-	r.mon.mu.Lock()                               // no sample until the baseline is the new primary's
+	// The losses the service logged before this failover; no monitor sample
+	// until its baseline is the new primary's.
+	logged := strings.Count(p.output(), lostLine)
+	r.mon.mu.Lock()
 	died := rs.killPrimary()
 	// What the new primary starts from, read on the standby before its
 	// promotion (once promoted, the service writes on it at once): all it
