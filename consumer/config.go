@@ -25,6 +25,12 @@ type Config struct {
 	Partitions []aggregate.PartitionID
 	Pipeline   string // name in pipelines and stream_positions (store.CheckPipelineName); default "ovstream"
 	Owner      string // who holds the fencing epoch, host:pid-nonce (cmd/ovstream instanceOwner); required, unique per running process
+	// InstanceID is the stable id of this process across restarts (run
+	// --instance-id: a StatefulSet pod name, a systemd instance name), ""
+	// for none. Owner must then be store.InstanceOwner(InstanceID, ...): a
+	// restart takes its earlier incarnation's partitions at once once that
+	// process is gone (store.ClaimOptions.InstanceID), not after Lease.
+	InstanceID string
 	// Lease: a partition whose owner's heartbeat is younger is held, and a
 	// claim of it waits as a standby; the owner renews its heartbeat every
 	// Lease/3. Every instance of a pipeline should use the same. Default
@@ -163,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if err := store.CheckPipelineName(c.Pipeline); err != nil {
 		return fmt.Errorf("consumer: pipeline %q: %w", c.Pipeline, err)
+	}
+	if c.InstanceID != "" && store.OwnerInstance(c.Owner) != c.InstanceID {
+		return fmt.Errorf("consumer: owner %q is not of instance id %q (store.InstanceOwner)", c.Owner, c.InstanceID)
 	}
 	if c.Owner == "" {
 		return errors.New("consumer: no owner (host:pid-nonce) to claim partitions as")

@@ -141,7 +141,7 @@ func (in *instance) stop(err error) {
 // lease expires (DESIGN.md "Standby, not ping-pong").
 func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) error {
 	cfg := l.cfg
-	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics()}
+	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics(), InstanceID: cfg.InstanceID}
 	var waiting, logged time.Time
 	for {
 		var c store.Claimed
@@ -167,6 +167,11 @@ func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) erro
 		cfg.Health.standby.Store(&holders)
 		if now.Sub(logged) >= standbyLogEvery {
 			logged = now
+			for _, o := range held.SharedID {
+				cfg.Logger.Warn("another process with this --instance-id holds the partitions and its database session is alive: "+
+					"two processes share an instance id (give each its own), or the earlier one's connection has not closed yet; waiting as a standby",
+					"instance_id", cfg.InstanceID, "holder", o)
+			}
 			for _, h := range held.Owners() {
 				cfg.Logger.Info("standby: waiting for partitions held by a live instance",
 					"holder", h.Owner, "holder_since", formatTime(h.OwnerSince), "heartbeat_age", h.HeartbeatAge.Round(time.Millisecond),
@@ -205,6 +210,9 @@ func (l *loop) claimed(c store.Claimed, assigned []aggregate.PartitionID, waitin
 	}
 	if cfg.Takeover {
 		args = append(args, "takeover", true)
+	}
+	if len(c.Restarted) > 0 {
+		args = append(args, "restarted_from", strings.Join(c.Restarted, ","))
 	}
 	cfg.Logger.Info("claimed partitions", args...)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ovstream/ovstream/feed/gtfsrt"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -99,14 +100,8 @@ func restoreTables(t *testing.T, db string) {
 // and restore were never written.
 func TestRestoreBehindReplays(t *testing.T) {
 	t.Parallel()
-	addr := startBroker(t)
-	db := freshDB(t)
-	res := loadFeeds(t, "AT", extractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
-	total := len(res.Predictions)
-	half := total / 2
-	first, second := *res, *res
-	first.Predictions, second.Predictions = res.Predictions[:half], res.Predictions[half:]
-	produceFeeds(t, addr, &first)
+	addr, db := startBroker(t), freshDB(t)
+	total, half, second := produceFirstHalf(t, addr)
 
 	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "restore", "--metrics-addr", "127.0.0.1:0",
 		"--flush-interval", "200ms", "--log-level", "info")...)
@@ -123,7 +118,7 @@ func TestRestoreBehindReplays(t *testing.T) {
 	backedUp := dump(t, db, `SELECT count(*) FROM bak_delay_aggregates`)
 	seqBefore := dump(t, db, `SELECT sum(commit_seq)::bigint FROM bak_stream_positions`)
 
-	produceFeeds(t, addr, &second)
+	produceFeeds(t, addr, second)
 	waitFor(t, time.Minute, "the second half consumed and committed", committedAll(total))
 	written := dump(t, db, `SELECT count(*) FROM delay_aggregates`)
 	seqAfter := dump(t, db, `SELECT sum(commit_seq)::bigint FROM stream_positions`)
@@ -186,4 +181,18 @@ func withSeqs(t testing.TB, st *store.Store, b store.Batch) store.Batch {
 		b.Positions[i].Seq = stored[b.Positions[i].PartitionID].Seq
 	}
 	return b
+}
+
+// produceFirstHalf produces the first half of the predictions of the real
+// 2 h Auckland slice (and its positions) to the broker at addr; it returns
+// how many predictions the slice holds, how many it produced, and the second
+// half, to produce later.
+func produceFirstHalf(t *testing.T, addr string) (total, half int, second *gtfsrt.Result) {
+	t.Helper()
+	res := loadFeeds(t, "AT", extractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
+	total, half = len(res.Predictions), len(res.Predictions)/2
+	first, rest := *res, *res
+	first.Predictions, rest.Predictions = res.Predictions[:half], res.Predictions[half:]
+	produceFeeds(t, addr, &first)
+	return total, half, &rest
 }

@@ -1,4 +1,5 @@
--- ovstream schema, version 10: a commit sequence per partition (issue 22).
+-- ovstream schema, version 10: a commit sequence per partition (issue 22)
+-- and the lease session of each instance (issue 24).
 -- Each commit that stores a partition's position checks, in its fencing
 -- statement, that commit_seq is the one this instance last wrote, and adds
 -- one. A database that lost acknowledged commits (an asynchronous replica
@@ -10,3 +11,12 @@
 -- whenever it claims or resyncs. One implicit transaction (see 0001).
 ALTER TABLE stream_positions ADD COLUMN commit_seq bigint NOT NULL DEFAULT 0
     CONSTRAINT stream_positions_commit_seq CHECK (commit_seq >= 0);
+
+-- The database session of each instance's lease heartbeat (issue 24, static
+-- membership: --instance-id). A claim by a new incarnation of an instance id
+-- takes the partitions of an earlier incarnation at once when that session
+-- is gone (the process died: its connections closed), instead of waiting for
+-- its lease; while it lives, the claim waits like any standby. NULL: an
+-- instance of version 9.
+ALTER TABLE pipeline_instances ADD COLUMN backend_pid integer NULL,
+    ADD COLUMN backend_start timestamptz NULL;

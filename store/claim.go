@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +25,16 @@ type ClaimOptions struct {
 	// Takeover claims held partitions too (run --takeover): their owner is
 	// fenced at its next commit.
 	Takeover bool
+	// InstanceID is the claiming process's instance id (run --instance-id;
+	// OwnerInstance of its owner), "" for none. A partition held by an
+	// earlier incarnation of the same id (another owner with that id, a
+	// process that was restarted) is taken at once when that incarnation's
+	// lease session is gone from pg_stat_activity (the process died, so its
+	// connections closed), as Kafka's static membership lets a restarted
+	// member with the same group.instance.id take its place (KIP-345). While
+	// that session lives the partition is held as usual: two live processes
+	// with one id do not fence each other in turn (HeldError.SharedID).
+	InstanceID string
 	// Topics are the pipeline's topics as the claiming instance is
 	// configured (predictions, then positions; empty ones left out). A claim
 	// records them in pipelines.topics when they differ from what is there,
@@ -41,6 +53,10 @@ type Claimed struct {
 	// while its owner's lease had expired (or under Takeover): a frozen
 	// owner inside its commit transaction.
 	Terminated []Termination
+	// Restarted are the owners whose partitions the claim took at once as
+	// earlier incarnations of ClaimOptions.InstanceID whose lease session was
+	// gone.
+	Restarted []string
 }
 
 // Termination is one database session a claim terminated (pg_terminate_backend).
@@ -151,7 +167,7 @@ func (s *Store) claim(ctx context.Context, pipeline, owner string, epoch int64, 
 		if err == nil || !lockNotAvailable(err) || attempt > terminateAttempts {
 			return c, err
 		}
-		ts, err := s.terminateHolders(ctx, pipeline, owner, parts, opts)
+		ts, err := s.terminateHolders(ctx, pipeline, owner, parts, opts, c.Restarted)
 		if err != nil {
 			return c, fmt.Errorf("terminate the sessions holding the partitions' row locks: %w", err)
 		}
@@ -171,6 +187,7 @@ func (s *Store) tryClaim(ctx context.Context, pipeline, owner string, epoch int6
 	}
 	topics, nums := partitionArrays(parts)
 	var held []PartitionLease
+	var gone map[string]bool
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", claimLockTimeout.Milliseconds())); err != nil {
 			return err
@@ -194,7 +211,10 @@ ON CONFLICT DO NOTHING`, pipeline, topics, nums); err != nil {
 		if err != nil {
 			return err
 		}
-		if held = heldBy(states, owner, opts.Takeover); held != nil {
+		if gone, err = restartedOwners(ctx, tx, pipeline, owner, opts.InstanceID, states); err != nil {
+			return err
+		}
+		if held = heldBy(states, owner, opts.Takeover, gone); held != nil {
 			return errHeld
 		}
 		if _, err := tx.Exec(ctx, `
@@ -207,7 +227,7 @@ WHERE s.pipeline = $1 ORDER BY s.topic, s.partition FOR UPDATE OF s`, pipeline, 
 		if states, err = leaseStates(ctx, tx, pipeline, parts, opts.Lease); err != nil {
 			return err
 		}
-		if held = heldBy(states, owner, opts.Takeover); held != nil {
+		if held = heldBy(states, owner, opts.Takeover, gone); held != nil {
 			return errHeld
 		}
 		next := epoch
@@ -244,9 +264,19 @@ WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipe
 		c.Epoch, c.Previous = next, states
 		return nil
 	})
+	c.Restarted = c.Restarted[:0]
+	for o := range gone {
+		c.Restarted = append(c.Restarted, o)
+	}
 	switch {
 	case errors.Is(err, errHeld): // rolled back; the connection is fine
-		return &HeldError{Held: held}
+		h := &HeldError{Held: held}
+		for _, p := range held {
+			if opts.InstanceID != "" && OwnerInstance(p.Owner) == opts.InstanceID && !slices.Contains(h.SharedID, p.Owner) {
+				h.SharedID = append(h.SharedID, p.Owner)
+			}
+		}
+		return h
 	case err != nil && !errors.Is(err, ErrFenced):
 		s.discard()
 	}
@@ -254,18 +284,76 @@ WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipe
 }
 
 // heldBy returns the partitions of states a claim by owner may not take:
-// another owner's lease is alive and this is no takeover.
-func heldBy(states []PartitionLease, owner string, takeover bool) []PartitionLease {
+// another owner's lease is alive, this is no takeover, and the owner is not
+// an earlier incarnation of the claimer's instance id whose session is gone.
+func heldBy(states []PartitionLease, owner string, takeover bool, gone map[string]bool) []PartitionLease {
 	if takeover {
 		return nil
 	}
 	var held []PartitionLease
 	for _, p := range states {
-		if p.State == LeaseAlive && p.Owner != owner {
+		if p.State == LeaseAlive && p.Owner != owner && !gone[p.Owner] {
 			held = append(held, p)
 		}
 	}
 	return held
+}
+
+// instanceSep separates an instance id from the rest of an owner
+// (OwnerInstance); the rest, host:pid-nonce, never holds it.
+const instanceSep = "@"
+
+// InstanceOwner returns the owner string of a process with instance id id
+// (run --instance-id) and process-unique part proc (host:pid-nonce): id,
+// "@", proc; proc alone when id is "".
+func InstanceOwner(id, proc string) string {
+	if id == "" {
+		return proc
+	}
+	return id + instanceSep + proc
+}
+
+// OwnerInstance returns the instance id of owner (InstanceOwner), "" when
+// it has none.
+func OwnerInstance(owner string) string {
+	if i := strings.LastIndex(owner, instanceSep); i > 0 {
+		return owner[:i]
+	}
+	return ""
+}
+
+// restartedOwners returns the owners of states, other than owner, that are
+// earlier incarnations of instance id (OwnerInstance) with a live lease
+// whose lease session (pipeline_instances.backend_pid, backend_start) is no
+// longer in pg_stat_activity: their process died, so their partitions may be
+// taken at once. nil when id is "".
+func restartedOwners(ctx context.Context, tx pgx.Tx, pipeline, owner, id string, states []PartitionLease) (map[string]bool, error) {
+	var same []string
+	for _, p := range states {
+		if id != "" && p.State == LeaseAlive && p.Owner != owner && OwnerInstance(p.Owner) == id && !slices.Contains(same, p.Owner) {
+			same = append(same, p.Owner)
+		}
+	}
+	if len(same) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+SELECT i.owner FROM pipeline_instances i
+WHERE i.pipeline = $1 AND i.owner = ANY($2) AND i.backend_pid IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid AND a.backend_start = i.backend_start)`,
+		pipeline, same)
+	if err != nil {
+		return nil, fmt.Errorf("look up the lease sessions of instance %q: %w", id, err)
+	}
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look up the lease sessions of instance %q: %w", id, err)
+	}
+	gone := map[string]bool{}
+	for _, o := range owners {
+		gone[o] = true
+	}
+	return gone, nil
 }
 
 // lockNotAvailable tells whether err is SQLSTATE 55P03 (lock_timeout).
@@ -278,7 +366,8 @@ func lockNotAvailable(err error) bool {
 // locks of parts (the transaction id is the row's xmax; pg_locks names its
 // process), unless the partition's owner is another live instance and this
 // is no takeover (then its commit is waited for: the claim returns 55P03).
-func (s *Store) terminateHolders(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions) ([]Termination, error) {
+func (s *Store) terminateHolders(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions,
+	restarted []string) ([]Termination, error) {
 	topics, nums := partitionArrays(parts)
 	var out []Termination
 	err := s.do(ctx, func(conn *pgx.Conn) error {
@@ -300,7 +389,7 @@ ORDER BY l.pid, s.topic, s.partition`, pipeline, topics, nums, micros(opts.Lease
 		var found []Termination
 		var t Termination
 		if _, err := pgx.ForEachRow(rows, []any{&t.PID, &t.Partition.Topic, &t.Partition.Partition, &t.Owner, &t.State}, func() error {
-			if t.State != LeaseAlive || t.Owner == owner || opts.Takeover {
+			if t.State != LeaseAlive || t.Owner == owner || opts.Takeover || slices.Contains(restarted, t.Owner) {
 				found = append(found, t)
 			}
 			return nil

@@ -50,6 +50,10 @@ type PartitionLease struct {
 // nothing was claimed; a standby waits and claims again.
 type HeldError struct {
 	Held []PartitionLease // the partitions held, by topic and partition
+	// SharedID are the holders with the claimer's instance id
+	// (ClaimOptions.InstanceID) whose lease session lives: two live processes
+	// share one id, or the earlier one's connection has not closed yet.
+	SharedID []string
 }
 
 func (e *HeldError) Error() string {
@@ -161,7 +165,9 @@ type Instance struct {
 }
 
 // Heartbeat records that owner, an instance of pipeline, is alive in role
-// with parts (table pipeline_instances), by the database's clock. first
+// with parts (table pipeline_instances), by the database's clock, with the
+// process id and start of its database session (pg_stat_activity), by which
+// a claim with the same instance id tells whether it still lives. first
 // resets started_at (a new process that reuses an owner string). It is one
 // statement outside any transaction: run it on a connection of its own (see
 // Clone), so that a long commit does not delay it.
@@ -172,9 +178,11 @@ func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, par
 	}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `
-INSERT INTO pipeline_instances AS i (pipeline, owner, role, partitions) VALUES ($1, $2, $3, $4)
+INSERT INTO pipeline_instances AS i (pipeline, owner, role, partitions, backend_pid, backend_start)
+SELECT $1, $2, $3, $4, pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()
 ON CONFLICT (pipeline, owner) DO UPDATE SET role = EXCLUDED.role, partitions = EXCLUDED.partitions,
-    heartbeat_at = now(), started_at = CASE WHEN $5 THEN now() ELSE i.started_at END`,
+    heartbeat_at = now(), started_at = CASE WHEN $5 THEN now() ELSE i.started_at END,
+    backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start`,
 			pipeline, owner, role, names, first)
 		return err
 	})

@@ -46,3 +46,13 @@ func CheckPipelineName(name string) error {
 	}
 	return nil
 }
+
+// CheckInstanceID tells whether id may be an instance id (run --instance-id,
+// ClaimOptions.InstanceID): the rules of CheckPipelineName, at most 200
+// bytes. It words what is wrong as the end of a sentence naming the id.
+func CheckInstanceID(id string) error {
+	if len(id) > 200 {
+		return fmt.Errorf("is %d bytes long: want at most 200", len(id))
+	}
+	return CheckPipelineName(id)
+}

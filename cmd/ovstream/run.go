@@ -60,6 +60,7 @@ type runFlags struct {
 	memoryLimitBytes                                    int64 // set by config
 	memoryLimitSet                                      bool  // false: leave GOMEMLIMIT's
 	progress                                            time.Duration
+	instanceID                                          string
 	retention, deadLetterRetention                      string // consumer.ParseAge; "" = off
 	kafka                                               kafkaFlags
 }
@@ -84,6 +85,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.drain, "drain", false, "stop once every partition reached its high water mark at start; finalize every window; print a summary")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations before starting")
 	fs.DurationVar(&f.lease, "lease", consumer.DefaultLease, "a partition whose owner's heartbeat is younger is held: this instance waits as a standby until it is released or the lease expires (use one lease for all instances of a pipeline)")
+	fs.StringVar(&f.instanceID, "instance-id", "", "stable id of this process across restarts (a StatefulSet pod name, a systemd instance name): a restart claims the partitions of its earlier incarnation at once once that process is gone, instead of waiting --lease; give every process its own (empty: none)")
 	fs.BoolVar(&f.takeover, "takeover", false, "claim the partitions at once even while a live instance holds them (it is fenced and exits 3)")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, "how long to retry connecting to PostgreSQL at start")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
@@ -163,7 +165,8 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	cfg := consumer.Config{
 		Brokers:            splitList(f.brokers),
 		Pipeline:           f.pipeline,
-		Owner:              instanceOwner(),
+		Owner:              store.InstanceOwner(f.instanceID, instanceOwner()),
+		InstanceID:         f.instanceID,
 		Window:             f.window,
 		AllowedLateness:    f.lateness,
 		IdleTimeout:        f.idle,
@@ -189,6 +192,11 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 	}
 	if f.progress == 0 {
 		cfg.ProgressInterval = -1 // none
+	}
+	if f.instanceID != "" {
+		if err := store.CheckInstanceID(f.instanceID); err != nil {
+			return cfg, fmt.Errorf("--instance-id %q %v", f.instanceID, err)
+		}
 	}
 	// Durations are checked for every command (checkValues); these take more.
 	switch {
