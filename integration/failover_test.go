@@ -108,6 +108,14 @@ func watchCommits(t *testing.T, db string) func() []time.Time {
 	}
 }
 
+// aliveAll fails the test when one of ps has exited.
+func (r *rig) aliveAll(ps []*proc, when string) {
+	r.t.Helper()
+	for _, p := range ps {
+		r.alive(p, when)
+	}
+}
+
 // lostLine is what the service logs, per partition, when the database lost
 // commits it made.
 const lostLine = "the database lost commits this instance made"
@@ -133,12 +141,12 @@ type failoverFigures struct {
 // positions monitor is told the database lost what the new primary lacks.
 func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failoverFigures {
 	r.t.Helper()
-	return r.failoverWith(rs, p, minHold, nil)
+	return r.failoverWith(rs, []*proc{p}, minHold, nil)
 }
 
 // failoverWith is failover with held run first while the stream is held
 // (e.g. an instance's death and its standby's claim).
-func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, held func()) failoverFigures {
+func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, held func()) failoverFigures {
 	t := r.t
 	t.Helper()
 	var f failoverFigures
@@ -152,7 +160,7 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 	}
 	var before dbState
 	for {
-		r.alive(p, "while the replication stream is held")
+		r.aliveAll(ps, "while the replication stream is held")
 		time.Sleep(20 * time.Millisecond)
 		on := standby.state()
 		before = primary.state()
@@ -163,7 +171,7 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 		}
 		if f.held > 15*time.Second {
 			t.Fatalf("replication held %v: the primary holds no commit that moved a position past the standby's; output:\n%s",
-				f.held.Round(time.Millisecond), tail(p.output(), 40))
+				f.held.Round(time.Millisecond), tail(ps[0].output(), 40))
 		}
 	}
 	f.lagBytes = rs.lagBytes()
@@ -173,18 +181,25 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 	commits := commitsSeen()
 	// The losses the service logged before this failover; no monitor sample
 	// until its baseline is the new primary's.
-	logged := strings.Count(p.output(), lostLine)
-	r.mon.mu.Lock()
-	died := rs.killPrimary()
-	// What the new primary starts from, read on the standby before its
-	// promotion (once promoted, the service writes on it at once): all it
-	// received replayed, the stream gone.
-	rs.waitStandbyQuiet()
-	after := standby.state()
-	rs.promote()
-	f.promoteAfter = time.Since(died)
-	r.mon.last = map[aggregate.PartitionID][2]int64{}
-	r.mon.mu.Unlock()
+	logged := make([]int, len(ps))
+	for i, p := range ps {
+		logged[i] = strings.Count(p.output(), lostLine)
+	}
+	var died time.Time
+	var after dbState
+	func() {
+		r.mon.mu.Lock()
+		defer r.mon.mu.Unlock() // also on t.Fatal: the rig's cleanup closes the monitor
+		died = rs.killPrimary()
+		// What the new primary starts from, read on the standby before its
+		// promotion (once promoted, the service writes on it at once): all it
+		// received replayed, the stream gone.
+		rs.waitStandbyQuiet()
+		after = standby.state()
+		rs.promote()
+		f.promoteAfter = time.Since(died)
+		r.mon.last = map[aggregate.PartitionID][2]int64{}
+	}()
 
 	for _, c := range commits {
 		if c.After(after.lastCommit) {
@@ -201,29 +216,39 @@ func (r *rig) failoverWith(rs *pgReplicaSet, p *proc, minHold time.Duration, hel
 
 	deadline := died.Add(time.Minute)
 	for !r.lastCommit().After(died) {
-		r.alive(p, "after the failover")
+		r.aliveAll(ps, "after the failover")
 		if time.Now().After(deadline) {
-			t.Fatalf("no commit on the new primary within a minute of the failover; output:\n%s", tail(p.output(), 60))
+			t.Fatalf("no commit on the new primary within a minute of the failover; output:\n%s", tail(ps[0].output(), 60))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	f.firstCommit = time.Since(died)
 	if f.lostSeq > 0 { // the service must have said so, naming how many commits it lost
-		waitLog(t, p, lostLine, time.Minute)
-		var lines int
-		for _, l := range strings.Split(p.output(), "\n") {
-			if _, n, ok := strings.Cut(l, "commits_lost="); ok && strings.Contains(l, lostLine) {
-				if lines++; lines > logged {
-					var c int64
-					fmt.Sscanf(n, "%d", &c)
-					f.loggedLost = max(f.loggedLost, c)
+		var parts int
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			parts, f.loggedLost = 0, 0
+			for i, p := range ps {
+				lines := 0
+				for _, l := range strings.Split(p.output(), "\n") {
+					if _, n, ok := strings.Cut(l, "commits_lost="); ok && strings.Contains(l, lostLine) {
+						if lines++; lines > logged[i] {
+							var c int64
+							fmt.Sscanf(n, "%d", &c)
+							f.loggedLost = max(f.loggedLost, c)
+							parts++
+						}
+					}
 				}
 			}
+			if f.loggedLost >= f.lostSeq {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the service logged %d commits lost, the database lost %d (commit_seq)", f.loggedLost, f.lostSeq)
+				break
+			}
 		}
-		t.Logf("the service logged the loss on %d partitions, up to %d commits each, and replayed them from the stored offsets", lines-logged, f.loggedLost)
-		if f.loggedLost < f.lostSeq {
-			t.Errorf("the service logged %d commits lost, the database lost %d (commit_seq)", f.loggedLost, f.lostSeq)
-		}
+		t.Logf("the service logged the loss on %d partitions, up to %d commits each, and replayed them from the stored offsets", parts, f.loggedLost)
 	}
 	t.Logf("from the primary's death: promoted standby accepting writes after %v, first commit of the service on it after %v",
 		f.promoteAfter.Round(time.Millisecond), f.firstCommit.Round(time.Millisecond))
@@ -332,7 +357,7 @@ func TestFailoverDuringTakeover(t *testing.T) {
 	r, rs, a := startFailoverRig(t, false, 50, "--lease", "3s")
 	b := r.startWith(nil)
 	waitLog(t, b, standbyLine, time.Minute)
-	f := r.failoverWith(rs, b, 0, func() {
+	f := r.failoverWith(rs, []*proc{b}, 0, func() {
 		r.kill(a)
 		waitLog(t, b, claimedLine, time.Minute)
 		r.waitCommits(b, 2, time.Minute, "after the takeover, on the primary whose stream is held")
@@ -366,7 +391,7 @@ func TestFailoverSplitMerge(t *testing.T) {
 	r.feed.paced(200 * time.Millisecond)
 	r.waitMergedPast(ps, "", 2*time.Minute, "before the failover")
 	merged := r.mergedUntil()
-	f := r.failover(rs, ps[0], 700*time.Millisecond)
+	f := r.failoverWith(rs, ps, 700*time.Millisecond, nil)
 	if f.lostCommits == 0 || f.lostSeq == 0 || len(f.lostParts) == 0 {
 		t.Fatalf("the failover lost %d commits, %d partitions' offsets: it did not exercise the hole", f.lostCommits, len(f.lostParts))
 	}

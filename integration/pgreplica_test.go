@@ -228,17 +228,27 @@ func (rs *pgReplicaSet) waitReplayed() {
 }
 
 // waitStandbyQuiet waits, once the primary is dead, until the standby's
-// walreceiver is gone and it replayed everything it received.
+// walreceiver no longer streams and its replay stopped moving (it replayed
+// every whole record it received; pg_last_wal_receive_lsn may stay ahead,
+// inside a record received in part).
 func (rs *pgReplicaSet) waitStandbyQuiet() {
 	rs.t.Helper()
 	s := rs.nodes[1-rs.primary]
 	deadline := time.Now().Add(30 * time.Second)
-	for s.query("postgres", `SELECT (NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')
-		AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn())::text`) != "true" {
+	last, same := "", 0
+	for same < 5 {
 		if time.Now().After(deadline) {
 			rs.t.Fatalf("%s still streams or replays 30 s after its primary died", s.name)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		lsn := s.query("postgres", `SELECT CASE WHEN EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming') THEN 'streaming'
+			ELSE pg_last_wal_replay_lsn()::text END`)
+		if lsn != "streaming" && lsn == last {
+			same++
+		} else {
+			same = 0
+		}
+		last = lsn
 	}
 }
 
