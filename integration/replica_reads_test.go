@@ -8,11 +8,14 @@ package integration
 // give what they give on the primary once the standby replayed it.
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,12 +46,43 @@ func TestReplicaReads(t *testing.T) {
 		}
 	}
 	want, _, _ := runCLI(t, nil, "status", "--json", "--database-url", primary, "--brokers", addr)
+	if !strings.Contains(want, `"replica": null`) {
+		t.Errorf("status on the primary names a replica:\n%s", want)
+	}
 	for _, url := range []string{standby, preferStandby} {
 		out, errOut, code := runCLI(t, nil, "status", "--json", "--database-url", url, "--brokers", addr)
-		if code != 0 || !sameStatus(out, want) {
-			t.Errorf("status on the standby (%s): exit %d %s\n%.1500s\nwant (the primary's):\n%.1500s", url, code, errOut, out, want)
+		var doc struct {
+			Replica *struct {
+				Server       string   `json:"server"`
+				LastReplayAt *string  `json:"last_replay_at"`
+				ReplayAgeS   *float64 `json:"replay_age_s"`
+			} `json:"replica"`
+		}
+		_ = json.Unmarshal([]byte(out), &doc)
+		if code != 0 || !sameStatus(out, want) || doc.Replica == nil || doc.Replica.Server != fmt.Sprintf("127.0.0.1:%d", rs.nodes[1].port) ||
+			doc.Replica.LastReplayAt == nil || doc.Replica.ReplayAgeS == nil || *doc.Replica.ReplayAgeS < 0 {
+			t.Errorf("status on the standby (%s): exit %d %s\n%.1500s\nwant the primary's but for a replica section naming the standby:\n%.1500s",
+				url, code, errOut, out, want)
 		}
 	}
+	// The stream held while the primary commits: the standby says how old
+	// what it shows is.
+	release := rs.hold()
+	execSQL(t, primary, "CREATE TABLE replica_probe (n int); INSERT INTO replica_probe VALUES (1)")
+	time.Sleep(1500 * time.Millisecond)
+	out, errOut, code := runCLI(t, nil, "status", "--database-url", standby, "--brokers", addr)
+	release()
+	line := regexp.MustCompile(`replica: 127\.0\.0\.1:[0-9]+ is a hot standby \(read-only\): last replayed transaction committed \S+ \(([0-9.]+)s ago\).*`).FindStringSubmatch(out)
+	var age float64
+	if line != nil {
+		age, _ = strconv.ParseFloat(line[1], 64)
+	}
+	if code != 0 || line == nil || age < 1.5 {
+		t.Errorf("status on the standby held 1.5 s behind: exit %d %s\n%s\nwant a replica line at least 1.5 s old", code, errOut, out)
+	} else {
+		t.Logf("status on the standby held behind: %s", line[0])
+	}
+	rs.waitReplayed()
 	api := func(url string) string {
 		srv := startOvstream(t, nil, "serve", "--database-url", url, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
 		waitFor(t, 30*time.Second, "serve to start or end", func() bool {
@@ -93,10 +127,11 @@ func TestReplicaReads(t *testing.T) {
 	}
 }
 
-// heartbeatAge matches the ages status prints, which move between two calls.
-var heartbeatAge = regexp.MustCompile(`"(heartbeat_age_s|age_s)":[0-9.e+-]+`)
+// statusMoving matches what differs between two `status --json` of one
+// database: ages, and the replica section (null on the primary).
+var statusMoving = regexp.MustCompile(`"(heartbeat_age_s|age_s)": [0-9.e+-]+|"replica": (null|\{[^}]*\})`)
 
-// sameStatus compares two `status --json` outputs but for the ages in them.
+// sameStatus compares two `status --json` outputs but for what moves.
 func sameStatus(a, b string) bool {
-	return heartbeatAge.ReplaceAllString(a, "") == heartbeatAge.ReplaceAllString(b, "")
+	return statusMoving.ReplaceAllString(a, "") == statusMoving.ReplaceAllString(b, "")
 }
