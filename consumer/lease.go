@@ -141,7 +141,7 @@ func (in *instance) stop(err error) {
 // lease expires (DESIGN.md "Standby, not ping-pong").
 func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) error {
 	cfg := l.cfg
-	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics(), InstanceID: cfg.InstanceID}
+	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics(), Window: cfg.Window, InstanceID: cfg.InstanceID}
 	var waiting, logged time.Time
 	for {
 		var c store.Claimed

@@ -51,14 +51,14 @@ SELECT date_trunc($1, at, $2), %s, count(*), avg(d), min(d), max(d),
 	percentile_cont($3::float8[]) WITHIN GROUP (ORDER BY d)
 FROM oracle_events GROUP BY 1, 2`
 
-// The done-when of the rollups (README "Analysing the numbers"): an Auckland
+// The done-when of the rollups (docs/analysing.md): an Auckland
 // archive produced, drained, and every rollup per hour and per day (in
 // Pacific/Auckland) of every dimension, from the SQL function ovs_rollup and
 // from `ovstream report --json`, equals count(*), avg, min, max and
 // percentile_cont(0.5, 0.9, 0.99) over the raw events from the topic (minus
 // their dead letters): 0 differences beyond 1e-9 (and the test counts how
 // many are not bit-identical). Then --top/--by/--min-events against the same
-// oracle, and the README's example queries run and return rows.
+// oracle, and the example queries of docs/analysing.md run and return rows.
 func TestRollupEqualsSQLOracle(t *testing.T) {
 	started := time.Now()
 	dir := t.TempDir()
@@ -124,7 +124,7 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 		t.Fatal("no top lines")
 	}
 
-	checkREADMEQueries(t, db)
+	checkDocQueries(t, db)
 	checkGrafanaSQL(t, db)
 	t.Logf("done in %v", time.Since(started).Round(time.Second))
 }
@@ -319,26 +319,23 @@ func compareRollups(t *testing.T, what string, got, want map[groupKey]stats) (co
 	return compared, beyond, notBitIdentical
 }
 
-// readmeNow stands for now() in the README's example queries: a moment just
+// readmeNow stands for now() in the example queries of docs/analysing.md: a moment just
 // after the Auckland samples (2016-05-19 08:00-10:00 in Auckland for the 2 h
 // slice), so that "today", "this week" and "this month" hold their data.
 const readmeNow = `'2016-05-19 10:30:00+12'::timestamptz`
 
-// checkREADMEQueries runs every SQL example of README.md's "Analysing the
-// numbers" section on db, with now() replaced by readmeNow, and requires
-// each to return rows.
-func checkREADMEQueries(t *testing.T, db string) {
+// checkDocQueries runs every SQL example of docs/analysing.md ("Analysing
+// the numbers") on db, with now() replaced by readmeNow, and requires each
+// to return rows.
+func checkDocQueries(t *testing.T, db string) {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/analysing.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## Analysing the numbers\n")
+	_, section, ok := strings.Cut(string(b), "# Analysing the numbers\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Analysing the numbers" section`)
-	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
+		t.Fatal(`docs/analysing.md has no "# Analysing the numbers" heading`)
 	}
 	var queries []string
 	for _, block := range strings.Split(section, "```sql\n")[1:] {
@@ -346,15 +343,15 @@ func checkREADMEQueries(t *testing.T, db string) {
 		queries = append(queries, sql)
 	}
 	if len(queries) < 5 {
-		t.Fatalf("README.md \"Analysing the numbers\" has %d SQL examples, want 5", len(queries))
+		t.Fatalf("docs/analysing.md has %d SQL examples, want 5", len(queries))
 	}
 	for i, q := range queries {
 		rows := dump(t, db, strings.ReplaceAll(q, "now()", readmeNow))
 		if len(rows) == 0 {
-			t.Errorf("README example %d returns no rows:\n%s", i+1, q)
+			t.Errorf("docs/analysing.md example %d returns no rows:\n%s", i+1, q)
 			continue
 		}
-		t.Logf("README example %d: %d rows, first %s", i+1, len(rows), rows[0])
+		t.Logf("docs/analysing.md example %d: %d rows, first %s", i+1, len(rows), rows[0])
 	}
 }
 

@@ -495,7 +495,7 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 	rng := crashSeed(t)
 	ds := auckland2h(t)
 	r := newRig(t, rng, ds, startBroker(t), 80)
-	proxy := startPgProxy(t, "127.0.0.1:5432")
+	proxy := startPgProxy(t, testServerAddr(t))
 	ins := &inspector{db: r.db}
 	ps := []*proc{
 		r.startWith(nil, "--partitions", split2[0], "--database-url", proxy.url(r.db)),
@@ -603,7 +603,7 @@ func TestSplitAmbiguousDrainEnd(t *testing.T) {
 	for _, mode := range []string{dropAfterDrainEnd, dropBeforeDrainEnd, cutDrainEnd} {
 		t.Run(mode, func(t *testing.T) {
 			db := freshDB(t)
-			proxy := startPgProxy(t, "127.0.0.1:5432")
+			proxy := startPgProxy(t, testServerAddr(t))
 			drainOn := func(db, parts string) *proc {
 				return startOvstream(t, nil, runArgs(db, addr, "--drain", "--partitions", parts, "--flush-interval", "50ms",
 					"--allowed-lateness", ds.lateness, "--log-level", "info")...)

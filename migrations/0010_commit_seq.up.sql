@@ -20,3 +20,13 @@ ALTER TABLE stream_positions ADD COLUMN commit_seq bigint NOT NULL DEFAULT 0
 -- instance of version 9.
 ALTER TABLE pipeline_instances ADD COLUMN backend_pid integer NULL,
     ADD COLUMN backend_start timestamptz NULL;
+
+-- pipelines.window_size was never written before this version: every
+-- instance must run with the pipeline's window size and topics, and a claim
+-- compares them (store.SettingsError). A pipeline with windows gets the size
+-- of its newest one, so an instance started with another --window after the
+-- upgrade is refused too.
+UPDATE pipelines p SET window_size = (
+    SELECT d.window_end - d.window_start FROM delay_aggregates d
+    WHERE d.pipeline = p.name ORDER BY d.window_start DESC LIMIT 1)
+WHERE p.window_size IS NULL;

@@ -36,10 +36,14 @@ type ClaimOptions struct {
 	// with one id do not fence each other in turn (HeldError.SharedID).
 	InstanceID string
 	// Topics are the pipeline's topics as the claiming instance is
-	// configured (predictions, then positions; empty ones left out). A claim
-	// records them in pipelines.topics when they differ from what is there,
-	// so `status` shows the pipeline's own topics. nil leaves them alone.
+	// configured (predictions, then positions; empty ones left out), and
+	// Window its tumbling window size: settings every instance of a pipeline
+	// must share, or their windows and merges disagree. The first claim that
+	// names them records them (pipelines.topics, .window_size); a claim that
+	// names others fails with *SettingsError and writes nothing (change them
+	// with SetSettings). nil and 0 are not checked.
 	Topics []string
+	Window time.Duration
 }
 
 // Claimed is what a successful claim did.
@@ -198,6 +202,9 @@ func (s *Store) tryClaim(ctx context.Context, pipeline, owner string, epoch int6
 			WHERE NOT EXISTS (SELECT 1 FROM pipelines WHERE name = $1) ON CONFLICT DO NOTHING`, pipeline); err != nil {
 			return err
 		}
+		if err := checkSettings(ctx, tx, pipeline, opts); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `
 INSERT INTO stream_positions (pipeline, topic, partition)
 SELECT $1, u.topic, u.partition FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
@@ -249,13 +256,6 @@ UPDATE stream_positions s SET epoch = $4, owner = $5, heartbeat_at = now(),
 FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
 WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums, next, owner); err != nil {
 			return err
-		}
-		// Only a change locks the row (a split commit holds it for its merge decision).
-		if opts.Topics != nil {
-			if _, err := tx.Exec(ctx, `UPDATE pipelines SET topics = $2 WHERE name = $1 AND topics IS DISTINCT FROM $2`,
-				pipeline, opts.Topics); err != nil {
-				return err
-			}
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM pipeline_instances WHERE pipeline = $1 AND owner <> $2
 			AND heartbeat_at < now() - $3 * interval '1 microsecond'`, pipeline, owner, micros(staleInstanceLeases*opts.Lease)); err != nil {

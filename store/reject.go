@@ -44,8 +44,8 @@ type RefusedRecord struct {
 // same batch again fails again: rebuild it without the records of these rows.
 //
 // The rows are found again in a transaction that is rolled back: each part is
-// written in halves inside savepoints, a half that is refused is split, and a
-// single row that is refused is named. Latest-state rows are met as a commit
+// written in halves inside savepoints (each rolled back: refusedRows), a half
+// that is refused is split, and a single row that is refused is named. Latest-state rows are met as a commit
 // meets them: the newest version of each key first; when it is refused, the
 // next newest of the batch (the refused record is rejected, so that one is
 // the newest next time), and so on.
@@ -167,25 +167,35 @@ func refusal(table, key string, e *pgconn.PgError) string {
 	return fmt.Sprintf("PostgreSQL refused the %s row %s: %s (SQLSTATE %s)", table, key, msg, e.Code)
 }
 
-// refusedRows writes rows inside a savepoint of tx, keeping them when they are
-// accepted; when PostgreSQL refuses them (Refused) it rolls the savepoint
-// back and tries each half, and calls refused for every single row it
-// refuses. Any other failure is returned.
+// refusedRows writes rows inside a savepoint of tx and rolls it back; when
+// PostgreSQL refused them (Refused) it tries each half, and calls refused for
+// every single row it refuses. Any other failure is returned.
+//
+// Every probe is rolled back and released, accepted or not: a subtransaction
+// that wrote keeps its lock until the transaction ends unless it is rolled
+// back and its savepoint released, and a search with many
+// refused rows (issue 24: 155k records) kept so many that the server ran out
+// of shared memory (SQLSTATE 53200, max_locks_per_transaction). Rolled back,
+// the transaction holds one probe's locks at a time, whatever the number of
+// refused rows. A row is so judged without the batch's other rows, which
+// holds for what refuses rows here (CHECK, NOT NULL, types and sizes, keys of
+// other tables); the batch's own keys are unique.
 func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T,
 	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	sp, err := tx.Begin(ctx) // SAVEPOINT
-	if err != nil {
+	if _, err := tx.Exec(ctx, "SAVEPOINT ovs_probe"); err != nil {
 		return err
 	}
-	err = write(sp, rows)
-	if err == nil {
-		return sp.Commit(ctx) // RELEASE SAVEPOINT
-	}
-	if rerr := sp.Rollback(ctx); rerr != nil { // ROLLBACK TO SAVEPOINT
+	err := write(tx, rows)
+	// RELEASE too: a savepoint only rolled back to stays, and so does the
+	// lock of every subtransaction that wrote under it.
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT ovs_probe; RELEASE SAVEPOINT ovs_probe"); rerr != nil {
 		return errors.Join(err, rerr)
+	}
+	if err == nil {
+		return nil
 	}
 	var pgErr *pgconn.PgError
 	if !Refused(err) || !errors.As(err, &pgErr) {

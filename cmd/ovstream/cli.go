@@ -69,7 +69,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "ovstream",
 		Short: "Kafka streams of transit predictions into exact delay statistics in PostgreSQL",
 		Long: "ovstream turns Kafka streams of transit arrival predictions and vehicle positions into\n" +
-			"exact 5-minute delay statistics in PostgreSQL (README.md).",
+			"exact 5-minute delay statistics in PostgreSQL (README.md, docs/).",
 		Version:           versionString(),
 		SilenceErrors:     true, // execute prints them, short
 		SilenceUsage:      true,
@@ -92,7 +92,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(flagError)
 	root.SetUsageTemplate(strings.TrimSuffix(root.UsageTemplate(), "\n") + "\n\n" +
 		"Every flag can also be set as OVSTREAM_<FLAG> in the environment or in the --config file\n" +
-		"(flag > environment > file > default; README.md \"Configuration\").\n")
+		"(flag > environment > file > default; docs/configuration.md).\n")
 	return root
 }
 

@@ -470,18 +470,18 @@ func TestCompletionScripts(t *testing.T) {
 	}
 }
 
-// The config file example of README.md "Configuration" is valid for run
-// and status, and sets what it says.
-func TestReadmeConfigExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The config file example of docs/configuration.md is valid for run and
+// status, and sets what it says.
+func TestDocsConfigExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(readme), "## Configuration")
+	_, after, ok := strings.Cut(string(doc), "# Configuration")
 	_, block, ok2 := strings.Cut(after, "```toml\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README.md has no ```toml block under ## Configuration")
+		t.Fatal("docs/configuration.md has no ```toml block under # Configuration")
 	}
 	file := filepath.Join(t.TempDir(), "ovstream.toml")
 	if err := os.WriteFile(file, []byte(block), 0o600); err != nil {
@@ -503,11 +503,11 @@ func TestReadmeConfigExample(t *testing.T) {
 			err = checkValues(c.Flags(), from)
 		}
 		if err != nil {
-			t.Fatalf("%s with the README's config: %v", cmd, err)
+			t.Fatalf("%s with the config of docs/configuration.md: %v", cmd, err)
 		}
 		for name, v := range want {
 			if got := c.Flags().Lookup(name).Value.String(); got != v {
-				t.Errorf("%s --%s = %q from the README's config, want %q", cmd, name, got, v)
+				t.Errorf("%s --%s = %q from the config of docs/configuration.md, want %q", cmd, name, got, v)
 			}
 		}
 	}

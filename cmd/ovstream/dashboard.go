@@ -21,7 +21,7 @@ import (
 
 func init() { register(newServeCmd) }
 
-const serveLong = `Serves the dashboard (README "Dashboard"): per pipeline the network delay over time
+const serveLong = `Serves the dashboard (docs/dashboard.md): per pipeline the network delay over time
 (mean, P50, P90), the most delayed lines and stations of a day, one line's delay by
 hour of day, and the pipeline's health (lag, watermark, merge lag, dead letters, last
 commit). Every number is an exact rollup of the stored distributions; the pages and
@@ -153,7 +153,7 @@ func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *da
 // address.
 func printDashboardHint(w io.Writer, binary, databaseURL, pipeline string) {
 	shown := describeDatabase(databaseURL)
-	fmt.Fprintf(w, "\nthe dashboard of this data (README \"Dashboard\"):\n  %s serve --database-url '%s' --pipeline %s\n", binary, shown, pipeline)
+	fmt.Fprintf(w, "\nthe dashboard of this data (docs/dashboard.md):\n  %s serve --database-url '%s' --pipeline %s\n", binary, shown, pipeline)
 	if len(databaseSecrets(databaseURL)) > 0 {
 		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
 	}

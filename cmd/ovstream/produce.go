@@ -97,7 +97,7 @@ func (f *produceFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.headers, "http-header", nil, "`'Name: value'` header for every feed request (API keys), repeatable; never printed")
 	f.kafka.register(fs)
 	fs.StringVar(&f.operator, "operator", "", "operator `id` for feeds that carry none (e.g. AT for Auckland)")
-	fs.StringVar(&f.lineID, "line-id", gtfsrt.LineIDRouteID, "what a line is: `route_id` or route_short_name (from --gtfs-static; README: produce)")
+	fs.StringVar(&f.lineID, "line-id", gtfsrt.LineIDRouteID, "what a line is: `route_id` or route_short_name (from --gtfs-static; docs/commands.md)")
 	fs.StringVar(&f.staticPath, "gtfs-static", "", "the agency's static GTFS feed (`zip or folder`): delays for updates that give only a predicted time, and names")
 	fs.StringVar(&f.predTopic, "predictions-topic", "arrival_predictions", "`topic` for arrival predictions")
 	fs.StringVar(&f.posTopic, "positions-topic", "vehicle_positions", "`topic` for vehicle positions")

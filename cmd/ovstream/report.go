@@ -21,7 +21,7 @@ func init() { register(newReportCmd) }
 const reportLong = `Per bucket and dimension id, the count, mean, min, max and quantiles of the events of
 the finalized windows whose window_start is in [--from, --to), merged exactly from the
 distributions stored with each row: the numbers percentile_cont, avg, min and max give
-over the events themselves (README.md "Analysing the numbers"; SQL: ovs_rollup).
+over the events themselves (docs/analysing.md; SQL: ovs_rollup).
 Buckets hour, day, week (from Monday), month and year are calendar buckets in --tz; a
 duration (15m, 6h) gives fixed bins from --from; all (the default) one bucket. --from
 and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T07:30).

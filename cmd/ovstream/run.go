@@ -371,6 +371,9 @@ func reportRun(w, errw io.Writer, cfg consumer.Config, sum *consumer.Summary, er
 		printSummary(w, sum)
 	}
 	switch {
+	case errors.As(err, new(*store.SettingsError)):
+		fmt.Fprintln(errw, "ovstream run:", err)
+		return exitUsage
 	case errors.Is(err, consumer.ErrFenced):
 		fmt.Fprintf(errw, "ovstream run: fenced: another instance claimed a partition of pipeline %q; this one wrote nothing after the claim and stops\n", cfg.Pipeline)
 		return exitFenced

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ovstream/ovstream/store"
+)
+
+func init() { register(newPipelineCmd) }
+
+const pipelineSetLong = `Every instance of a pipeline must run with the same --window and --topics:
+the first instance that claims the pipeline records them, and an instance
+started with others exits 2 naming each setting with both values, having
+written nothing. (--allowed-lateness may differ per instance: it decides when
+a window is final, not what it holds.)
+
+set changes the recorded settings on purpose. It refuses (exit 1) while any
+instance of the pipeline is live (a heartbeat younger than --lease): stop them
+all, set, then start them with the new flags. What a change means:
+  --window: windows already written keep the size they were written with;
+  later windows have the new size. Rollups (report, dashboard) over a range
+  written with both sizes add windows of both; a window that straddles the
+  change's watermark is written again with the new size only where events
+  arrive for it.
+  --topics: partitions of a topic no longer named keep their stored offsets
+  (status lists them) and are no longer read; a topic newly named starts at
+  --start-offset.`
+
+// pipelineFlags are the flags of pipeline set.
+type pipelineFlags struct {
+	ops    opsFlags
+	window time.Duration
+	topics string
+	lease  time.Duration
+}
+
+func newPipelineCmd() *cobra.Command {
+	var f pipelineFlags
+	set := &cobra.Command{Use: "set", Short: "change the pipeline's recorded --window and --topics (refused while an instance runs)",
+		Long: pipelineSetLong, Args: noArgs}
+	fs := set.Flags()
+	f.ops.register(fs, false)
+	fs.DurationVar(&f.window, "window", 0, "the tumbling window size every instance must run with (0: unchanged)")
+	fs.StringVar(&f.topics, "topics", "", "PREDICTIONS_TOPIC,POSITIONS_TOPIC every instance must run with (empty: unchanged)")
+	fs.DurationVar(&f.lease, "lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is live")
+	set.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
+		return cmdPipelineSet(ctx, &f, stdout, stderr)
+	})
+	return group("pipeline", "a pipeline's shared settings", pipelineSetLong, set)
+}
+
+// cmdPipelineSet runs pipeline set.
+func cmdPipelineSet(ctx context.Context, f *pipelineFlags, stdout, stderr io.Writer) int {
+	o := &f.ops
+	stdout = newRedactingWriter(stdout, databaseSecrets(o.databaseURL))
+	stderr = newRedactingWriter(stderr, databaseSecrets(o.databaseURL))
+	var set store.Settings
+	switch {
+	case f.window != 0 && f.window < time.Second:
+		fmt.Fprintf(stderr, "pipeline set: --window %v: want at least 1s\n", f.window)
+		return exitUsage
+	case f.window == 0 && f.topics == "":
+		fmt.Fprintln(stderr, "pipeline set: give --window or --topics (or both)")
+		return exitUsage
+	}
+	set.Window = f.window
+	if f.topics != "" {
+		for _, t := range strings.Split(f.topics, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				set.Topics = append(set.Topics, t)
+			}
+		}
+		if len(set.Topics) == 0 || len(set.Topics) > 2 || (len(set.Topics) == 2 && set.Topics[0] == set.Topics[1]) {
+			fmt.Fprintf(stderr, "pipeline set: --topics %q: want PREDICTIONS_TOPIC,POSITIONS_TOPIC, two different topics or one of them\n", f.topics)
+			return exitUsage
+		}
+	}
+	st, err := openStoreQuick(ctx, o.databaseURL)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream pipeline set:", err)
+		return exitError
+	}
+	defer st.Close(context.Background())
+	before, err := st.SetSettings(ctx, o.pipeline, set, f.lease)
+	var live *store.LiveError
+	switch {
+	case errors.As(err, &live):
+		fmt.Fprintln(stderr, "ovstream pipeline set:", live)
+		return exitError
+	case err != nil:
+		fmt.Fprintln(stderr, "ovstream pipeline set:", err)
+		return exitError
+	}
+	if set.Window != 0 {
+		fmt.Fprintf(stdout, "pipeline %q: --window %s (was %s); windows already written keep their size\n",
+			o.pipeline, set.Window, orNone(before.Window.String(), before.Window == 0))
+	}
+	if set.Topics != nil {
+		fmt.Fprintf(stdout, "pipeline %q: --topics %s (was %s)\n", o.pipeline, strings.Join(set.Topics, ","),
+			orNone(strings.Join(before.Topics, ","), before.Topics == nil))
+	}
+	return exitOK
+}
+
+// orNone returns s, or "none recorded" when none is true.
+func orNone(s string, none bool) string {
+	if none {
+		return "none recorded"
+	}
+	return s
+}

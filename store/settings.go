@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Settings are what every instance of a pipeline must share (pipelines
+// .window_size, .topics): instances with another window size or other topics
+// finalize and merge windows that disagree (issue 24). Allowed lateness may
+// differ per instance: it decides when a window is final, not what it holds.
+type Settings struct {
+	Window time.Duration // tumbling window size; 0 when none is recorded
+	Topics []string      // predictions, then positions topic (empty ones left out); nil when none is recorded
+}
+
+// SettingsError says that a claim named settings other than the pipeline's
+// recorded ones: nothing was written.
+type SettingsError struct {
+	Pipeline string
+	Diffs    []SettingDiff
+}
+
+// SettingDiff is one setting of a SettingsError.
+type SettingDiff struct {
+	Name           string // the run flag: "window" or "topics"
+	Stored, Wanted string // as the flag would be given
+}
+
+func (e *SettingsError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pipeline %q was set up with other settings than this instance's: ", e.Pipeline)
+	for i, d := range e.Diffs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "--%s %s (pipeline) vs %s (this instance)", d.Name, d.Stored, d.Wanted)
+	}
+	b.WriteString(": every instance of a pipeline needs the same; run with the pipeline's, " +
+		"or change the pipeline's with `ovstream pipeline set` while no instance runs")
+	return b.String()
+}
+
+// topicsFlag words topics as run --topics takes them.
+func topicsFlag(topics []string) string { return strings.Join(topics, ",") }
+
+// checkSettings, in a claim's transaction, compares opts' settings with the
+// pipeline's recorded ones (*SettingsError when they differ; nothing is
+// written then) and records those not recorded yet.
+func checkSettings(ctx context.Context, tx pgx.Tx, pipeline string, opts ClaimOptions) error {
+	var window *time.Duration
+	var topics []string
+	if err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1`, pipeline).Scan(&window, &topics); err != nil {
+		return fmt.Errorf("read the pipeline's settings: %w", err)
+	}
+	e := &SettingsError{Pipeline: pipeline}
+	if opts.Window != 0 && window != nil && *window != opts.Window {
+		e.Diffs = append(e.Diffs, SettingDiff{Name: "window", Stored: window.String(), Wanted: opts.Window.String()})
+	}
+	if opts.Topics != nil && topics != nil && !slices.Equal(topics, opts.Topics) {
+		e.Diffs = append(e.Diffs, SettingDiff{Name: "topics", Stored: topicsFlag(topics), Wanted: topicsFlag(opts.Topics)})
+	}
+	if len(e.Diffs) > 0 {
+		return e
+	}
+	setWindow := opts.Window != 0 && window == nil
+	setTopics := opts.Topics != nil && topics == nil
+	if !setWindow && !setTopics {
+		return nil // only a change locks the row (a split commit holds it for its merge decision)
+	}
+	var w any
+	if setWindow {
+		w = opts.Window
+	}
+	var ts any
+	if setTopics {
+		ts = opts.Topics
+	}
+	_, err := tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce(window_size, $2), topics = coalesce(topics, $3)
+		WHERE name = $1`, pipeline, w, ts)
+	return err
+}
+
+// LiveError says that SetSettings refused: instances of the pipeline are
+// live (a heartbeat younger than the lease).
+type LiveError struct {
+	Pipeline string
+	Owners   []string
+}
+
+func (e *LiveError) Error() string {
+	return fmt.Sprintf("pipeline %q has live instances (%s): stop every instance first; nothing changed",
+		e.Pipeline, strings.Join(e.Owners, ", "))
+}
+
+// SetSettings changes the recorded settings of pipeline (Settings: a zero
+// Window or nil Topics keeps the recorded one) and returns those it had
+// before. It refuses with *LiveError while an instance of the pipeline has a
+// heartbeat younger than lease (pipeline_instances, or a partition's owner),
+// and with an error when the pipeline was never claimed. Windows already
+// written keep the size they were written with.
+func (s *Store) SetSettings(ctx context.Context, pipeline string, set Settings, lease time.Duration) (before Settings, err error) {
+	err = s.do(ctx, func(conn *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var window *time.Duration
+			var topics []string
+			err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).Scan(&window, &topics)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("pipeline %q does not exist (no instance ever claimed it): nothing to change", pipeline)
+			}
+			if err != nil {
+				return err
+			}
+			before = Settings{Topics: topics}
+			if window != nil {
+				before.Window = *window
+			}
+			rows, err := tx.Query(ctx, `
+SELECT owner FROM pipeline_instances WHERE pipeline = $1 AND heartbeat_at > now() - $2 * interval '1 microsecond'
+UNION
+SELECT owner FROM stream_positions WHERE pipeline = $1 AND owner IS NOT NULL AND heartbeat_at > now() - $2 * interval '1 microsecond'
+ORDER BY 1`, pipeline, micros(lease))
+			if err != nil {
+				return err
+			}
+			live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if len(live) > 0 {
+				return &LiveError{Pipeline: pipeline, Owners: live}
+			}
+			var w, ts any
+			if set.Window != 0 {
+				w = set.Window
+			}
+			if set.Topics != nil {
+				ts = set.Topics
+			}
+			_, err = tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce($2, window_size), topics = coalesce($3, topics)
+				WHERE name = $1`, pipeline, w, ts)
+			return err
+		})
+	})
+	if err != nil {
+		return before, fmt.Errorf("store: set the settings of pipeline %q: %w", pipeline, err)
+	}
+	return before, nil
+}
