@@ -30,6 +30,8 @@ type privatePG struct {
 	dir  string // data folder
 	port int
 	as   []string // runs a command as the cluster's owner (root cannot run PostgreSQL)
+	uid  int      // the owner's ids when as is set, else -1
+	gid  int
 }
 
 // pgBinDir returns the folder of the newest installed PostgreSQL's server
@@ -54,7 +56,19 @@ func pgBinDir(t *testing.T) string {
 // startPrivatePG initializes and starts a private cluster.
 func startPrivatePG(t *testing.T) *privatePG {
 	t.Helper()
-	p := &privatePG{t: t, bin: pgBinDir(t)}
+	p := newPrivatePG(t)
+	p.run("initdb", "-D", p.dir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+	p.appendConf("postgresql.conf", p.baseConf())
+	p.start()
+	return p
+}
+
+// newPrivatePG reserves a temporary folder owned by the cluster's user and a
+// free port, with no data folder yet. At the test's end the cluster in it is
+// stopped (immediate) and the folder removed.
+func newPrivatePG(t *testing.T) *privatePG {
+	t.Helper()
+	p := &privatePG{t: t, bin: pgBinDir(t), uid: -1, gid: -1}
 	dir, err := os.MkdirTemp("", "ovstream-pg-")
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +80,9 @@ func startPrivatePG(t *testing.T) *privatePG {
 		if err != nil {
 			t.Fatalf("running as root, the private cluster needs the user postgres: %v", err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
+		p.uid, _ = strconv.Atoi(u.Uid)
+		p.gid, _ = strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, p.uid, p.gid); err != nil {
 			t.Fatal(err)
 		}
 		p.as = []string{"runuser", "-u", "postgres", "--"}
@@ -79,23 +93,46 @@ func startPrivatePG(t *testing.T) *privatePG {
 	}
 	p.port = l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	p.run("initdb", "-D", p.dir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
-	conf := fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\n"+
-		"max_connections = 50\nshared_buffers = 32MB\n", p.port, dir)
-	f, err := os.OpenFile(filepath.Join(p.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteString(conf)
-		f.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.start()
 	t.Cleanup(func() {
 		c := p.cmd("pg_ctl", "-D", p.dir, "-m", "immediate", "-w", "stop")
 		_ = exec.Command(c[0], c[1:]...).Run()
 	})
 	return p
+}
+
+// baseConf is the settings every private cluster gets: its port, 127.0.0.1
+// only, its socket in its own folder, no fsync (nothing here survives a
+// machine crash, and a SIGKILL loses nothing the kernel holds).
+func (p *privatePG) baseConf() string {
+	return fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\n"+
+		"max_connections = 50\nshared_buffers = 32MB\n", p.port, filepath.Dir(p.dir))
+}
+
+// appendConf appends text to the file name of the data folder (created
+// when missing, owned by the cluster's user).
+func (p *privatePG) appendConf(name, text string) {
+	p.t.Helper()
+	p.writeConf(name, text, os.O_APPEND)
+}
+
+// writeConf writes text into the file name of the data folder: appended
+// (flag os.O_APPEND) or replacing it (os.O_TRUNC).
+func (p *privatePG) writeConf(name, text string, flag int) {
+	p.t.Helper()
+	path := filepath.Join(p.dir, name)
+	f, err := os.OpenFile(path, flag|os.O_WRONLY|os.O_CREATE, 0o600)
+	if err == nil && p.uid >= 0 {
+		err = os.Chown(path, p.uid, p.gid)
+	}
+	if err == nil {
+		_, err = f.WriteString(text)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
 }
 
 func (p *privatePG) cmd(prog string, args ...string) []string {

@@ -125,6 +125,8 @@ type StatusReport struct {
 	// the pipeline owns, of the topics it owns a partition of: e.g. added to
 	// a topic while instances with --partitions run. Nothing consumes them.
 	Unowned []string `json:"unowned_partitions"`
+	// Replica is set when the server read is a hot standby (status_replica.go).
+	Replica *ReplicaStatus `json:"replica"`
 }
 
 func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) int {
@@ -172,6 +174,10 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 	}
 	addOwnership(rep, f.lease, leases, instances)
 	rep.Unowned = unowned(rep.Partitions, leases)
+	if rep.Replica, err = replicaStatus(ctx, o.databaseURL); err != nil {
+		fmt.Fprintln(stderr, "ovstream status:", err)
+		return exitError
+	}
 	if f.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -181,6 +187,7 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		}
 	} else {
 		printStatus(stdout, rep, time.Now())
+		printReplica(stdout, rep.Replica)
 	}
 	if kerr != nil {
 		fmt.Fprintln(stderr, "ovstream status:", kerr)
