@@ -123,7 +123,11 @@ func (l *loop) finishCommit(res commitResult) error {
 			return ErrFenced
 		case errors.As(err, &behind):
 			fail(FailBehind).Inc()
-			l.logBehind(behind)
+			l.logBehind(behind, l.stored)
+			if behind.ClaimLost {
+				l.epoch = 0 // claim again (Run), then replay
+			}
+			l.stored = nil // logged: the next loop does not log it again (lostSinceBefore)
 			return errResync
 		case errors.As(err, &rejected):
 			fail(FailRejected).Inc()
@@ -184,17 +188,24 @@ func (l *loop) finishCommit(res commitResult) error {
 	return nil
 }
 
+// claimLostMsg is logged when the database lost this instance's claim.
+const claimLostMsg = "the database lost this instance's claim of its partitions (a failover to a replica that had not received it, or a restore): claiming them again"
+
 // logBehind logs, once per loss, that the database does not hold what this
-// instance committed (a failover to a replica that had not received them, a
+// instance committed (committed: its positions as it last wrote them) (a failover to a replica that had not received them, a
 // restore): the partitions, the offsets this instance had committed and the
 // ones the database holds. The loop then drops its state and replays from the
 // stored positions (errResync): the lost commits took their offsets with
 // them, so every event is counted once.
-func (l *loop) logBehind(e *store.BehindError) {
+func (l *loop) logBehind(e *store.BehindError, committed map[aggregate.PartitionID]store.Position) {
+	if e.ClaimLost {
+		l.cfg.Logger.Error(claimLostMsg,
+			"pipeline", l.cfg.Pipeline, "epoch", l.epoch)
+	}
 	for _, b := range e.Partitions {
 		l.cfg.Logger.Error("the database lost commits this instance made (a failover to a replica that had not received them, or a restore): replaying them from the stored offsets",
 			"pipeline", l.cfg.Pipeline, "partition", b.PartitionID.String(),
-			"committed_next_offset", l.stored[b.PartitionID].NextOffset, "stored_next_offset", b.NextOffset,
+			"committed_next_offset", committed[b.PartitionID].NextOffset, "stored_next_offset", b.NextOffset,
 			"commits_lost", b.WantSeq-b.Seq)
 	}
 }

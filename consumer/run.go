@@ -84,11 +84,12 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	ret := startRetention(ctx, cfg, st)
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
-	rej := &rejects{} // what PostgreSQL refused: a resync keeps it
+	rej := &rejects{}                                   // what PostgreSQL refused: a resync keeps it
+	var stored map[aggregate.PartitionID]store.Position // what the loop before last wrote
 	for {
-		l := &loop{cfg: cfg, st: st, in: in, epoch: epoch, sum: sum, rej: rej.forLoop()}
+		l := &loop{cfg: cfg, st: st, in: in, epoch: epoch, sum: sum, rej: rej.forLoop(), before: stored}
 		err = l.run(ctx)
-		epoch = l.epoch
+		epoch, stored = l.epoch, l.stored
 		if !errors.Is(err, errResync) {
 			break
 		}
@@ -134,6 +135,7 @@ type loop struct {
 	names    *aggregate.Names       // the lines' and stations' names; changed ones go into the next batch
 	dead     []store.DeadLetter
 	stored   map[aggregate.PartitionID]store.Position
+	before   map[aggregate.PartitionID]store.Position // the stored positions of the loop before a resync, nil at start
 
 	nextCommit time.Time
 	backoff    time.Duration

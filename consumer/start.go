@@ -75,9 +75,20 @@ func (l *loop) start(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("consumer: %w", err)
 		}
-		assigned = slices.DeleteFunc(assigned, func(tp aggregate.PartitionID) bool { return !slices.Contains(owned, tp) })
-		if len(assigned) == 0 {
-			return ErrFenced
+		lost, err := l.claimLost(ctx, assigned, owned)
+		if err != nil {
+			return err
+		}
+		if lost { // claim them again: as at start-up, a live holder makes this a standby
+			l.epoch = 0
+			if err := l.claim(ctx, assigned); err != nil {
+				return err
+			}
+		} else {
+			assigned = slices.DeleteFunc(assigned, func(tp aggregate.PartitionID) bool { return !slices.Contains(owned, tp) })
+			if len(assigned) == 0 {
+				return ErrFenced
+			}
 		}
 	}
 	var stored map[aggregate.PartitionID]store.Position
@@ -166,10 +177,61 @@ func (l *loop) start(ctx context.Context) (err error) {
 	if err := l.loadReplay(ctx); err != nil {
 		return err
 	}
+	l.lostSinceBefore(stored)
 	cfg.Metrics.assign(assigned)
 	cfg.Metrics.watermark(seed)
 	cfg.Health.assigned.Store(true)
 	cfg.Logger.Info("watermark seeded", "watermark", seed.UTC().Format(time.RFC3339))
 	ok = true
 	return nil
+}
+
+// lostSinceBefore logs, after a resync, the partitions whose stored commit
+// sequence is lower than the one the loop before wrote: the database lost
+// commits this instance made while it did not look (a COMMIT in flight at a
+// failover, whose outcome was unknown, re-read positions behind the commits
+// acknowledged before it). The replay from the stored positions counts
+// their events again, once, as after a store.BehindError.
+func (l *loop) lostSinceBefore(stored map[aggregate.PartitionID]store.Position) {
+	e := &store.BehindError{Pipeline: l.cfg.Pipeline}
+	for _, tp := range SortedPartitions(l.before) {
+		was, now := l.before[tp], stored[tp] // absent: Seq 0, no commit
+		if now.Seq < was.Seq {
+			next := now.NextOffset
+			if _, ok := stored[tp]; !ok {
+				next = -1
+			}
+			e.Partitions = append(e.Partitions, store.Behind{PartitionID: tp, Seq: now.Seq, WantSeq: was.Seq, NextOffset: next})
+		}
+	}
+	if len(e.Partitions) > 0 {
+		l.cfg.Metrics.CommitFailures.WithLabelValues(FailBehind).Inc()
+		l.logBehind(e, l.before)
+	}
+}
+
+// claimLost tells whether the database lost this instance's claim (a
+// failover to a replica that had not received it, a restore): a partition
+// of assigned it no longer owns has an epoch lower than the claim's (epochs
+// never go down). Partitions taken by a newer claim are not lost: fenced.
+func (l *loop) claimLost(ctx context.Context, assigned, owned []aggregate.PartitionID) (bool, error) {
+	if len(owned) == len(assigned) {
+		return false, nil
+	}
+	var leases []store.PartitionLease
+	err := retry(ctx, l.cfg, "read the partitions' epochs", func() (err error) {
+		leases, err = l.st.Leases(ctx, l.cfg.Pipeline, l.cfg.Lease)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("consumer: %w", err)
+	}
+	for _, p := range leases {
+		if slices.Contains(assigned, p.PartitionID) && !slices.Contains(owned, p.PartitionID) && p.Epoch < l.epoch {
+			l.cfg.Logger.Error(claimLostMsg,
+				"pipeline", l.cfg.Pipeline, "partition", p.PartitionID.String(), "epoch", l.epoch, "stored_epoch", p.Epoch)
+			return true, nil
+		}
+	}
+	return false, nil
 }

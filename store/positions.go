@@ -83,10 +83,11 @@ SELECT GREATEST(
 // claimed different partitions may hold the same epoch, so the epoch alone
 // does not tell whose a partition is.
 //
-// Errors: ErrFenced when one of them has another owner or another epoch (an
-// empty owner owns nothing); *BehindError when the owner and epoch are this
-// instance's but a commit sequence is not (the database lost commits it
-// acknowledged). The caller rolls back either way.
+// Errors: ErrFenced when one of them has a newer epoch, or another owner at
+// epoch (an empty owner owns nothing); *BehindError when a commit sequence is
+// not the one this instance wrote, or the epoch is older than epoch
+// (ClaimLost): the database lost commits, or the claim, it acknowledged. The
+// caller rolls back either way.
 func fence(ctx context.Context, tx pgx.Tx, pipeline, owner string, epoch int64, ps []Position) error {
 	topics, parts := make([]string, len(ps)), make([]int32, len(ps))
 	seqs := make([]int64, len(ps))
@@ -146,17 +147,24 @@ WHERE t.pipeline = $1`, pipeline, topics, parts)
 	e := &BehindError{Pipeline: pipeline}
 	for _, p := range ps {
 		r, ok := stored[p.PartitionID]
-		if !ok || r.owner == nil || *r.owner != owner || r.epoch != epoch {
+		switch {
+		case !ok || r.epoch > epoch:
+			return ErrFenced
+		case r.epoch < epoch:
+			// Epochs never go down: the database lost the claim of epoch
+			// (with the commits after it).
+			e.ClaimLost = true
+			e.Partitions = append(e.Partitions, Behind{PartitionID: p.PartitionID, Seq: r.seq, WantSeq: p.Seq,
+				NextOffset: offsetOr(r.next), ConsumedOffset: offsetOr(r.consumed)})
+			continue
+		case r.owner == nil || *r.owner != owner:
 			return ErrFenced
 		}
 		if r.seq == p.Seq {
 			continue
 		}
-		b := Behind{PartitionID: p.PartitionID, Seq: r.seq, WantSeq: p.Seq, NextOffset: -1, ConsumedOffset: -1}
-		if r.next != nil {
-			b.NextOffset, b.ConsumedOffset = *r.next, *r.consumed
-		}
-		e.Partitions = append(e.Partitions, b)
+		e.Partitions = append(e.Partitions, Behind{PartitionID: p.PartitionID, Seq: r.seq, WantSeq: p.Seq,
+			NextOffset: offsetOr(r.next), ConsumedOffset: offsetOr(r.consumed)})
 	}
 	if len(e.Partitions) == 0 { // cannot be: fence matched fewer rows
 		return fmt.Errorf("fencing matched fewer partitions than the batch names, yet each is the owner's: %w", ErrFenced)
@@ -175,6 +183,18 @@ WHERE t.pipeline = $1`, pipeline, topics, parts)
 type BehindError struct {
 	Pipeline   string
 	Partitions []Behind
+	// ClaimLost: the database holds a lower fencing epoch for a partition
+	// than the batch's (epochs never go down): it lost this instance's claim
+	// too, so the instance must claim again before it replays.
+	ClaimLost bool
+}
+
+// offsetOr returns *o, or -1 when o is nil (no commit stored).
+func offsetOr(o *int64) int64 {
+	if o == nil {
+		return -1
+	}
+	return *o
 }
 
 // Behind is one partition of a BehindError.

@@ -148,9 +148,14 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, createTempTables); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("create temporary tables: %w", err)
+	// A hot standby refuses CREATE TEMP TABLE (25006); only commits use
+	// them, and a commit there fails anyway (read-only: Retryable). The
+	// server reports in_hot_standby from PostgreSQL 14 on.
+	if conn.PgConn().ParameterStatus("in_hot_standby") != "on" {
+		if _, err := conn.Exec(ctx, createTempTables); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("create temporary tables: %w", err)
+		}
 	}
 	s.conn = conn
 	if addr := conn.PgConn().Conn().RemoteAddr().String(); addr != s.server {
