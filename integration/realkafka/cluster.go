@@ -84,6 +84,9 @@ func Start(opts Options) (c *Cluster, err error) {
 	if opts.Ready <= 0 {
 		opts.Ready = 90 * time.Second
 	}
+	if _, err := exec.LookPath("java"); err != nil {
+		return nil, fmt.Errorf("realkafka: no java on PATH: %s", InstallHint)
+	}
 	jars, err := Jars()
 	if err != nil {
 		return nil, err
