@@ -3,10 +3,15 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
@@ -37,7 +42,11 @@ func TestMain(m *testing.M) {
 // fails logs the tail of its log.
 func sharedKafka(t *testing.T) *realkafka.Cluster {
 	t.Helper()
-	shared.once.Do(func() { shared.c, shared.err = realkafka.Start(realkafka.Options{}) })
+	shared.once.Do(func() {
+		began := time.Now()
+		shared.c, shared.err = realkafka.Start(realkafka.Options{})
+		t.Logf("Kafka %s single node started in %v", realkafka.Version, time.Since(began).Round(time.Millisecond))
+	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
 	}
@@ -102,4 +111,116 @@ func TestRealKafkaDrainEqualsSQLOracle(t *testing.T) {
 	drain(t, db, c.Bootstrap(), "--pipeline", "rk_drain", "--topics", pred+","+pos)
 	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, 4610)
 	t.Logf("%d delay_aggregates rows equal the oracle", rows)
+}
+
+// The same against Apache Kafka with `ovstream run` SIGKILLed at seeded
+// random moments and started again, while `ovstream produce` writes the
+// Auckland peak two files (two feed minutes) at a time between the kills; a
+// final drain: delay_aggregates equals the SQL oracle, 0 rows differ (no
+// record lost, none counted twice).
+func TestRealKafkaRunKilledEqualsSQLOracle(t *testing.T) {
+	c := sharedKafka(t)
+	rng := crashSeed(t)
+	pred, pos := kafkaTopics(t, c, "kills", nil)
+	db := freshDB(t)
+	// Lateness 1m (not 10m): windows close, and offsets are stored, while
+	// the sample flows in, so kills land between commits. --takeover: the
+	// killed instance's lease still lives, and the next one would wait it out.
+	args := runArgs(db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
+	files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
+	if err != nil || len(files) != 10 {
+		t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
+	}
+	produced, kills := 0, 0
+	var progress []int64
+	for i := 0; i < len(files); i += 2 {
+		p := startOvstream(t, nil, args...)
+		out := produceCLI(t, c.Bootstrap(), append([]string{"--operator", "AT", "--predictions-topic", pred,
+			"--positions-topic", pos, "--gtfs-rt"}, files[i:i+2]...)...)
+		var n int
+		if _, err := fmt.Sscanf(out[strings.Index(out, "produced "):], "produced %d predictions", &n); err != nil {
+			t.Fatalf("produce output: %v\n%s", err, out)
+		}
+		produced += n
+		time.Sleep(time.Duration(200+rng.IntN(1800)) * time.Millisecond)
+		select {
+		case <-p.done:
+			t.Fatalf("kill %d: run ended on its own (exit %d):\n%s", kills+1, p.cmd.ProcessState.ExitCode(), tail(p.output(), 30))
+		default:
+		}
+		p.kill()
+		kills++
+		var stored int64
+		for _, n := range storedNext(t, db, "rk_kills") {
+			stored += n
+		}
+		progress = append(progress, stored)
+	}
+	drain(t, db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
+	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced)
+	t.Logf("%d SIGKILLs of run (offsets stored at each: %v); %d records; %d delay_aggregates rows equal the oracle",
+		kills, progress, produced, rows)
+}
+
+// ConsumerGroupCommand (kafka-consumer-groups.sh of Kafka itself) after a
+// drain and 5 more records: CURRENT-OFFSET of every partition is
+// stream_positions.next_offset, and LAG is the lag `ovstream status` shows.
+func TestRealKafkaConsumerGroupCommandShowsLag(t *testing.T) {
+	c := sharedKafka(t)
+	pred, pos := kafkaTopics(t, c, "lag", nil)
+	db := freshDB(t)
+	produceAuckland(t, c.Bootstrap(), pred, pos)
+	drain(t, db, c.Bootstrap(), "--pipeline", "rk_lag", "--topics", pred+","+pos)
+	var more []string
+	for i := range 5 {
+		more = append(more, fmt.Sprintf(`{"trip_id":"late-%d","line":"L","stop_id":"S","operator":"AT","delay_s":%d,"event_time":"2016-05-19T08:00:00Z"}`, i, i))
+	}
+	produceLines(t, c.Bootstrap(), pred, more...)
+
+	stored := storedNext(t, db, "rk_lag")
+	st := status(t, db, c.Bootstrap(), "rk_lag")
+	statusLag := map[string]int64{}
+	for _, p := range st.Partitions {
+		if p.Lag == nil {
+			t.Fatalf("status: lag of %s/%d unknown", p.Topic, p.Partition)
+		}
+		statusLag[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = *p.Lag
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := c.Java(ctx, 128, "", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+		"--bootstrap-server", c.Bootstrap(), "--describe", "--group", "rk_lag")
+	if err != nil {
+		t.Fatalf("ConsumerGroupCommand: %v\n%s", err, out)
+	}
+	rows := 0
+	var toolLag int64
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		// GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
+		if len(f) < 6 || f[0] != "rk_lag" {
+			continue
+		}
+		key := f[1] + "/" + f[2]
+		cur, err1 := strconv.ParseInt(f[3], 10, 64)
+		lag, err2 := strconv.ParseInt(f[5], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("ConsumerGroupCommand line %q: CURRENT-OFFSET or LAG not a number", line)
+		}
+		rows++
+		toolLag += lag
+		if want, ok := stored[key]; !ok || cur != want {
+			t.Errorf("%s: CURRENT-OFFSET %d, stream_positions.next_offset %d (stored: %v)", key, cur, want, ok)
+		}
+		if want, ok := statusLag[key]; !ok || lag != want {
+			t.Errorf("%s: LAG %d, ovstream status shows %d", key, lag, want)
+		}
+	}
+	if rows != 9 || len(stored) != 9 {
+		t.Fatalf("ConsumerGroupCommand shows %d partitions, stream_positions %d; want 9 each:\n%s", rows, len(stored), out)
+	}
+	if toolLag != 5 || st.lag() != 5 {
+		t.Errorf("total lag: ConsumerGroupCommand %d, status %d; want the 5 records produced after the drain", toolLag, st.lag())
+	}
+	t.Logf("9 partitions: CURRENT-OFFSET = next_offset, LAG = status lag, total 5")
 }
