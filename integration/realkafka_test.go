@@ -102,7 +102,10 @@ func aggregatesEqualOracle(t *testing.T, db, brokers, pred string, wantRecords i
 
 // `ovstream produce` of the Auckland peak into Apache Kafka, then
 // `ovstream run --drain`: delay_aggregates equals the SQL oracle over the
-// records the topic holds, 0 rows differ.
+// records the topic holds, 0 rows differ. Then 5 more records, and Kafka's
+// own ConsumerGroupCommand (kafka-consumer-groups.sh) --describe of the
+// pipeline's group: CURRENT-OFFSET of every partition is
+// stream_positions.next_offset, and LAG is the lag `ovstream status` shows.
 func TestRealKafkaDrainEqualsSQLOracle(t *testing.T) {
 	c := sharedKafka(t)
 	pred, pos := kafkaTopics(t, c, "drain", nil)
@@ -111,6 +114,7 @@ func TestRealKafkaDrainEqualsSQLOracle(t *testing.T) {
 	drain(t, db, c.Bootstrap(), "--pipeline", "rk_drain", "--topics", pred+","+pos)
 	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, 4610)
 	t.Logf("%d delay_aggregates rows equal the oracle", rows)
+	consumerGroupCommandShowsLag(t, c, db, pred, "rk_drain")
 }
 
 // The same against Apache Kafka with `ovstream run` SIGKILLed at seeded
@@ -162,23 +166,19 @@ func TestRealKafkaRunKilledEqualsSQLOracle(t *testing.T) {
 		kills, progress, produced, rows)
 }
 
-// ConsumerGroupCommand (kafka-consumer-groups.sh of Kafka itself) after a
-// drain and 5 more records: CURRENT-OFFSET of every partition is
-// stream_positions.next_offset, and LAG is the lag `ovstream status` shows.
-func TestRealKafkaConsumerGroupCommandShowsLag(t *testing.T) {
-	c := sharedKafka(t)
-	pred, pos := kafkaTopics(t, c, "lag", nil)
-	db := freshDB(t)
-	produceAuckland(t, c.Bootstrap(), pred, pos)
-	drain(t, db, c.Bootstrap(), "--pipeline", "rk_lag", "--topics", pred+","+pos)
+// consumerGroupCommandShowsLag produces 5 more records into pred after a
+// drain of pipeline, then checks ConsumerGroupCommand --describe --group
+// pipeline against stream_positions and `ovstream status`.
+func consumerGroupCommandShowsLag(t *testing.T, c *realkafka.Cluster, db, pred, pipeline string) {
+	t.Helper()
 	var more []string
 	for i := range 5 {
 		more = append(more, fmt.Sprintf(`{"trip_id":"late-%d","line":"L","stop_id":"S","operator":"AT","delay_s":%d,"event_time":"2016-05-19T08:00:00Z"}`, i, i))
 	}
 	produceLines(t, c.Bootstrap(), pred, more...)
 
-	stored := storedNext(t, db, "rk_lag")
-	st := status(t, db, c.Bootstrap(), "rk_lag")
+	stored := storedNext(t, db, pipeline)
+	st := status(t, db, c.Bootstrap(), pipeline)
 	statusLag := map[string]int64{}
 	for _, p := range st.Partitions {
 		if p.Lag == nil {
@@ -189,7 +189,7 @@ func TestRealKafkaConsumerGroupCommandShowsLag(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := c.Java(ctx, 128, "", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-		"--bootstrap-server", c.Bootstrap(), "--describe", "--group", "rk_lag")
+		"--bootstrap-server", c.Bootstrap(), "--describe", "--group", pipeline)
 	if err != nil {
 		t.Fatalf("ConsumerGroupCommand: %v\n%s", err, out)
 	}
@@ -198,7 +198,7 @@ func TestRealKafkaConsumerGroupCommandShowsLag(t *testing.T) {
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		// GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
-		if len(f) < 6 || f[0] != "rk_lag" {
+		if len(f) < 6 || f[0] != pipeline {
 			continue
 		}
 		key := f[1] + "/" + f[2]
