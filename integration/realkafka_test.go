@@ -20,6 +20,13 @@ import (
 // from Maven Central) under the claims the kfake tests make. Every test is
 // named TestRealKafka*: go test -tags integration -run TestRealKafka ./integration/
 
+// The SCRAM-SHA-512 user of the shared node's SASL_SSL listener, made at
+// format time (StorageTool --add-scram).
+const (
+	saslUser     = "ovstream"
+	saslPassword = "Rk-Scram512-7f3a9c" // searched for in every output
+)
+
 // shared is the single KRaft node the real-broker tests share (a JVM start
 // costs seconds on 2 cores); each test makes topics of its own on it.
 var shared struct {
@@ -44,7 +51,7 @@ func sharedKafka(t *testing.T) *realkafka.Cluster {
 	t.Helper()
 	shared.once.Do(func() {
 		began := time.Now()
-		shared.c, shared.err = realkafka.Start(realkafka.Options{})
+		shared.c, shared.err = realkafka.Start(realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}})
 		t.Logf("Kafka %s single node started in %v", realkafka.Version, time.Since(began).Round(time.Millisecond))
 	})
 	if shared.err != nil {
