@@ -77,30 +77,6 @@ func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// txn produces recs in a transaction of its own and returns its client
-	// with the transaction still open.
-	txn := func(id string, recs []*kgo.Record) *kgo.Client {
-		t.Helper()
-		cl := kafkaClient(t, c, kgo.TransactionalID(id), kgo.TransactionTimeout(2*time.Minute))
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		produce(cl, recs)
-		return cl
-	}
-	end := func(cl *kgo.Client, how kgo.TransactionEndTry) {
-		t.Helper()
-		if err := cl.EndTransaction(ctx, how); err != nil {
-			t.Fatal(err)
-		}
-	}
-	produce(plain, txnPreds(pred, "p1", 0, 1, 2, 3))
-	end(txn("rk-committed", txnPreds(pred, "a", 1, 10, 11, 12)), kgo.TryCommit)
-	end(txn("rk-aborted", txnPreds(pred, "b", 2, 1000, 1001, 1002)), kgo.TryAbort)
-	produce(plain, txnPreds(pred, "p2", 3, 4, 5))
-	open := txn("rk-open", txnPreds(pred, "c", 10, 20, 21, 22))
-	produce(plain, txnPreds(pred, "p3", 11, 6, 7))
-
 	adm := kadm.NewClient(plain)
 	ends := func() (hw, lso int64) {
 		t.Helper()
@@ -113,6 +89,38 @@ func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 		b, _ := l.Lookup(pred, 0)
 		return a.Offset, b.Offset
 	}
+	// txn produces recs in a transaction of its own and returns its client
+	// with the transaction still open.
+	txn := func(id string, recs []*kgo.Record) *kgo.Client {
+		t.Helper()
+		cl := kafkaClient(t, c, kgo.TransactionalID(id), kgo.TransactionTimeout(2*time.Minute))
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		produce(cl, recs)
+		return cl
+	}
+	// end ends the transaction of cl and waits for its marker: Kafka writes
+	// the markers after EndTransaction returns (seen: high water 18 with last
+	// stable offset 19 just after the call), and a record produced before
+	// the marker would take its offset.
+	end := func(cl *kgo.Client, how kgo.TransactionEndTry) {
+		t.Helper()
+		if err := cl.EndTransaction(ctx, how); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the transaction marker written", func() bool {
+			hw, lso := ends()
+			return hw == lso
+		})
+	}
+	produce(plain, txnPreds(pred, "p1", 0, 1, 2, 3))
+	end(txn("rk-committed", txnPreds(pred, "a", 1, 10, 11, 12)), kgo.TryCommit)
+	end(txn("rk-aborted", txnPreds(pred, "b", 2, 1000, 1001, 1002)), kgo.TryAbort)
+	produce(plain, txnPreds(pred, "p2", 3, 4, 5))
+	open := txn("rk-open", txnPreds(pred, "c", 10, 20, 21, 22))
+	produce(plain, txnPreds(pred, "p3", 11, 6, 7))
+
 	if hw, lso := ends(); hw != 18 || lso != 13 {
 		t.Fatalf("with the transaction open: high water %d, last stable offset %d; want 18 and 13", hw, lso)
 	}
