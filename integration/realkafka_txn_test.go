@@ -28,6 +28,18 @@ func txnPreds(topic, tag string, minute int, delays ...int) []*kgo.Record {
 	return out
 }
 
+// kafkaTopic creates topic on c with partitions partitions (replication:
+// every node) and returns a context of 2 minutes for the test's requests.
+func kafkaTopic(t *testing.T, c *realkafka.Cluster, topic string, partitions int32) context.Context {
+	t.Helper()
+	if err := c.CreateTopic(topic, partitions, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // kafkaClient is a franz-go client of c writing to partitions by number, closed with the test.
 func kafkaClient(t *testing.T, c *realkafka.Cluster, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
@@ -65,11 +77,7 @@ func networkRows(t *testing.T, db string) []string {
 func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 	c := sharedKafka(t)
 	pred := "txn_predictions"
-	if err := c.CreateTopic(pred, 1, 0, nil); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := kafkaTopic(t, c, pred, 1)
 	plain := kafkaClient(t, c)
 	produce := func(cl *kgo.Client, recs []*kgo.Record) {
 		t.Helper()
