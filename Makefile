@@ -84,7 +84,8 @@ clean:
 # T_split (two split drains) and T_elt (the ELT peer) in each of --trials trials (3), each phase
 # on a quiet machine (--max-load 1.5); ends with the medians ratio=, limit_ratio=, elt_ratio=,
 # split_ratio=. BENCHFLAGS e.g. "--predictions 500000 --trials 1", "--scale 1,4,16",
-# "--split=false" or "--elt=false".
+# "--split=false" or "--elt=false"; "--broker kafka": Apache Kafka (integration/realkafka, one
+# KRaft node, 1 GiB heap; needs java and mvn) instead of the embedded kfake broker.
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh

@@ -38,6 +38,9 @@ type Options struct {
 	KeepDir bool
 	// Ready bounds the wait for readiness of a start or restart; default 90 s.
 	Ready time.Duration
+	// FullJIT runs the brokers with the C2 compiler (a benchmark); by
+	// default they stop at C1, which costs less CPU in short tests.
+	FullJIT bool
 }
 
 // SASL is the user of the SASL_SSL listener.
@@ -281,12 +284,17 @@ func redact(s string, sasl *SASL) string {
 }
 
 // javaArgs are the JVM flags of every Java process: a small heap, one GC
-// thread, C1 only (these JVMs live seconds to minutes; C2 would cost CPU).
+// thread, C1 only unless Options.FullJIT (these JVMs live seconds to
+// minutes; C2 would cost CPU).
 func (c *Cluster) javaArgs(heapMB int, dir string) []string {
-	return []string{fmt.Sprintf("-Xmx%dm", heapMB), "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+	args := []string{fmt.Sprintf("-Xmx%dm", heapMB), "-Xms32m", "-XX:+UseSerialGC",
 		"-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
 		"-Dlog4j2.configurationFile=" + filepath.Join(dir, "log4j2.properties"),
 		"-cp", filepath.Join(c.Jars, "*")}
+	if !c.opts.FullJIT {
+		args = append(args, "-XX:TieredStopAtLevel=1")
+	}
+	return args
 }
 
 // Java runs a Java main class (a Kafka tool: StorageTool, TopicCommand,
@@ -344,6 +352,16 @@ func (n *Node) Kill() {
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-done
+}
+
+// Pid is the process id of the node's JVM, 0 when it is not running.
+func (n *Node) Pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
 }
 
 // Running tells whether the node's JVM was started and has not ended.
