@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
@@ -310,7 +313,47 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 		t.Fatalf("run after SIGTERM: exit %d\n%s", code, tail(run.output(), 40))
 	}
 	drain(t, db, c.Bootstrap(), "--pipeline", pipeline, "--topics", pred+","+pos, "--allowed-lateness", "1m")
+	// The group-offset mirror recovered from the loss (its commits failed
+	// or met COORDINATOR_LOAD_IN_PROGRESS meanwhile): the group holds the
+	// stored offsets again.
+	stored := storedNext(t, db, pipeline)
+	if got, _ := groupOffsets(t, c.Nodes[0].Addr(), pipeline); !maps.Equal(got, stored) || len(stored) != 9 {
+		t.Errorf("consumer group %s holds %v, stream_positions %v", pipeline, got, stored)
+	}
 	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced)
+}
+
+// sarama's OffsetManager on a group nobody ever used: Kafka answers
+// OffsetFetch with offset -1 and no error, so ManagePartition succeeds and
+// the next offset is Consumer.Offsets.Initial. (kfake answers
+// GROUP_ID_NOT_FOUND and ManagePartition fails: why consumer/groupoffsets
+// commits with kadm instead; where the two disagree, Kafka is right.)
+func TestRealKafkaOffsetFetchOfNeverUsedGroup(t *testing.T) {
+	c := sharedKafka(t)
+	topic := "neverused_predictions"
+	kafkaTopic(t, c, topic, 1)
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cfg.Consumer.Offsets.AutoCommit.Enable = false
+	client, err := sarama.NewClient([]string{c.Nodes[0].Addr()}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	om, err := sarama.NewOffsetManagerFromClient("rk-never-used", client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer om.Close()
+	pom, err := om.ManagePartition(topic, 0)
+	if err != nil {
+		t.Fatalf("ManagePartition of a never-used group: %v (Kafka answers -1, not an error)", err)
+	}
+	defer pom.AsyncClose()
+	if next, meta := pom.NextOffset(); next != sarama.OffsetOldest || meta != "" {
+		t.Fatalf("next offset %d %q, want Consumer.Offsets.Initial (%d) and no metadata", next, meta, sarama.OffsetOldest)
+	}
 }
 
 // The single node SIGKILLed in the middle of a run and restarted on the
