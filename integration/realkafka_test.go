@@ -112,7 +112,8 @@ func aggregatesEqualOracle(t *testing.T, db, brokers, pred string, wantRecords i
 
 // `ovstream produce` of the Auckland peak into Apache Kafka, then
 // `ovstream run --drain`: delay_aggregates equals the SQL oracle over the
-// records the topic holds, 0 rows differ. Then 5 more records, and Kafka's
+// records the topic holds, 0 rows differ, and the drain logs no warning or
+// error (no request refused, no failed group commit). Then 5 more records, and Kafka's
 // own ConsumerGroupCommand (kafka-consumer-groups.sh) --describe of the
 // pipeline's group: CURRENT-OFFSET of every partition is
 // stream_positions.next_offset, and LAG is the lag `ovstream status` shows.
@@ -121,7 +122,12 @@ func TestRealKafkaDrainEqualsSQLOracle(t *testing.T) {
 	pred, pos := kafkaTopics(t, c, "drain", nil)
 	db := freshDB(t)
 	produceAuckland(t, c.Bootstrap(), pred, pos)
-	drain(t, db, c.Bootstrap(), "--pipeline", "rk_drain", "--topics", pred+","+pos)
+	dout := drain(t, db, c.Bootstrap(), "--pipeline", "rk_drain", "--topics", pred+","+pos)
+	for _, l := range strings.Split(dout, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			t.Errorf("a clean drain on Kafka logged: %s", l)
+		}
+	}
 	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, 4610)
 	t.Logf("%d delay_aggregates rows equal the oracle", rows)
 	consumerGroupCommandShowsLag(t, c, db, pred, "rk_drain")
