@@ -3,11 +3,16 @@
 package integration
 
 import (
+	"cmp"
 	"context"
+	"flag"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,9 +138,63 @@ func TestRealKafkaDrainEqualsSQLOracle(t *testing.T) {
 	consumerGroupCommandShowsLag(t, c, db, pred, "rk_drain")
 }
 
+var realkafkaArchive = flag.String("realkafka.archive", "", "TestRealKafkaRunKilledEqualsSQLOracle: the Auckland 48 h archive "+
+	"(.tar.xz); its first morning peak, 3 hours, replaces the 10-minute peak sample")
+
+// killsFiles returns the GTFS-realtime files of the kills test: the
+// Auckland peak (10 files), or with -realkafka.archive 3 hours of the 48 h
+// archive, its first morning peak (files in feed-time order,
+// tripUpdates_<unix time>.pb).
+func killsFiles(t *testing.T) []string {
+	t.Helper()
+	if *realkafkaArchive == "" {
+		files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
+		if err != nil || len(files) != 10 {
+			t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
+		}
+		return files
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xJf", *realkafkaArchive, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("unpack %s: %v\n%s", *realkafkaArchive, err, out)
+	}
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			var ts int64
+			if _, e := fmt.Sscanf(filepath.Base(path), "tripUpdates_%d.pb", &ts); e == nil {
+				files = append(files, path)
+			}
+		}
+		return err
+	})
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no tripUpdates_*.pb in %s: %v", *realkafkaArchive, err)
+	}
+	stamp := func(p string) int64 {
+		var ts int64
+		fmt.Sscanf(filepath.Base(p), "tripUpdates_%d.pb", &ts)
+		return ts
+	}
+	slices.SortFunc(files, func(a, b string) int { return cmp.Compare(stamp(a), stamp(b)) })
+	// The archive starts at midnight in Auckland: 07:00-10:00 is the first
+	// morning peak.
+	from, to := stamp(files[0])+7*3600, stamp(files[0])+10*3600
+	var peak []string
+	for _, f := range files {
+		if ts := stamp(f); ts >= from && ts < to {
+			peak = append(peak, f)
+		}
+	}
+	t.Logf("-realkafka.archive: 07:00-10:00 Auckland time, %d of %d files", len(peak), len(files))
+	return peak
+}
+
 // The same against Apache Kafka with `ovstream run` SIGKILLed at seeded
 // random moments and started again, while `ovstream produce` writes the
-// Auckland peak two files (two feed minutes) at a time between the kills; a
+// Auckland peak a fifth (two feed minutes) at a time between the kills
+// (with -realkafka.archive: the 3 hours of the 48 h archive's first morning
+// peak, a fifth at a time); a
 // final drain: delay_aggregates equals the SQL oracle, 0 rows differ (no
 // record lost, none counted twice).
 func TestRealKafkaRunKilledEqualsSQLOracle(t *testing.T) {
@@ -147,16 +206,14 @@ func TestRealKafkaRunKilledEqualsSQLOracle(t *testing.T) {
 	// the sample flows in, so kills land between commits. --takeover: the
 	// killed instance's lease still lives, and the next one would wait it out.
 	args := runArgs(db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
-	files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
-	if err != nil || len(files) != 10 {
-		t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
-	}
+	files := killsFiles(t)
 	produced, kills := 0, 0
 	var progress []int64
-	for i := 0; i < len(files); i += 2 {
+	step := (len(files) + 4) / 5 // 5 rounds
+	for i := 0; i < len(files); i += step {
 		p := startOvstream(t, nil, args...)
 		out := produceCLI(t, c.Bootstrap(), append([]string{"--operator", "AT", "--predictions-topic", pred,
-			"--positions-topic", pos, "--gtfs-rt"}, files[i:i+2]...)...)
+			"--positions-topic", pos, "--gtfs-rt"}, files[i:min(i+step, len(files))]...)...)
 		var n int
 		if _, err := fmt.Sscanf(out[strings.Index(out, "produced "):], "produced %d predictions", &n); err != nil {
 			t.Fatalf("produce output: %v\n%s", err, out)
