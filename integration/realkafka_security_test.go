@@ -3,8 +3,11 @@
 package integration
 
 import (
+	"encoding/json"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +30,7 @@ func noPassword(t *testing.T, what, out string) {
 // and an unreachable broker each end the run with exit 1 and one error line
 // ("ovstream run: kafka: cannot connect: BROKER: CAUSE") naming the broker
 // and the cause. The password is in no output of
-// ovstream and in no Kafka log.
+// ovstream and in no Kafka log. status and dlq replay work over it too.
 func TestRealKafkaSASLSSL(t *testing.T) {
 	c := sharedKafka(t)
 	pred, pos := kafkaTopics(t, c, "sasl", nil)
@@ -41,6 +44,16 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 	noPassword(t, "produce", out+errOut)
 	if code != 0 || !strings.Contains(out, "4610") {
 		t.Fatalf("produce over SASL_SSL: exit %d, want 0 and 4610 predictions: %s%s", code, out, errOut)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(bad, []byte(badLines[1]+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, env, append(append([]string{"produce"}, sec(c.SASLBootstrap(), c.TLS.CAFile)...),
+		"--jsonl", bad, "--topic", pred)...)
+	noPassword(t, "produce --jsonl", out+errOut)
+	if code != 0 {
+		t.Fatalf("produce --jsonl over SASL_SSL: exit %d: %s%s", code, out, errOut)
 	}
 	runSecure := func(env []string, brokers, ca string) (string, int) {
 		t.Helper()
@@ -58,7 +71,39 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 	if strings.Contains(out, "cannot commit offsets to the Kafka consumer group") {
 		t.Errorf("the group-offset mirror failed over SASL_SSL:\n%s", out)
 	}
-	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, 4610)
+	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, 4611)
+
+	// status and dlq replay over SASL_SSL: lag 0 on the 9 partitions; the
+	// one dead letter (the bad line) re-produced byte for byte.
+	dbEnv := append(slices.Clone(env), "DATABASE_URL="+db)
+	sout, serr, code := runCLI(t, dbEnv, append([]string{"status", "--json", "--pipeline", "rk_sasl", "--topics", pred + "," + pos},
+		sec(c.SASLBootstrap(), c.TLS.CAFile)...)...)
+	noPassword(t, "status", sout+serr)
+	var st statusJSON
+	if code != 0 || json.Unmarshal([]byte(sout), &st) != nil || st.lag() != 0 || len(st.Partitions) != 9 {
+		t.Errorf("status over SASL_SSL: exit %d, lag %d, %d partitions; want 0, 0, 9\n%s%s", code, st.lag(), len(st.Partitions), sout, serr)
+	}
+	if err := c.CreateTopic("sasl_replayed", 1, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	rout, rerr, code := runCLI(t, dbEnv, append([]string{"dlq", "replay", "--pipeline", "rk_sasl", "--to", "sasl_replayed"},
+		sec(c.SASLBootstrap(), c.TLS.CAFile)...)...)
+	noPassword(t, "dlq replay", rout+rerr)
+	if code != 0 || rout != "replayed 1 dead letters to sasl_replayed\n" {
+		t.Fatalf("dlq replay over SASL_SSL: exit %d: %s%s", code, rout, rerr)
+	}
+	replayed := readTopic(t, c.Nodes[0].Addr(), "sasl_replayed")
+	if len(replayed) != 1 || string(replayed[0].Value) != badLines[1] {
+		t.Fatalf("sasl_replayed holds %d records, want 1 with the bad line %q", len(replayed), badLines[1])
+	}
+	headers := map[string]string{}
+	for _, h := range replayed[0].Headers {
+		headers[string(h.Key)] = string(h.Value)
+	}
+	src := dump(t, db, `SELECT topic || '/' || partition || '/' || "offset" FROM dead_letters`)
+	if len(src) != 1 || "["+headers["ovstream-dlq-source"]+"]" != src[0] || headers["ovstream-dlq-reason"] != "decode" {
+		t.Errorf("replayed headers %v, want source %v and reason decode", headers, src)
+	}
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
