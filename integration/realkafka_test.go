@@ -480,3 +480,29 @@ func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 		t.Errorf("leader epoch %d -> %d: no election happened", epochBefore, epoch)
 	}
 }
+
+// Without Java or Maven the tier fails (never skips) with the command that
+// installs them: no java on PATH, and java but no mvn with an empty jar
+// cache.
+func TestRealKafkaToolsMissingFail(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // no jars cached
+	onlyJava := t.TempDir()
+	java, err := exec.LookPath("java")
+	if err != nil {
+		t.Fatalf("java: %v: %s", err, realkafka.InstallHint)
+	}
+	if err := os.Symlink(java, filepath.Join(onlyJava, "java")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, missing string }{{t.TempDir(), "no java on PATH"}, {onlyJava, "[mvn] not on PATH"}} {
+		t.Setenv("PATH", tc.path)
+		c, err := realkafka.Start(realkafka.Options{})
+		if err == nil {
+			c.Close()
+			t.Fatalf("PATH=%s: Start succeeded", tc.path)
+		}
+		if !strings.Contains(err.Error(), tc.missing) || !strings.Contains(err.Error(), "apt-get install -y openjdk-17-jre-headless maven") {
+			t.Errorf("PATH=%s: %v; want %q and the apt-get command", tc.path, err, tc.missing)
+		}
+	}
+}
