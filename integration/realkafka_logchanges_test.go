@@ -175,3 +175,19 @@ func TestRealKafkaPartitionsAddedWhileRunning(t *testing.T) {
 	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), topic, n)
 	t.Logf("2 partitions added while running; %d records, %d delay_aggregates rows equal the oracle", n, rows)
 }
+
+// A topic that does not exist (auto.create.topics.enable=false): run --drain
+// exits 1 with one line naming it (seen: 809 ms after start) and stores
+// nothing.
+func TestRealKafkaMissingTopic(t *testing.T) {
+	c := sharedKafka(t)
+	db := freshDB(t)
+	code, out := drainExit(t, db, c.Bootstrap(), "--pipeline", "rk_missing", "--topics", "no_such_topic,")
+	want := `ovstream run: consumer: partitions of topic "no_such_topic": no_such_topic: kafka server: Request was for a topic or partition that does not exist on this broker`
+	if code != 1 || !strings.Contains(out, want+"\n") {
+		t.Fatalf("run on a missing topic: exit %d, want 1 and %q:\n%s", code, want, tail(out, 10))
+	}
+	if got := dump(t, db, `SELECT count(*) FROM stream_positions`); got[0] != "[0]" {
+		t.Errorf("stream_positions rows after a refused start: %v, want none", got)
+	}
+}
