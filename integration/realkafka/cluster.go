@@ -314,7 +314,11 @@ func (c *Cluster) Java(ctx context.Context, heapMB int, dir string, args ...stri
 
 // launch starts the node's JVM (kafka.Kafka) in a process group of its own,
 // killed with SIGKILL if the test process dies (Pdeathsig), so no JVM
-// outlives a crashed or timed-out test.
+// outlives a crashed or timed-out test (checked: after a test binary's
+// timeout panic the JVM is gone at once; its data folder stays behind in
+// TMPDIR, since no cleanup ran). Pdeathsig fires when the forking OS thread
+// ends, which Go threads do only when a goroutine locked to one exits: the
+// harness never locks threads.
 func (c *Cluster) launch(n *Node) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
