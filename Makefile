@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/ovstream
 PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./cmd/...
 
-.PHONY: build run test unit integration fuzz vet clean check-unit check-docker screenshots
+.PHONY: build run test unit integration fuzz vet clean check-unit check-docker screenshots realkafka
 
 # .ci/postgres.sh may start a private PostgreSQL cluster and write its
 # DATABASE_URL into .ci/local.env; every command that needs the database reads
@@ -18,13 +18,16 @@ run: build
 	@bash .ci/postgres.sh
 	@$(PGENV) ./$(BIN) demo
 
-# Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), a COPY whose
+# Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), the real-broker
+# tier (TestRealKafka*: Apache Kafka from Maven Central, README "Tested against Apache Kafka";
+# its own step and timeout, ~3 min on 2 cores; fails without java/mvn), a COPY whose
 # connection breaks mid-way under the race detector (store), short fuzzing,
 # the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
 test: vet build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^TestCopyConnectionBroken$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
@@ -32,6 +35,12 @@ test: vet build
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
 	bash .ci/check-unit.sh $(BIN)
 	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
+
+# The real-broker tier alone (Apache Kafka 4.3.1 on 127.0.0.1; the jars are copied once into
+# ~/.cache/ovstream/kafka-<version>).
+realkafka:
+	@bash .ci/postgres.sh
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
 
 # A PNG of each dashboard page (README "Dashboard") in screenshots/ (not committed), taken by
 # the browser test (headless Chromium, Debian's chromium) on the Auckland and Halifax samples.
@@ -84,7 +93,8 @@ clean:
 # T_split (two split drains) and T_elt (the ELT peer) in each of --trials trials (3), each phase
 # on a quiet machine (--max-load 1.5); ends with the medians ratio=, limit_ratio=, elt_ratio=,
 # split_ratio=. BENCHFLAGS e.g. "--predictions 500000 --trials 1", "--scale 1,4,16",
-# "--split=false" or "--elt=false".
+# "--split=false" or "--elt=false"; "--broker kafka": Apache Kafka (integration/realkafka, one
+# KRaft node, 1 GiB heap; needs java and mvn) instead of the embedded kfake broker.
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh

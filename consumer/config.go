@@ -67,8 +67,11 @@ type Config struct {
 	// *OffsetOutOfRangeError or *TopicIDChangedError), "earliest" or "latest"
 	// (resume there, log the skipped range).
 	OnOffsetOutOfRange string
-	// Drain ends the run once every partition reached the high water mark it
-	// had at start: every open window is finalized and committed.
+	// Drain ends the run once every partition reached the last stable offset
+	// it had at start (the high water mark unless a transaction is open: a
+	// read_committed reader never gets past an open transaction, so the
+	// drain leaves it and what follows it to the next run): every open
+	// window is finalized and committed.
 	Drain bool
 
 	// Retention, when positive, drops the partitions of delay_aggregates

@@ -172,6 +172,11 @@ func (l *loop) assignAdded(tp aggregate.PartitionID) error {
 	l.wm.Assign(tp)
 	l.wm.SetCaughtUp(tp, from >= hw)
 	l.highWater[tp], l.drainTarget[tp], l.sum.HighWater[tp] = hw, hw, hw
+	if cfg.Drain {
+		if l.drainTarget[tp], err = l.src.drainTarget(tp, hw); err != nil {
+			return &restartError{why: err.Error()}
+		}
+	}
 	cfg.Metrics.assign([]aggregate.PartitionID{tp})
 	if err := l.src.start(tp, from); err != nil {
 		return err

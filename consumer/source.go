@@ -174,6 +174,46 @@ func (s *source) offsets(tp aggregate.PartitionID) (logStart, highWater int64, e
 	return logStart, highWater, nil
 }
 
+// stableOffset returns tp's last stable offset: the end of what this
+// read_committed reader can read now. It is the first offset of the oldest
+// transaction still open on tp, else the high water mark (ListOffsets of
+// the latest offset with isolation level read_committed, v2+; KIP-98). A
+// drain ends there: on Kafka the read_committed fetches never go past it, so
+// a drain targeting the high water mark waited for every open transaction
+// to end (up to transaction.max.timeout.ms, 15 min by default). kfake had no
+// last stable offset until recently and hid the difference.
+func (s *source) stableOffset(tp aggregate.PartitionID) (int64, error) {
+	b, err := s.client.Leader(tp.Topic, tp.Partition)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: last stable offset of %s: %w", tp, err)
+	}
+	req := sarama.NewOffsetRequest(s.client.Config().Version)
+	req.IsolationLevel = sarama.ReadCommitted
+	req.AddBlock(tp.Topic, tp.Partition, sarama.OffsetNewest, 1)
+	resp, err := b.GetAvailableOffsets(req)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: last stable offset of %s: %w", tp, err)
+	}
+	block := resp.GetBlock(tp.Topic, tp.Partition)
+	if block == nil {
+		return 0, fmt.Errorf("consumer: last stable offset of %s: no block in the ListOffsets answer", tp)
+	}
+	if !errors.Is(block.Err, sarama.ErrNoError) {
+		return 0, fmt.Errorf("consumer: last stable offset of %s: %w", tp, block.Err)
+	}
+	return block.Offset, nil
+}
+
+// drainTarget is where a drain of tp ends: its last stable offset (see
+// stableOffset), which is hw when no transaction is open.
+func (s *source) drainTarget(tp aggregate.PartitionID, hw int64) (int64, error) {
+	lso, err := s.stableOffset(tp)
+	if err != nil {
+		return 0, err
+	}
+	return min(lso, hw), nil
+}
+
 // start begins reading tp at offset.
 func (s *source) start(tp aggregate.PartitionID, offset int64) error {
 	pc, err := s.consumer.ConsumePartition(tp.Topic, tp.Partition, offset)

@@ -162,7 +162,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 		l.led.Assign(tp, from)
 		l.wm.Assign(tp)
 		l.highWater[tp] = hw
-		l.drainTarget[tp] = hw
+		if l.drainTarget[tp] = hw; cfg.Drain {
+			if l.drainTarget[tp], err = src.drainTarget(tp, hw); err != nil {
+				return err
+			}
+		}
 		l.sum.HighWater[tp] = hw
 		if _, ok := l.sum.Stored[tp]; !ok && have {
 			l.sum.Stored[tp] = pos.NextOffset

@@ -13,9 +13,11 @@
 //
 // Commits go through franz-go's admin client (kadm.Client.CommitOffsets):
 // "simple" commits (generation -1, no member id), as Kafka accepts for a
-// group without members; the first one creates the group (STACK.md: kfake
-// answers OffsetFetch of a never-used group with GROUP_ID_NOT_FOUND, so
-// sarama's OffsetManager cannot be used). If another client joins a group
+// group without members; the first one creates the group. kfake answers
+// OffsetFetch of a never-used group with GROUP_ID_NOT_FOUND, so sarama's
+// OffsetManager fails there; Apache Kafka answers offset -1 and no error, as
+// the protocol says (integration TestRealKafkaOffsetFetchOfNeverUsedGroup):
+// Kafka is right, and kadm works on both. If another client joins a group
 // of the same name, the broker refuses the commits (UNKNOWN_MEMBER_ID):
 // they are counted as failures, and the pipeline goes on.
 package groupoffsets

@@ -56,6 +56,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
 const (
@@ -112,6 +114,14 @@ func main() {
 		n, err := strconv.ParseInt(v, 10, 32)
 		readFetchBytes = int32(n)
 		return err
+	})
+	flag.Func("broker", "the broker: embedded (ovstream broker, the kfake broker) or kafka (Apache Kafka "+realkafka.Version+
+		" from Maven Central, one KRaft node; needs java and mvn)", func(v string) error {
+		if v != "embedded" && v != "kafka" {
+			return fmt.Errorf("want embedded or kafka")
+		}
+		brokerKind = v
+		return nil
 	})
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
 	flag.BoolVar(&o.elt, "elt", true, "also run (e): the ELT peer (COPY into a raw table, then one INSERT ... SELECT ... GROUP BY)")
@@ -282,7 +292,7 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 		return nil, err
 	}
 	defer b.stop()
-	logf("broker pid %d on %s; producing %d predictions", b.cmd.Process.Pid, b.addr, n)
+	logf("broker pid %d on %s; producing %d predictions", b.pid(), b.addr, n)
 
 	g := newGenerator(d, n, predTopic, posTopic)
 	t0 := time.Now()
@@ -461,8 +471,12 @@ func (m *measurement) print(w io.Writer) {
 	if m.label != "" {
 		label = " [" + m.label + "]"
 	}
-	fmt.Fprintf(w, "\novstream bench%s: %d predictions + %d positions = %d messages (%.0f MB JSON), partitions 6+3, lz4; %d CPUs, %s\n",
-		label, m.predictions, m.positions, m.messages, float64(m.bytes)/1e6, runtime.NumCPU(), runtime.Version())
+	brokerName := "embedded (kfake)"
+	if brokerKind == "kafka" {
+		brokerName = "Apache Kafka " + realkafka.Version
+	}
+	fmt.Fprintf(w, "\novstream bench%s: %d predictions + %d positions = %d messages (%.0f MB JSON), partitions 6+3, lz4; broker %s; %d CPUs, %s\n",
+		label, m.predictions, m.positions, m.messages, float64(m.bytes)/1e6, brokerName, runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(w, "produce (not timed in R): %v, %.0f msgs/s; broker RSS after produce %d MB\n",
 		m.produce.Round(time.Millisecond), rate(m.messages, m.produce), m.brokerRSS>>20)
 	if len(m.trials) > 1 {

@@ -21,15 +21,25 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/feed/produce"
+	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
 // broker is `ovstream broker` running as its own process.
 type broker struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd          // ovstream broker (--broker embedded)
+	kafka *realkafka.Cluster // Apache Kafka (--broker kafka)
+	addr  string
 }
 
+// brokerKind is --broker: embedded (ovstream broker, kfake) or kafka
+// (Apache Kafka realkafka.Version, one KRaft node).
+var brokerKind = "embedded"
+
+// startBroker starts the broker of --broker with topics ("NAME:N,...").
 func startBroker(bin string, topics string) (*broker, error) {
+	if brokerKind == "kafka" {
+		return startKafka(topics)
+	}
 	cmd := exec.Command(bin, "broker", "--addr", "127.0.0.1:0", "--topics", topics)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -55,13 +65,46 @@ func startBroker(bin string, topics string) (*broker, error) {
 	return &broker{cmd: cmd, addr: addr}, nil
 }
 
+// startKafka starts one Apache Kafka node (1 GiB heap, C2 compiler) and
+// creates topics on it.
+func startKafka(topics string) (*broker, error) {
+	c, err := realkafka.Start(realkafka.Options{HeapMB: 1024, FullJIT: true})
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range strings.Split(topics, ",") {
+		name, n, _ := strings.Cut(spec, ":")
+		parts, err := strconv.Atoi(n)
+		if err == nil {
+			err = c.CreateTopic(name, int32(parts), 1, nil)
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("broker: topic %q: %w", spec, err)
+		}
+	}
+	return &broker{kafka: c, addr: c.Bootstrap()}, nil
+}
+
+// pid is the broker's process id.
+func (b *broker) pid() int {
+	if b.kafka != nil {
+		return b.kafka.Nodes[0].Pid()
+	}
+	return b.cmd.Process.Pid
+}
+
 // cpu returns the broker's CPU time so far.
-func (b *broker) cpu() time.Duration { return procCPU(b.cmd.Process.Pid) }
+func (b *broker) cpu() time.Duration { return procCPU(b.pid()) }
 
 // rss returns the broker's resident memory now, bytes.
-func (b *broker) rss() int64 { return procStatusKB(b.cmd.Process.Pid, "VmRSS:") * 1024 }
+func (b *broker) rss() int64 { return procStatusKB(b.pid(), "VmRSS:") * 1024 }
 
 func (b *broker) stop() {
+	if b.kafka != nil {
+		b.kafka.Close()
+		return
+	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { _ = b.cmd.Wait(); close(done) }()
