@@ -16,6 +16,7 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
+	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -81,6 +82,15 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 	defer dash.Close()
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	err = dash.Ping(pctx)
+	if err == nil {
+		// Read-only, as everything serve does: a schema behind, dirty or
+		// newer is said now, not as a 500 on every request.
+		if err = migrations.Check(pctx, o.databaseURL); err != nil {
+			cancel()
+			fmt.Fprintln(stderr, "ovstream serve:", err)
+			return exitError
+		}
+	}
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream serve: PostgreSQL:", err)

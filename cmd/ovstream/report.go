@@ -108,7 +108,7 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err := q.Validate(); err != nil {
 		return usageErr(err)
 	}
-	st, err := openStoreQuick(ctx, o.databaseURL)
+	st, err := openChecked(ctx, o.databaseURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
