@@ -9,7 +9,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,9 +50,10 @@ type Config struct {
 // (mount it with http.StripPrefix under another path: every URL the pages
 // use is relative). It is safe for concurrent use.
 type Handler struct {
-	cfg  Config
-	mux  *http.ServeMux
-	pool *pool
+	cfg   Config
+	mux   *http.ServeMux
+	pool  *pool
+	zones sync.Map // time zone name -> whether PostgreSQL knows it (zoneKnown)
 }
 
 // New checks cfg and returns a Handler. It opens no connection: the first
@@ -85,8 +89,16 @@ func New(cfg Config) (*Handler, error) {
 	for _, p := range []string{"/{$}", "/delay", "/top", "/line", "/health"} {
 		h.mux.HandleFunc("GET "+p, page)
 	}
-	files := http.FileServerFS(static)
-	h.mux.Handle("GET /assets/", http.StripPrefix("/assets", files))
+	files := http.StripPrefix("/assets", http.FileServerFS(static))
+	h.mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {
+		// No asset's name is invalid UTF-8 or holds a NUL; io/fs calls such a
+		// name invalid, which the file server answers with a 500.
+		if !utf8.ValidString(r.URL.Path) || strings.ContainsRune(r.URL.Path, 0) {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	h.mux.HandleFunc("GET /api/pipelines", h.api(h.pipelines))
 	h.mux.HandleFunc("GET /api/delay", h.api(h.delay))
 	h.mux.HandleFunc("GET /api/top", h.api(h.top))
@@ -130,19 +142,25 @@ func (h *Handler) api(f func(ctx context.Context, r *http.Request) (any, error))
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 		defer cancel()
-		v, err := f(ctx, r)
+		var v any
+		err := h.checkParams(r.URL.Query())
+		if err == nil {
+			v, err = f(ctx, r)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			var bad *badRequest
-			code := http.StatusInternalServerError
+			code, msg := http.StatusInternalServerError, "the request failed: the server's log says why"
 			if errors.As(err, &bad) {
-				code = http.StatusBadRequest
+				code, msg = http.StatusBadRequest, bad.msg
 			} else {
+				// The database's own words stay in the log: they are not
+				// the client's business.
 				h.cfg.Logger.Warn("dashboard request failed", "url", r.URL.String(), "err", err)
 			}
 			w.WriteHeader(code)
-			v = map[string]string{"error": err.Error()}
+			v = map[string]string{"error": msg}
 		}
 		if err := json.NewEncoder(w).Encode(v); err != nil {
 			h.cfg.Logger.Debug("dashboard response not written", "url", r.URL.String(), "err", err)

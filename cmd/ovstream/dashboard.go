@@ -60,9 +60,9 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 	o := &f.ops
 	stdout = newRedactingWriter(stdout, o.secrets())
 	stderr = newRedactingWriter(stderr, o.secrets())
-	loc, err := time.LoadLocation(f.tz)
+	loc, err := dashboard.LoadZone(f.tz)
 	if err != nil {
-		fmt.Fprintf(stderr, "serve: --tz %q: %v\n", f.tz, err)
+		fmt.Fprintf(stderr, "serve: --tz: %v\n", err)
 		return exitUsage
 	}
 	if _, err := o.kafka.consumerConfig(); err != nil {
