@@ -31,14 +31,17 @@ page read the lag from Kafka (else it says unknown). Until SIGINT or SIGTERM.`
 
 // serveFlags are the flags of serve.
 type serveFlags struct {
-	ops      opsFlags
-	addr, tz string
+	ops              opsFlags
+	addr, tz         string
+	statementTimeout time.Duration
 }
 
 func (f *serveFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to serve on (port 0: a free port, printed)")
 	fs.StringVar(&f.tz, "tz", "UTC", "IANA time `zone` the pages start in, e.g. Pacific/Auckland (each page can change it)")
+	fs.DurationVar(&f.statementTimeout, "statement-timeout", dashboard.DefaultStatementTimeout,
+		"bound of each database statement of a request (statement_timeout); a request that runs out answers 503")
 	fs.StringVar(&f.ops.brokers, "brokers", "", "Kafka bootstrap brokers for the health page's lag, comma-separated host:port (env KAFKA_BROKERS; empty: lag unknown)")
 	f.ops.kafka.register(fs)
 }
@@ -70,7 +73,8 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	cfg := dashboard.Config{DatabaseURL: o.databaseURL, Pipeline: o.pipeline, Location: loc, Logger: log}
+	cfg := dashboard.Config{DatabaseURL: o.databaseURL, Pipeline: o.pipeline, Location: loc, Logger: log,
+		StatementTimeout: f.statementTimeout}
 	if brokers := splitList(o.brokers); len(brokers) > 0 {
 		cfg.Lag = kafkaLag(brokers, &o.kafka)
 	}
