@@ -36,6 +36,7 @@ const (
 	ReasonBearingRange    = "out of range: not in 0..360"
 	ReasonSpeedRange      = "out of range: < 0"
 	ReasonNameTooLong     = "too long: more than 256 bytes"
+	ReasonIDTooLong       = "too long: more than 256 bytes" // MaxIDBytes
 )
 
 // MaxNameBytes bounds line_name, line_short_name and stop_name, in bytes of
@@ -43,6 +44,12 @@ const (
 // something a person reads next to an id, and a producer's mistake must not
 // fill the names table with megabytes.
 const MaxNameBytes = 256
+
+// MaxIDBytes bounds the ids (trip_id, line, stop_id, operator, vehicle_id),
+// in bytes of UTF-8 (DESIGN.md "Decoding rules"): they are keys of
+// PostgreSQL's indexes, which cannot hold unbounded ones, and real ids are
+// short. A longer one makes the record a dead letter decode.
+const MaxIDBytes = 256
 
 // DecodePrediction decodes one message value of topic arrival_predictions.
 //
@@ -53,10 +60,12 @@ const MaxNameBytes = 256
 //	 "vehicle_id": "V7", "stop_sequence": 12,
 //	 "line_name": "Spring Garden", "line_short_name": "1", "stop_name": "Mumford Terminal"}
 //
-// trip_id, line, stop_id and operator are required non-empty strings; delay_s
+// trip_id, line, stop_id and operator are required non-empty strings of at
+// most MaxIDBytes bytes, as are vehicle_id when present; delay_s
 // is a required finite JSON number of seconds with |delay_s| <= 86400 (a
 // string such as "12" or "NaN" is rejected); event_time is a required RFC 3339
-// timestamp with an offset (time.RFC3339Nano), returned in UTC and truncated
+// timestamp with an offset (time.RFC3339Nano; offsets -23:59..+23:59, not
+// Go's +24:00), returned in UTC and truncated
 // to whole microseconds, PostgreSQL's precision; vehicle_id (string) and
 // stop_sequence (integral number) are optional, null meaning absent;
 // line_name, line_short_name and stop_name are optional strings of at most
@@ -452,16 +461,29 @@ func requiredString(obj *members, field string) (string, error) {
 	if s == "" {
 		return "", &DecodeError{Field: field, Reason: ReasonNonEmptyString}
 	}
-	return s, nil
+	return s, idLength(s, field)
 }
 
-// optionalString returns "" for a missing or null field.
+// optionalString returns "" for a missing or null field. Every optional
+// string of the contract but the names is an id (MaxIDBytes).
 func optionalString(obj *members, field string) (string, error) {
 	raw, plain := obj.getString(field)
 	if !present(raw) {
 		return "", nil
 	}
-	return stringValue(raw, plain, field, ReasonString)
+	s, err := stringValue(raw, plain, field, ReasonString)
+	if err != nil {
+		return "", err
+	}
+	return s, idLength(s, field)
+}
+
+// idLength refuses an id longer than MaxIDBytes.
+func idLength(id, field string) error {
+	if len(id) > MaxIDBytes {
+		return &DecodeError{Field: field, Reason: ReasonIDTooLong}
+	}
+	return nil
 }
 
 // stringValue returns the value of the raw JSON string raw; plain says it
@@ -594,10 +616,25 @@ func requiredTime(obj *members, field string) (time.Time, error) {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
+	if err != nil || !rfc3339Offset(s) {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
 	return t.UTC().Truncate(time.Microsecond), nil
+}
+
+// rfc3339Offset reports whether s, which time.Parse read as RFC 3339, ends
+// in an offset RFC 3339 has: Z, or time-numoffset with hours 00-23 and
+// minutes 00-59. Go's parser also takes +24:00 and minute 60 (an event of
+// +24:00 counted a day early; PostgreSQL refuses both).
+func rfc3339Offset(s string) bool {
+	if strings.HasSuffix(s, "Z") {
+		return true
+	}
+	if len(s) < 6 {
+		return false
+	}
+	off := s[len(s)-6:] // time.Parse held: "+HH:MM" or "-HH:MM"
+	return off[1] <= '2' && (off[1] < '2' || off[2] <= '3') && off[4] <= '5'
 }
 
 // unquote returns the string value of the raw JSON string raw.

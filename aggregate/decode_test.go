@@ -168,6 +168,28 @@ func TestDecodePredictionNames(t *testing.T) {
 	}
 }
 
+// Ids of exactly 256 bytes are taken (DESIGN.md "Decoding rules": longer
+// ones are dead letters), in both topics.
+func TestDecodeIDsOf256Bytes(t *testing.T) {
+	id := strings.Repeat("€", 85) + "x" // 256 bytes
+	p := validPrediction
+	for _, f := range []string{"trip_id", "line", "stop_id", "operator", "vehicle_id"} {
+		p = withField(p, f, `"`+id+`"`)
+	}
+	got, err := DecodePrediction([]byte(p))
+	if err != nil || got.TripID != id || got.Line != id || got.StopID != id || got.Operator != id || got.VehicleID != id {
+		t.Errorf("prediction with 256-byte ids: %+v, %v", got, err)
+	}
+	q := validPosition
+	for _, f := range []string{"vehicle_id", "trip_id", "line", "operator"} {
+		q = withField(q, f, `"`+id+`"`)
+	}
+	pos, err := DecodePosition([]byte(q))
+	if err != nil || pos.VehicleID != id || pos.TripID != id || pos.Line != id || pos.Operator != id {
+		t.Errorf("position with 256-byte ids: %+v, %v", pos, err)
+	}
+}
+
 func TestDecodeEventTimeUTC(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -177,6 +199,9 @@ func TestDecodeEventTimeUTC(t *testing.T) {
 		{"2026-05-04T10:00:00+02:00", time.Date(2026, 5, 4, 8, 0, 0, 0, time.UTC)},
 		{"2026-05-04T10:00:00.123456-01:30", time.Date(2026, 5, 4, 11, 30, 0, 123456000, time.UTC)},
 		{"1969-12-31T23:59:59.5Z", time.Date(1969, 12, 31, 23, 59, 59, 5e8, time.UTC)},
+		{"2026-05-04T10:00:00+23:59", time.Date(2026, 5, 3, 10, 1, 0, 0, time.UTC)},
+		{"2026-05-04T10:00:00-23:59", time.Date(2026, 5, 5, 9, 59, 0, 0, time.UTC)},
+		{"2026-05-04T10:00:00-00:00", time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)},
 	} {
 		p, err := DecodePrediction([]byte(withField(validPrediction, "event_time", `"`+tc.in+`"`)))
 		if err != nil {
@@ -289,6 +314,21 @@ func TestDecodePredictionErrors(t *testing.T) {
 		{"event_time number", set("event_time", `1777888000`), "event_time: not RFC 3339 with offset"},
 		{"event_time bad month", set("event_time", `"2026-13-04T10:00:00Z"`), "event_time: not RFC 3339 with offset"},
 		{"event_time NUL", set("event_time", `"2026-05-04T10:00:00Z\u0000"`), "event_time: not RFC 3339 with offset"},
+		// RFC 3339's time-numoffset has hours 00-23 and minutes 00-59; Go's
+		// parser takes +24:00 (a day early) and minute 60.
+		{"event_time offset +24:00", set("event_time", `"2026-05-04T10:00:00+24:00"`), "event_time: not RFC 3339 with offset"},
+		{"event_time offset -24:00", set("event_time", `"2026-05-04T10:00:00-24:00"`), "event_time: not RFC 3339 with offset"},
+		{"event_time offset +23:60", set("event_time", `"2026-05-04T10:00:00+23:60"`), "event_time: not RFC 3339 with offset"},
+		{"event_time offset -05:60", set("event_time", `"2026-05-04T10:00:00.5-05:60"`), "event_time: not RFC 3339 with offset"},
+		{"event_time offset escaped", set("event_time", `"2026-05-04T10:00:00+24\u003a00"`), "event_time: not RFC 3339 with offset"},
+
+		// Ids are at most 256 bytes (DESIGN.md "Decoding rules").
+		{"trip_id too long", set("trip_id", `"`+strings.Repeat("t", MaxIDBytes+1)+`"`), "trip_id: too long: more than 256 bytes"},
+		{"line too long", set("line", `"`+strings.Repeat("l", 1000)+`"`), "line: too long: more than 256 bytes"},
+		{"stop_id too long in bytes", set("stop_id", `"`+strings.Repeat("€", 86)+`"`), "stop_id: too long: more than 256 bytes"},
+		{"operator too long", set("operator", `"`+strings.Repeat("o", 100000)+`"`), "operator: too long: more than 256 bytes"},
+		{"operator too long escaped", set("operator", `"`+strings.Repeat(`\u00e9`, 129)+`"`), "operator: too long: more than 256 bytes"},
+		{"vehicle_id too long", set("vehicle_id", `"`+strings.Repeat("v", 257)+`"`), "vehicle_id: too long: more than 256 bytes"},
 
 		{"vehicle_id number", set("vehicle_id", `7`), "vehicle_id: must be a string"},
 		{"vehicle_id NUL", set("vehicle_id", `"V\u0000"`), "vehicle_id: contains NUL"},
@@ -374,6 +414,11 @@ func TestDecodePositionErrors(t *testing.T) {
 		{"line NUL", set("line", `"x\u0000"`), "line: contains NUL"},
 		{"operator NUL", set("operator", `"\u0000x"`), "operator: contains NUL"},
 		{"operator bool", set("operator", `true`), "operator: must be a string"},
+		{"vehicle_id too long", set("vehicle_id", `"`+strings.Repeat("v", MaxIDBytes+1)+`"`), "vehicle_id: too long: more than 256 bytes"},
+		{"trip_id too long", set("trip_id", `"`+strings.Repeat("t", 300)+`"`), "trip_id: too long: more than 256 bytes"},
+		{"line too long", set("line", `"`+strings.Repeat("é", 129)+`"`), "line: too long: more than 256 bytes"},
+		{"operator too long", set("operator", `"`+strings.Repeat("o", 257)+`"`), "operator: too long: more than 256 bytes"},
+		{"event_time offset +24:00", set("event_time", `"2026-05-04T10:00:00+24:00"`), "event_time: not RFC 3339 with offset"},
 		{"bearing string", set("bearing", `"90"`), "bearing: not a number"},
 		{"bearing negative", set("bearing", `-1`), "bearing: out of range: not in 0..360"},
 		{"bearing too large", set("bearing", `360.1`), "bearing: out of range: not in 0..360"},
@@ -418,6 +463,12 @@ func FuzzDecode(f *testing.F) {
 		"{\"trip_id\":\"\xff\"}",
 		withField(withField(validPrediction, "line_name", `"L\u00e9"`), "stop_name", `"S"`),
 		`{"trip_id":"a","trip_id":null}`,
+		withField(validPrediction, "event_time", `"2026-05-04T10:00:00+24:00"`),
+		withField(validPrediction, "event_time", `"2026-05-04T10:00:00-23:59"`),
+		withField(validPrediction, "event_time", `"2026-05-04T10:00:00.999999999+23:60"`),
+		withField(validPrediction, "trip_id", `"`+strings.Repeat("t", 256)+`"`),
+		withField(validPrediction, "stop_id", `"`+strings.Repeat("s", 257)+`"`),
+		withField(validPosition, "vehicle_id", `"`+strings.Repeat(`\u20ac`, 86)+`"`),
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -435,10 +486,14 @@ func FuzzDecode(f *testing.F) {
 			}
 		} else {
 			for _, s := range []string{p.TripID, p.Line, p.StopID, p.Operator} {
-				if s == "" || strings.IndexByte(s, 0) >= 0 {
+				if s == "" || strings.IndexByte(s, 0) >= 0 || len(s) > MaxIDBytes {
 					t.Fatalf("prediction: bad required string %q in %+v", s, p)
 				}
 			}
+			if len(p.VehicleID) > MaxIDBytes {
+				t.Fatalf("prediction: vehicle_id of %d bytes", len(p.VehicleID))
+			}
+			checkOffset(t, value)
 			if strings.IndexByte(p.VehicleID, 0) >= 0 {
 				t.Fatalf("prediction: NUL in vehicle_id %q", p.VehicleID)
 			}
@@ -469,6 +524,12 @@ func FuzzDecode(f *testing.F) {
 		if q.VehicleID == "" || strings.IndexByte(q.VehicleID+q.TripID+q.Line+q.Operator, 0) >= 0 {
 			t.Fatalf("position: bad strings %+v", q)
 		}
+		for _, s := range []string{q.VehicleID, q.TripID, q.Line, q.Operator} {
+			if len(s) > MaxIDBytes {
+				t.Fatalf("position: an id of %d bytes", len(s))
+			}
+		}
+		checkOffset(t, value)
 		if !(math.Abs(q.Lat) <= 90) || !(math.Abs(q.Lon) <= 180) {
 			t.Fatalf("position: bad coordinates %v %v", q.Lat, q.Lon)
 		}
@@ -482,6 +543,30 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("position: bad event time %v", q.EventTime)
 		}
 	})
+}
+
+// checkOffset fails unless the event_time of value, decoded, carries an
+// RFC 3339 offset: Z, or hours 00-23 and minutes 00-59.
+func checkOffset(t *testing.T, value []byte) {
+	t.Helper()
+	var v struct {
+		EventTime string `json:"event_time"`
+	}
+	if err := json.Unmarshal(value, &v); err != nil {
+		return // duplicate or odd members: the decoder's own reading is checked elsewhere
+	}
+	s := v.EventTime
+	if strings.HasSuffix(s, "Z") {
+		return
+	}
+	if len(s) < 6 {
+		t.Fatalf("event_time %q decoded without an offset", s)
+	}
+	hh, errH := strconv.Atoi(s[len(s)-5 : len(s)-3])
+	mm, errM := strconv.Atoi(s[len(s)-2:])
+	if errH != nil || errM != nil || hh > 23 || mm > 59 {
+		t.Fatalf("event_time %q decoded with an offset RFC 3339 does not have", s)
+	}
 }
 
 // checkMembers compares decodeObject's scanner with encoding/json decoding

@@ -369,6 +369,11 @@ func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 			if err := out.addNames(ctx, c); err != nil {
 				return err
 			}
+			if known, err := h.zoneKnown(ctx, c, loc); err != nil {
+				return err
+			} else if !known {
+				return badParam("tz", "%q is a time zone PostgreSQL does not know: choose another name of it", loc.String())
+			}
 			rows, err = c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
 			if err != nil {
 				return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)

@@ -9,9 +9,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ovstream/ovstream/store"
 )
@@ -33,6 +36,10 @@ type Config struct {
 	MaxConns int
 	// QueryTimeout bounds each API request's database work; 0 = 60 s.
 	QueryTimeout time.Duration
+	// StatementTimeout bounds each statement on the database
+	// (statement_timeout), whoever waits for it; 0 =
+	// DefaultStatementTimeout. A request whose statement ran out answers 503.
+	StatementTimeout time.Duration
 	// Lag reads the partitions' lag for the health page (serve --brokers);
 	// nil: unknown, unless Live tells it.
 	Lag LagFunc
@@ -43,13 +50,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultStatementTimeout is the dashboard's statement_timeout when Config
+// sets none: a few seconds, so that no request holds one of its few
+// connections, or the database, for long.
+const DefaultStatementTimeout = 5 * time.Second
+
 // Handler serves the pages, their assets and the JSON API, at its root
 // (mount it with http.StripPrefix under another path: every URL the pages
 // use is relative). It is safe for concurrent use.
 type Handler struct {
-	cfg  Config
-	mux  *http.ServeMux
-	pool *pool
+	cfg   Config
+	mux   *http.ServeMux
+	pool  *pool
+	zones sync.Map // time zone name -> whether PostgreSQL knows it (zoneKnown)
 }
 
 // New checks cfg and returns a Handler. It opens no connection: the first
@@ -58,8 +71,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("dashboard: no database URL")
 	}
-	if _, err := pgx.ParseConfig(cfg.DatabaseURL); err != nil {
+	template, err := store.Lazy(cfg.DatabaseURL) // parses the URL, connects on first use
+	if err != nil {
 		return nil, fmt.Errorf("dashboard: database URL: %w", err)
+	}
+	if cfg.StatementTimeout <= 0 {
+		cfg.StatementTimeout = DefaultStatementTimeout
 	}
 	if cfg.Location == nil {
 		cfg.Location = time.UTC
@@ -73,7 +90,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pool: newPool(cfg.DatabaseURL, cfg.MaxConns)}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pool: newPool(template, cfg.MaxConns, cfg.StatementTimeout)}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
@@ -85,8 +102,16 @@ func New(cfg Config) (*Handler, error) {
 	for _, p := range []string{"/{$}", "/delay", "/top", "/line", "/health"} {
 		h.mux.HandleFunc("GET "+p, page)
 	}
-	files := http.FileServerFS(static)
-	h.mux.Handle("GET /assets/", http.StripPrefix("/assets", files))
+	files := http.StripPrefix("/assets", http.FileServerFS(static))
+	h.mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {
+		// No asset's name is invalid UTF-8 or holds a NUL; io/fs calls such a
+		// name invalid, which the file server answers with a 500.
+		if !utf8.ValidString(r.URL.Path) || strings.ContainsRune(r.URL.Path, 0) {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	h.mux.HandleFunc("GET /api/pipelines", h.api(h.pipelines))
 	h.mux.HandleFunc("GET /api/delay", h.api(h.delay))
 	h.mux.HandleFunc("GET /api/top", h.api(h.top))
@@ -130,19 +155,34 @@ func (h *Handler) api(f func(ctx context.Context, r *http.Request) (any, error))
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 		defer cancel()
-		v, err := f(ctx, r)
+		var v any
+		err := h.checkParams(r.URL.Query())
+		if err == nil {
+			v, err = f(ctx, r)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			var bad *badRequest
-			code := http.StatusInternalServerError
-			if errors.As(err, &bad) {
-				code = http.StatusBadRequest
-			} else {
+			var pgErr *pgconn.PgError
+			code, msg := http.StatusInternalServerError, "the request failed: the server's log says why"
+			switch {
+			case errors.As(err, &bad):
+				code, msg = http.StatusBadRequest, bad.msg
+			case r.Context().Err() != nil:
+				return // the client went away: its statement was cancelled, nobody reads an answer
+			case errors.As(err, &pgErr) && pgErr.Code == "57014", errors.Is(err, context.DeadlineExceeded):
+				code = http.StatusServiceUnavailable
+				msg = fmt.Sprintf("the database took longer than the statement timeout (%s) or the request timeout (%s): "+
+					"choose a shorter range, or try again", h.cfg.StatementTimeout, h.cfg.QueryTimeout)
+				h.cfg.Logger.Warn("dashboard request timed out", "url", r.URL.String(), "err", err)
+			default:
+				// The database's own words stay in the log: they are not
+				// the client's business.
 				h.cfg.Logger.Warn("dashboard request failed", "url", r.URL.String(), "err", err)
 			}
 			w.WriteHeader(code)
-			v = map[string]string{"error": err.Error()}
+			v = map[string]string{"error": msg}
 		}
 		if err := json.NewEncoder(w).Encode(v); err != nil {
 			h.cfg.Logger.Debug("dashboard response not written", "url", r.URL.String(), "err", err)
@@ -150,18 +190,20 @@ func (h *Handler) api(f func(ctx context.Context, r *http.Request) (any, error))
 	}
 }
 
-// pool hands out at most n Stores (one connection each, application_name
-// ovstream-dashboard), opened on first use and reused.
+// pool hands out at most n Stores (store.Reader: one connection each,
+// application_name ovstream-dashboard, opened on first use and reused, the
+// statement timeout, a cancelled request's statement cancelled on the
+// server). A Store goes back only once its work returned, so the database
+// never sees more than n sessions of the pool, whatever clients do.
 type pool struct {
-	url   string
 	n     int
-	slots chan *store.Store // nil: not opened yet
+	slots chan *store.Store
 }
 
-func newPool(url string, n int) *pool {
-	p := &pool{url: url, n: n, slots: make(chan *store.Store, n)}
+func newPool(template *store.Store, n int, statementTimeout time.Duration) *pool {
+	p := &pool{n: n, slots: make(chan *store.Store, n)}
 	for range n {
-		p.slots <- nil
+		p.slots <- template.Reader("ovstream-dashboard", statementTimeout)
 	}
 	return p
 }
@@ -175,14 +217,6 @@ func (p *pool) do(ctx context.Context, f func(*store.Store) error) error {
 		return ctx.Err()
 	}
 	defer func() { p.slots <- s }()
-	if s == nil {
-		opened, err := store.Open(ctx, p.url)
-		if err != nil {
-			return err
-		}
-		s = opened.Clone("ovstream-dashboard")
-		_ = opened.Close(ctx)
-	}
 	return f(s)
 }
 
@@ -192,9 +226,7 @@ func (p *pool) close(wait time.Duration) {
 	for range p.n {
 		select {
 		case s := <-p.slots:
-			if s != nil {
-				_ = s.Close(context.Background())
-			}
+			_ = s.Close(context.Background())
 		case <-timeout:
 			return
 		}

@@ -99,8 +99,10 @@ func TestHandler(t *testing.T) {
 			t.Errorf("GET %s: %d, %d bytes", p, resp.StatusCode, len(body))
 		}
 	}
-	if resp, _ := get(t, h, "/nowhere"); resp.StatusCode != 404 {
-		t.Errorf("GET /nowhere: %d", resp.StatusCode)
+	for _, p := range []string{"/nowhere", "/assets/%c0%ae%c0%ae/", "/assets/%ff", "/assets/a%00"} {
+		if resp, _ := get(t, h, p); resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", p, resp.StatusCode)
+		}
 	}
 	for target, says := range map[string]string{
 		"/api/delay?tz=Mars/Olympus":          "tz: ",
@@ -111,6 +113,12 @@ func TestHandler(t *testing.T) {
 		"/api/health?tz=Nowhere":              "tz: ",
 		"/api/line?tz=Nowhere":                "tz: ",
 		"/api/delay?pipeline=p&from=tomorrow": "", // reaches the database first
+		"/api/pipelines?pipeline=%ff":         "pipeline: ",
+		"/api/health?pipeline=a%00":           "pipeline: ",
+		"/api/line?line=%c0%ae":               "line: ",
+		"/api/top?pipeline=a%0Bb":             "pipeline: ",
+		"/api/line?tz=Local":                  "tz: ",
+		"/api/delay?tz=/etc/localtime":        "tz: ",
 	} {
 		resp, body := get(t, h, target)
 		var doc map[string]string

@@ -3,10 +3,13 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,17 +23,73 @@ const maxPoints = 5000
 // autoPoints is the most buckets the automatic bucket gives.
 const autoPoints = 400
 
+// checkParams refuses, before anything reaches the database, a request
+// whose parameters no page could mean: a value that is not valid UTF-8 or
+// holds a NUL (PostgreSQL's text refuses both: SQLSTATE 22021), a pipeline
+// that breaks the rule of pipeline names (store.CheckPipelineName: no
+// pipeline can have it), a tz that is no zone. The error is a 400 naming
+// the parameter; the other parameters are checked where they are read.
+func (h *Handler) checkParams(v url.Values) error {
+	for _, name := range slices.Sorted(maps.Keys(v)) {
+		for _, s := range v[name] {
+			switch {
+			case !utf8.ValidString(s):
+				return badParam(name, "%q is not valid UTF-8", s)
+			case strings.ContainsRune(s, 0):
+				return badParam(name, "%q holds a NUL character", s)
+			}
+		}
+	}
+	if p := strings.TrimSpace(v.Get("pipeline")); p != "" {
+		if err := store.CheckPipelineName(p); err != nil {
+			return badParam("pipeline", "%q: %v", p, err)
+		}
+	}
+	_, err := h.location(v)
+	return err
+}
+
 // location returns the tz parameter's time zone, else the configured one.
+// Local (the server's own zone, whatever that is) is no zone a page can
+// name: PostgreSQL does not know it either.
 func (h *Handler) location(v url.Values) (*time.Location, error) {
 	name := strings.TrimSpace(v.Get("tz"))
 	if name == "" {
 		return h.cfg.Location, nil
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := LoadZone(name)
 	if err != nil {
-		return nil, badParam("tz", "%q is no IANA time zone (e.g. UTC, Europe/Amsterdam, Pacific/Auckland)", name)
+		return nil, badParam("tz", "%v", err)
 	}
 	return loc, nil
+}
+
+// LoadZone is time.LoadLocation for a zone a user names: an IANA zone, not
+// "Local" (the server's own zone, which PostgreSQL does not know by that
+// name) and not a path.
+func LoadZone(name string) (*time.Location, error) {
+	loc, err := time.LoadLocation(name)
+	if err != nil || strings.EqualFold(name, "local") || strings.HasPrefix(name, "/") {
+		return nil, fmt.Errorf("%q is no IANA time zone (e.g. UTC, Europe/Amsterdam, Pacific/Auckland)", name)
+	}
+	return loc, nil
+}
+
+// zoneKnown reports whether PostgreSQL knows the time zone loc by its name
+// (pg_timezone_names), for the queries that hand it over (the line page's
+// hour of day). Each name is asked once: the answers are kept, and only
+// for names LoadZone accepted, so there are at most as many as zones.
+func (h *Handler) zoneKnown(ctx context.Context, c *pgx.Conn, loc *time.Location) (bool, error) {
+	name := loc.String()
+	if known, ok := h.zones.Load(name); ok {
+		return known.(bool), nil
+	}
+	var known bool
+	if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, name).Scan(&known); err != nil {
+		return false, fmt.Errorf("dashboard: time zone %q: %w", name, err)
+	}
+	h.zones.Store(name, known)
+	return known, nil
 }
 
 // pipelineParam returns the pipeline parameter, else the configured one,

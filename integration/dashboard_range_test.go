@@ -4,7 +4,6 @@ package integration
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -21,15 +20,7 @@ import (
 // 292 years (beyond which its length overflowed and slipped past the
 // points' bound), is a 400 naming the parameter; never a 500.
 func TestDashboardTimeRangeEdges(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
-	var lines []string
-	for i := range 3 {
-		lines = append(lines, fmt.Sprintf(`{"trip_id": "t%d", "line": "L1", "stop_id": "S1", "operator": "OP", "delay_s": %d, `+
-			`"event_time": "2026-05-04T10:0%d:00Z"}`, i, 10*i, i))
-	}
-	produceLines(t, addr, predictionsTopic, lines...)
-	drain(t, db, addr)
+	db := threeEventsDrained(t)
 	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
 	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`)) + "api/"
 

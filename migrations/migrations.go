@@ -9,7 +9,8 @@
 //     to run to fix it (behind, dirty after a failed migration, or ahead).
 //   - A migration that fails says its version and file, that the schema is now
 //     dirty, and the repair (*MigrationError); Up on a dirty schema runs
-//     nothing and returns the *SchemaError that Check would.
+//     nothing and returns the *SchemaError that Check would; so do Up, UpTo,
+//     Down and DownTo on a schema newer than this binary knows.
 //   - Each migration file runs in one PostgreSQL transaction: it applies entirely
 //     or not at all. Applied files are never edited; changes are new files.
 //   - Two processes migrating at once do not hang: the connection carries
@@ -142,6 +143,9 @@ func upFile(version uint) string {
 // the schema was dirty already, nothing runs and the error is a *SchemaError;
 // both say how to repair it.
 func Up(ctx context.Context, databaseURL string) error {
+	if err := refuseNewer(ctx, databaseURL); err != nil {
+		return err
+	}
 	err := run(ctx, databaseURL, "up", func(m *migrate.Migrate) error {
 		err := m.Up()
 		var dirty migrate.ErrDirty
@@ -168,6 +172,9 @@ func Up(ctx context.Context, databaseURL string) error {
 // UpTo applies the migrations not yet applied up to version v (never one
 // above it); a schema already at v is a success.
 func UpTo(ctx context.Context, databaseURL string, v uint) error {
+	if err := refuseNewer(ctx, databaseURL); err != nil {
+		return err
+	}
 	err := run(ctx, databaseURL, fmt.Sprintf("up to %d", v), func(m *migrate.Migrate) error { return m.Migrate(v) })
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil
@@ -178,6 +185,9 @@ func UpTo(ctx context.Context, databaseURL string, v uint) error {
 // Down reverts every migration: it DROPS ALL ovstream TABLES AND THEIR DATA.
 // A schema with no migration applied is a success.
 func Down(ctx context.Context, databaseURL string) error {
+	if err := refuseNewer(ctx, databaseURL); err != nil {
+		return err
+	}
 	if err := guardDown(ctx, databaseURL, 0); err != nil {
 		return err
 	}
@@ -193,6 +203,9 @@ func Down(ctx context.Context, databaseURL string) error {
 // reverted migration drops is in its .down.sql (0006 keeps every row of
 // delay_aggregates; 0007 drops the names; 0005 the distributions).
 func DownTo(ctx context.Context, databaseURL string, v uint) error {
+	if err := refuseNewer(ctx, databaseURL); err != nil {
+		return err
+	}
 	if err := guardDown(ctx, databaseURL, v); err != nil {
 		return err
 	}
@@ -213,6 +226,19 @@ func DownTo(ctx context.Context, databaseURL string, v uint) error {
 		return nil
 	}
 	return err
+}
+
+// refuseNewer returns the *SchemaError of a schema newer than this binary
+// knows: golang-migrate would fail on it with "no migration found for
+// version N: read down for version N .: file does not exist". Only the
+// binary that applied it can move it. A version it cannot read is left to
+// the migration, which says why.
+func refuseNewer(ctx context.Context, databaseURL string) error {
+	v, dirty, err := Version(ctx, databaseURL)
+	if err == nil && v > Latest() {
+		return &SchemaError{Version: v, Dirty: dirty, Want: Latest()}
+	}
+	return nil
 }
 
 // guardDown runs checkDownGuards from the schema's current version down to

@@ -23,7 +23,10 @@ import (
 // or starting up), 53300 (too many connections), 25006 (read-only SQL
 // transaction: the server is a standby now, e.g. the old primary after a
 // failover or a host that target_session_attrs did not rule out; the next
-// connection finds the primary).
+// connection finds the primary), 57014 (query_canceled: statement_timeout,
+// or a DBA's pg_cancel_backend; the statement was cancelled, not refused, so
+// the batch is run again whole). SQLSTATEs: PostgreSQL Appendix A,
+// "PostgreSQL Error Codes".
 // False: ErrFenced, context.Canceled, every other server error (a value
 // PostgreSQL refuses, see Refused; missing tables, authentication).
 //
@@ -45,7 +48,7 @@ func Retryable(err error) bool {
 		case strings.HasPrefix(code, "08"):
 			return true
 		case code == "40001", code == "40P01", code == "55P03", code == "25P03",
-			code == "57P01", code == "57P02", code == "57P03", code == "53300", code == "25006":
+			code == "57P01", code == "57P02", code == "57P03", code == "53300", code == "25006", code == "57014":
 			return true
 		default:
 			return false

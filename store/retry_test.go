@@ -34,6 +34,7 @@ func TestRetryable(t *testing.T) {
 		{pg("55P03"), true},  // lock_not_available
 		{pg("25P03"), true},  // idle_in_transaction_session_timeout
 		{pg("25006"), true},  // read_only_sql_transaction: a standby now (failover)
+		{pg("57014"), true},  // query_canceled: statement_timeout, pg_cancel_backend
 		{fmt.Errorf("store: claim: %w", &HeldError{}), false},
 		{&CommitError{Ambiguous: true, Err: io.ErrUnexpectedEOF}, true},
 		{&CommitError{Err: &pgconn.PgError{Code: "23514"}}, false},

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/ovstream/ovstream/aggregate"
 )
@@ -66,6 +68,7 @@ type Store struct {
 	MergeChunkRows int
 
 	config *pgx.ConnConfig
+	reader bool           // Reader: a connection that is still sound outlives an error
 	conn   *pgx.Conn      // nil after an error: the next call reconnects
 	server string         // host:port of the last connection
 	parts  partitionCache // the delay_aggregates partitions known to exist (partitions.go)
@@ -74,6 +77,19 @@ type Store struct {
 // Open connects to databaseURL (postgres://user:password@host:port/db?...).
 // Errors never hold the password.
 func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	s, err := Lazy(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.connection(ctx); err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	return s, nil
+}
+
+// Lazy is Open without connecting: the first call connects. Errors (a URL
+// that does not parse) never hold the password.
+func Lazy(databaseURL string) (*Store, error) {
 	config, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -88,11 +104,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	if config.ConnectTimeout == 0 { // no connect_timeout in the URL: do not hang on an unreachable host
 		config.ConnectTimeout = 10 * time.Second
 	}
-	s := &Store{config: config}
-	if _, err := s.connection(ctx); err != nil {
-		return nil, fmt.Errorf("store: open: %w", err)
-	}
-	return s, nil
+	return &Store{config: config}, nil
 }
 
 // Clone returns a Store on the same database with a connection of its own,
@@ -103,6 +115,31 @@ func (s *Store) Clone(applicationName string) *Store {
 	config := s.config.Copy()
 	config.RuntimeParams["application_name"] = applicationName
 	return &Store{config: config}
+}
+
+// cancelGrace is how long a Reader's statement may take to end after its
+// context was cancelled and PostgreSQL was asked to cancel it, before the
+// connection is closed instead.
+const cancelGrace = 2 * time.Second
+
+// Reader returns a Store like Clone for read-only work on behalf of a client
+// that may go away (the dashboard, report): a cancelled context sends
+// PostgreSQL a cancel request for the statement running (SQLSTATE 57014),
+// so the server stops it instead of running it to its end for nobody;
+// statementTimeout > 0 bounds every statement (statement_timeout, the same
+// 57014); and a connection still sound after an error (open, outside a
+// transaction: a cancelled or refused statement) is kept, so that a client
+// that gives up costs no new session: the Store holds at most one.
+func (s *Store) Reader(applicationName string, statementTimeout time.Duration) *Store {
+	r := s.Clone(applicationName)
+	if statementTimeout > 0 {
+		r.config.RuntimeParams["statement_timeout"] = fmt.Sprint(statementTimeout.Milliseconds())
+	}
+	r.config.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: cancelGrace}
+	}
+	r.reader = true
+	return r
 }
 
 // LimitIdleTransactions makes the server end this Store's sessions that sit
@@ -144,6 +181,14 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 		return s.conn, nil
 	}
 	s.discard()
+	if s.reader {
+		// A Reader's client may give up while it connects: finish
+		// connecting (bounded by the connect timeout) rather than leave a
+		// session half-open on the server while the next one opens.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.config.ConnectTimeout)
+		defer cancel()
+		ctx = cctx
+	}
 	conn, err := pgx.ConnectConfig(ctx, s.config)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -174,7 +219,9 @@ func (s *Store) do(ctx context.Context, f func(*pgx.Conn) error) error {
 		return err
 	}
 	if err := f(conn); err != nil {
-		s.discard()
+		if !s.reader || conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
+			s.discard()
+		}
 		return err
 	}
 	return nil
@@ -187,14 +234,22 @@ func (s *Store) Read(ctx context.Context, f func(*pgx.Conn) error) error {
 	return s.do(ctx, f)
 }
 
-// discard closes and forgets the connection.
+// discard closes and forgets the connection. A Reader's connection that
+// pgx closed itself (a cancel request that landed between two messages, so
+// the statement went on until cancelGrace) is waited for until the server
+// closed its end (pgconn's cleanup: cancel, Terminate, then EOF, at most
+// 15 s), so that its session is gone before the next one opens.
 func (s *Store) discard() {
 	if s.conn == nil {
 		return
 	}
+	wait := s.reader && s.conn.IsClosed()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = s.conn.Close(ctx)
 	cancel()
+	if wait {
+		<-s.conn.PgConn().CleanupDone()
+	}
 	s.conn = nil
 }
 

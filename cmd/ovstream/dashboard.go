@@ -16,6 +16,7 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
+	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -30,14 +31,17 @@ page read the lag from Kafka (else it says unknown). Until SIGINT or SIGTERM.`
 
 // serveFlags are the flags of serve.
 type serveFlags struct {
-	ops      opsFlags
-	addr, tz string
+	ops              opsFlags
+	addr, tz         string
+	statementTimeout time.Duration
 }
 
 func (f *serveFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to serve on (port 0: a free port, printed)")
 	fs.StringVar(&f.tz, "tz", "UTC", "IANA time `zone` the pages start in, e.g. Pacific/Auckland (each page can change it)")
+	fs.DurationVar(&f.statementTimeout, "statement-timeout", dashboard.DefaultStatementTimeout,
+		"bound of each database statement of a request (statement_timeout); a request that runs out answers 503")
 	fs.StringVar(&f.ops.brokers, "brokers", "", "Kafka bootstrap brokers for the health page's lag, comma-separated host:port (env KAFKA_BROKERS; empty: lag unknown)")
 	f.ops.kafka.register(fs)
 }
@@ -59,9 +63,9 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 	o := &f.ops
 	stdout = newRedactingWriter(stdout, o.secrets())
 	stderr = newRedactingWriter(stderr, o.secrets())
-	loc, err := time.LoadLocation(f.tz)
+	loc, err := dashboard.LoadZone(f.tz)
 	if err != nil {
-		fmt.Fprintf(stderr, "serve: --tz %q: %v\n", f.tz, err)
+		fmt.Fprintf(stderr, "serve: --tz: %v\n", err)
 		return exitUsage
 	}
 	if _, err := o.kafka.consumerConfig(); err != nil {
@@ -69,7 +73,8 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	cfg := dashboard.Config{DatabaseURL: o.databaseURL, Pipeline: o.pipeline, Location: loc, Logger: log}
+	cfg := dashboard.Config{DatabaseURL: o.databaseURL, Pipeline: o.pipeline, Location: loc, Logger: log,
+		StatementTimeout: f.statementTimeout}
 	if brokers := splitList(o.brokers); len(brokers) > 0 {
 		cfg.Lag = kafkaLag(brokers, &o.kafka)
 	}
@@ -81,6 +86,15 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 	defer dash.Close()
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	err = dash.Ping(pctx)
+	if err == nil {
+		// Read-only, as everything serve does: a schema behind, dirty or
+		// newer is said now, not as a 500 on every request.
+		if err = migrations.Check(pctx, o.databaseURL); err != nil {
+			cancel()
+			fmt.Fprintln(stderr, "ovstream serve:", err)
+			return exitError
+		}
+	}
 	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream serve: PostgreSQL:", err)

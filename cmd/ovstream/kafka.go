@@ -13,6 +13,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/spf13/pflag"
 	"github.com/xdg-go/scram"
+
+	"github.com/ovstream/ovstream/aggregate"
 )
 
 // saslPasswordEnv holds the SASL password (so does OVSTREAM_KAFKA_SASL_PASSWORD,
@@ -198,3 +200,48 @@ type unprefixed struct{ error }
 func (u unprefixed) Error() string { return strings.TrimPrefix(u.error.Error(), "kafka: ") }
 
 func (u unprefixed) Unwrap() error { return u.error }
+
+// checkPartitions refuses an assignment (--partitions) naming a partition
+// its topic does not have, before anything is written: a claimed partition
+// that does not exist would stay in stream_positions for ever (status: lag
+// unknown) and hold a split pipeline's merge. Kafka numbers a topic's
+// partitions 0..N-1 and never removes one, so checking once suffices.
+func checkPartitions(brokers []string, c *sarama.Config, assigned []aggregate.PartitionID) error {
+	if len(assigned) == 0 {
+		return nil
+	}
+	client, err := sarama.NewClient(brokers, c)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer client.Close()
+	have := map[string]int{}
+	var missing, topics []string
+	for _, tp := range assigned {
+		n, ok := have[tp.Topic]
+		if !ok {
+			ps, err := client.Partitions(tp.Topic)
+			if err != nil && !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+				return fmt.Errorf("kafka: partitions of topic %q: %w", tp.Topic, err)
+			}
+			n = len(ps)
+			have[tp.Topic] = n
+			switch n {
+			case 0:
+				topics = append(topics, fmt.Sprintf("topic %q does not exist", tp.Topic))
+			case 1:
+				topics = append(topics, fmt.Sprintf("topic %q has 1 partition (0)", tp.Topic))
+			default:
+				topics = append(topics, fmt.Sprintf("topic %q has %d partitions (0-%d)", tp.Topic, n, n-1))
+			}
+		}
+		if int(tp.Partition) >= n {
+			missing = append(missing, tp.String())
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--partitions names partitions that do not exist: %s (%s); nothing was written",
+		strings.Join(missing, ", "), strings.Join(topics, ", "))
+}

@@ -10,6 +10,7 @@ import (
 	_ "time/tzdata" // --tz works where the system has no zoneinfo
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -39,6 +40,7 @@ type reportFlags struct {
 	minEvents                                int64
 	top                                      int
 	json, csv                                bool
+	statementTimeout                         time.Duration
 }
 
 func (f *reportFlags) register(fs *pflag.FlagSet) {
@@ -55,6 +57,8 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.top, "top", 0, "keep the first `N` rows of each bucket in --by order (0: all)")
 	fs.BoolVar(&f.json, "json", false, "print JSON (exact)")
 	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact; text starting with = + - @ tab or CR gets a leading ')")
+	fs.DurationVar(&f.statementTimeout, "statement-timeout", time.Minute, "bound of each database statement (statement_timeout; 0: none)")
+	zeroMeans(fs, "statement-timeout", "no timeout")
 }
 
 func newReportCmd() *cobra.Command {
@@ -108,17 +112,23 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err := q.Validate(); err != nil {
 		return usageErr(err)
 	}
-	st, err := openStoreQuick(ctx, o.databaseURL)
+	st, err := openChecked(ctx, o.databaseURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
-	defer st.Close(context.Background())
+	st.Close(context.Background()) // the schema is checked: the queries run on a Reader
+	rd := st.Reader("ovstream-report", f.statementTimeout)
+	defer rd.Close(context.Background())
 	var res *rollup.Result
-	err = st.Read(ctx, func(c *pgx.Conn) error {
+	err = rd.Read(ctx, func(c *pgx.Conn) error {
 		res, err = rollup.Run(ctx, c, q)
 		return err
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil {
+		err = fmt.Errorf("%w: the query ran longer than --statement-timeout %s (a shorter range, or a larger timeout)", err, f.statementTimeout)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError

@@ -313,6 +313,9 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	if err := kafkaPreflight(cfg.Brokers, cfg.Sarama); err != nil {
 		return nil, err
 	}
+	if err := checkPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions); err != nil {
+		return nil, err
+	}
 	if f.kafkaCommitOffsets {
 		sc, err := f.kafka.consumerConfig()
 		if err != nil {

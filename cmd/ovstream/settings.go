@@ -94,16 +94,29 @@ func annotate(fs *pflag.FlagSet, name, key, value string) {
 // settleAndCheck is the root's PersistentPreRunE: it settles every flag of
 // the command about to run and checks the values.
 func settleAndCheck(c *cobra.Command, _ []string) error {
-	for p := c; p != nil; p = p.Parent() {
-		if n := p.Name(); n == "help" || n == "completion" || n == "version" || strings.HasPrefix(n, "__complete") {
-			return nil
-		}
+	if skipsSettings(c) {
+		return nil
 	}
 	from, err := settle(c, os.LookupEnv)
 	if err != nil {
 		return err
 	}
 	return checkValues(c.Flags(), from)
+}
+
+// skipsSettings tells whether c is one of the top-level commands that read
+// no settings: help, completion (and its subcommands), version and cobra's
+// hidden __complete. Only at the top: `migrate version` is another command,
+// which reads its --database-url as every command does.
+func skipsSettings(c *cobra.Command) bool {
+	for p := c; p.HasParent(); p = p.Parent() {
+		if p.Parent().HasParent() {
+			continue
+		}
+		n := p.Name()
+		return n == "help" || n == "completion" || n == "version" || strings.HasPrefix(n, "__complete")
+	}
+	return false
 }
 
 // settle sets every flag of c not given on the command line from the

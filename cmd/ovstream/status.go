@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -79,6 +80,25 @@ func openStoreQuick(ctx context.Context, url string) (*store.Store, error) {
 	return store.Open(ctx, url)
 }
 
+// openChecked is openStoreQuick for the commands that read ovstream's
+// tables (status, dlq, report): it then checks, read-only, that the schema
+// is the version this binary reads (migrations.Check), so that a schema
+// behind, dirty or newer is said with what to do instead of as a missing
+// relation or column.
+func openChecked(ctx context.Context, url string) (*store.Store, error) {
+	st, err := openStoreQuick(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := migrations.Check(cctx, url); err != nil {
+		st.Close(context.Background())
+		return nil, err
+	}
+	return st, nil
+}
+
 // PartitionStatus is one partition in `status --json`.
 type PartitionStatus struct {
 	Topic          string     `json:"topic"`
@@ -138,7 +158,7 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitUsage
 	}
-	st, err := openStoreQuick(ctx, o.databaseURL)
+	st, err := openChecked(ctx, o.databaseURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
