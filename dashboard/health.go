@@ -74,6 +74,9 @@ type Health struct {
 	DeadLetters     []DeadLetters `json:"dead_letters"` // by reason
 	Instances       []Instance    `json:"instances"`
 	Run             *Live         `json:"run"` // this instance (run --metrics-addr) when it runs the pipeline shown; else null
+	// Replica is how old what the page shows is when the server read is a
+	// hot standby (store.Replica); null on a primary.
+	Replica *store.Replica `json:"replica"`
 }
 
 func (h *Handler) health(ctx context.Context, r *http.Request) (any, error) {
@@ -106,6 +109,9 @@ func (h *Handler) health(ctx context.Context, r *http.Request) (any, error) {
 		}
 		instances, err := s.Instances(ctx, pipeline, instanceLease)
 		if err != nil {
+			return err
+		}
+		if out.Replica, err = s.ReplicaState(ctx); err != nil {
 			return err
 		}
 		out.Merge = Merge{PendingWindows: ml.Pending, OldestPending: at(ml.Oldest), MergedUntil: at(ml.MergedUntil), Holding: ml.Holding}

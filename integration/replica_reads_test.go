@@ -83,7 +83,8 @@ func TestReplicaReads(t *testing.T) {
 		t.Logf("status on the standby held behind: %s", line[0])
 	}
 	rs.waitReplayed()
-	api := func(url string) string {
+	// api returns the answers of three APIs, and api/health's replica section.
+	api := func(url string) (string, string) {
 		srv := startOvstream(t, nil, "serve", "--database-url", url, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
 		waitFor(t, 30*time.Second, "serve to start or end", func() bool {
 			select {
@@ -96,7 +97,7 @@ func TestReplicaReads(t *testing.T) {
 		select {
 		case <-srv.done:
 			t.Errorf("serve on %s exited %d:\n%s", url, srv.cmd.ProcessState.ExitCode(), tail(srv.output(), 10))
-			return "exited"
+			return "exited", ""
 		default:
 		}
 		base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
@@ -110,14 +111,35 @@ func TestReplicaReads(t *testing.T) {
 			resp.Body.Close()
 			all = append(all, resp.Status+" "+string(b))
 		}
+		resp, err := http.Get(base + "api/health?pipeline=ovstream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h struct {
+			Replica json.RawMessage `json:"replica"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || resp.StatusCode != 200 {
+			t.Errorf("api/health on %s: %s, %v", url, resp.Status, err)
+		}
+		resp.Body.Close()
 		srv.cmd.Process.Signal(sigterm)
 		srv.wait(t, 20*time.Second)
 		t.Logf("serve on %s:\n%s", url, tail(srv.output(), 10))
-		return strings.Join(all, "\n")
+		return strings.Join(all, "\n"), string(h.Replica)
 	}
-	want = api(primary)
-	if got := api(standby); got != want {
+	want, onPrimary := api(primary)
+	got, onStandby := api(standby)
+	if got != want {
 		t.Errorf("serve on the standby differs:\n%.2000s\nwant:\n%.2000s", got, want)
+	}
+	// The health page says how far the replica lags: null on the primary.
+	var rep struct {
+		Server     string   `json:"server"`
+		ReplayAgeS *float64 `json:"replay_age_s"`
+	}
+	_ = json.Unmarshal([]byte(onStandby), &rep)
+	if onPrimary != "null" || rep.Server != fmt.Sprintf("127.0.0.1:%d", rs.nodes[1].port) || rep.ReplayAgeS == nil {
+		t.Errorf("api/health replica: %s on the primary (want null), %s on the standby (want its server and replay age)", onPrimary, onStandby)
 	}
 	b, _ := os.ReadFile(filepath.Join(filepath.Dir(rs.nodes[1].dir), "log"))
 	for _, l := range strings.Split(string(b), "\n") {

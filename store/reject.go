@@ -112,7 +112,7 @@ func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedErr
 	windows := func(tx pgx.Tx, rows []aggregate.Row) error {
 		return writeThenClear(ctx, tx, "ovs_windows", upsertWindows(ctx, tx, pipeline, rows))
 	}
-	err = refusedRows(ctx, tx, b.Windows, windows, func(r aggregate.Row, e *pgconn.PgError) {
+	err = refusedRows(ctx, tx, b.Windows, false, windows, func(r aggregate.Row, e *pgconn.PgError) {
 		k := WindowKey{WindowStart: r.WindowStart.UTC(), Dimension: r.Dimension, DimensionID: r.DimensionID}
 		rej.Windows = append(rej.Windows, RefusedWindow{WindowKey: k, Reason: refusal("delay_aggregates",
 			fmt.Sprintf("(%s, %s, %s)", k.WindowStart.Format(time.RFC3339), k.Dimension, k.DimensionID), e)})
@@ -167,11 +167,14 @@ func refusal(table, key string, e *pgconn.PgError) string {
 	return fmt.Sprintf("PostgreSQL refused the %s row %s: %s (SQLSTATE %s)", table, key, msg, e.Code)
 }
 
-// refusedRows writes rows inside a savepoint of tx and rolls it back; when
-// PostgreSQL refused them (Refused) it tries each half, and calls refused for
-// every single row it refuses. Any other failure is returned.
+// refusedRows writes rows inside a savepoint of tx, keeping them when they are
+// accepted and keep is true, else rolling it back; when PostgreSQL refused
+// them (Refused) it tries each half, and calls refused for every single row
+// it refuses. Any other failure is returned.
 //
-// Every probe is rolled back and released, accepted or not: a subtransaction
+// The search for the rows a failed commit holds (keep false: its
+// transaction is rolled back anyway) rolls back and releases every probe,
+// accepted or not: a subtransaction
 // that wrote keeps its lock until the transaction ends unless it is rolled
 // back and its savepoint released, and a search with many
 // refused rows (issue 24: 155k records) kept so many that the server ran out
@@ -180,7 +183,7 @@ func refusal(table, key string, e *pgconn.PgError) string {
 // refused rows. A row is so judged without the batch's other rows, which
 // holds for what refuses rows here (CHECK, NOT NULL, types and sizes, keys of
 // other tables); the batch's own keys are unique.
-func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T,
+func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T, keep bool,
 	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
 	if len(rows) == 0 {
 		return nil
@@ -189,6 +192,10 @@ func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T,
 		return err
 	}
 	err := write(tx, rows)
+	if err == nil && keep {
+		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT ovs_probe")
+		return err
+	}
 	// RELEASE too: a savepoint only rolled back to stays, and so does the
 	// lock of every subtransaction that wrote under it.
 	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT ovs_probe; RELEASE SAVEPOINT ovs_probe"); rerr != nil {
@@ -206,10 +213,10 @@ func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T,
 		return nil
 	}
 	half := len(rows) / 2
-	if err := refusedRows(ctx, tx, rows[:half], write, refused); err != nil {
+	if err := refusedRows(ctx, tx, rows[:half], keep, write, refused); err != nil {
 		return err
 	}
-	return refusedRows(ctx, tx, rows[half:], write, refused)
+	return refusedRows(ctx, tx, rows[half:], keep, write, refused)
 }
 
 // version orders the rows of one latest-state key as the commit's upsert
@@ -246,7 +253,7 @@ func refusedVersions[T any](ctx context.Context, tx pgx.Tx, rows []T, ver func(T
 	for len(layer) > 0 {
 		slices.SortFunc(layer, func(a, b T) int { return strings.Compare(ver(a).key, ver(b).key) })
 		var next []T
-		err := refusedRows(ctx, tx, layer, write, func(r T, e *pgconn.PgError) {
+		err := refusedRows(ctx, tx, layer, false, write, func(r T, e *pgconn.PgError) {
 			refused(r, e)
 			k := ver(r).key
 			tried[k]++

@@ -146,7 +146,7 @@ type StatusReport struct {
 	// a topic while instances with --partitions run. Nothing consumes them.
 	Unowned []string `json:"unowned_partitions"`
 	// Replica is set when the server read is a hot standby (status_replica.go).
-	Replica *ReplicaStatus `json:"replica"`
+	Replica *store.Replica `json:"replica"`
 }
 
 func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) int {

@@ -444,7 +444,9 @@
             : d.merge.merged_until ? `merged until ${localTime(d.merge.merged_until)}` : "not split",
           d.merge.pending_windows > 0 ? "bad" : "good", d.merge.pending_windows),
         card("h-dead", "dead letters", String(dead), d.dead_letters.map((r) => `${r.reason} ${r.total}`).join(", ") || "none",
-          dead > 0 ? "bad" : "good", dead)
+          dead > 0 ? "bad" : "good", dead),
+        d.replica ? card("h-replica", "replica lag", d.replica.replay_age_s == null ? "unknown" : `${d.replica.replay_age_s.toFixed(1)} s`,
+          `read from the hot standby ${d.replica.server}: as of ${localTime(d.replica.last_replay_at)}`, "", d.replica.replay_age_s) : null
       )
     );
     if (d.run) {
