@@ -230,6 +230,16 @@ func (l *loop) claimLost(ctx context.Context, assigned, owned []aggregate.Partit
 	if err != nil {
 		return false, fmt.Errorf("consumer: %w", err)
 	}
+	known := map[aggregate.PartitionID]bool{}
+	for _, p := range leases {
+		known[p.PartitionID] = true
+	}
+	for _, tp := range assigned {
+		if !known[tp] && !slices.Contains(owned, tp) { // the claim made its row: lost with it
+			l.cfg.Logger.Error(claimLostMsg, "pipeline", l.cfg.Pipeline, "partition", tp.String(), "epoch", l.epoch)
+			return true, nil
+		}
+	}
 	for _, p := range leases {
 		if slices.Contains(assigned, p.PartitionID) && !slices.Contains(owned, p.PartitionID) && p.Epoch < l.epoch {
 			l.cfg.Logger.Error(claimLostMsg,

@@ -63,7 +63,7 @@ func upsertNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggreg
 // refused one is reported to s.OnNameRefused: a name is a label, and must
 // never stall a partition (DESIGN.md G10). Other errors fail the commit.
 func (s *Store) writeNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggregate.Name) error {
-	return refusedRows(ctx, tx, names, true, func(tx pgx.Tx, ns []aggregate.Name) error {
+	return refusedRows(ctx, func() pgx.Tx { return tx }, names, probeMode[aggregate.Name]{keep: true}, func(tx pgx.Tx, ns []aggregate.Name) error {
 		return upsertNames(ctx, tx, pipeline, ns)
 	}, func(nm aggregate.Name, e *pgconn.PgError) {
 		if s.OnNameRefused != nil {

@@ -531,7 +531,7 @@ func mergeRefused(ctx context.Context, tx pgx.Tx, pipeline string, ws []aggregat
 	write := func(tx pgx.Tx, rows []aggregate.Row) error {
 		return writeThenClear(ctx, tx, "ovs_windows", upsertWindows(ctx, tx, pipeline, rows))
 	}
-	err = refusedRows(ctx, tx, rows, false, write, func(r aggregate.Row, e *pgconn.PgError) {
+	err = refusedRows(ctx, func() pgx.Tx { return tx }, rows, probeMode[aggregate.Row]{}, write, func(r aggregate.Row, e *pgconn.PgError) {
 		k := WindowKey{WindowStart: r.WindowStart.UTC(), Dimension: r.Dimension, DimensionID: r.DimensionID}
 		refused[k] = refusal("delay_aggregates", fmt.Sprintf("(%s, %s, %s)", k.WindowStart.Format(time.RFC3339), k.Dimension, k.DimensionID), e)
 	})

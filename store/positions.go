@@ -148,7 +148,11 @@ WHERE t.pipeline = $1`, pipeline, topics, parts)
 	for _, p := range ps {
 		r, ok := stored[p.PartitionID]
 		switch {
-		case !ok || r.epoch > epoch:
+		case !ok: // the claim made the row: the database lost it with the claim
+			e.ClaimLost = true
+			e.Partitions = append(e.Partitions, Behind{PartitionID: p.PartitionID, WantSeq: p.Seq, NextOffset: -1, ConsumedOffset: -1})
+			continue
+		case r.epoch > epoch:
 			return ErrFenced
 		case r.epoch < epoch:
 			// Epochs never go down: the database lost the claim of epoch

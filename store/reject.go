@@ -101,10 +101,11 @@ func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedErr
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	srch := &search{conn: conn, tx: tx}
 	defer func() { // writes nothing, ever; a connection left in the transaction is thrown away
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if rerr := tx.Rollback(rctx); rerr != nil && err == nil {
+		if rerr := srch.tx.Rollback(rctx); rerr != nil && err == nil {
 			err = fmt.Errorf("rollback: %w", rerr)
 		}
 	}()
@@ -112,7 +113,7 @@ func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedErr
 	windows := func(tx pgx.Tx, rows []aggregate.Row) error {
 		return writeThenClear(ctx, tx, "ovs_windows", upsertWindows(ctx, tx, pipeline, rows))
 	}
-	err = refusedRows(ctx, tx, b.Windows, false, windows, func(r aggregate.Row, e *pgconn.PgError) {
+	err = refusedRows(ctx, srch.current, b.Windows, searchMode(ctx, srch, windows), windows, func(r aggregate.Row, e *pgconn.PgError) {
 		k := WindowKey{WindowStart: r.WindowStart.UTC(), Dimension: r.Dimension, DimensionID: r.DimensionID}
 		rej.Windows = append(rej.Windows, RefusedWindow{WindowKey: k, Reason: refusal("delay_aggregates",
 			fmt.Sprintf("(%s, %s, %s)", k.WindowStart.Format(time.RFC3339), k.Dimension, k.DimensionID), e)})
@@ -123,7 +124,7 @@ func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedErr
 	vehicles := func(tx pgx.Tx, rows []Vehicle) error {
 		return writeThenClear(ctx, tx, "ovs_vehicles", upsertVehicles(ctx, tx, pipeline, rows))
 	}
-	err = refusedVersions(ctx, tx, b.Vehicles, func(v Vehicle) version {
+	err = refusedVersions(ctx, srch, b.Vehicles, func(v Vehicle) version {
 		return version{v.VehicleID, v.EventTime, v.Offset}
 	}, vehicles, func(v Vehicle, e *pgconn.PgError) {
 		rej.Vehicles = append(rej.Vehicles, RefusedRecord{Key: v.VehicleID, Partition: v.Partition, Offset: v.Offset,
@@ -135,7 +136,7 @@ func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedErr
 	trips := func(tx pgx.Tx, rows []Trip) error {
 		return writeThenClear(ctx, tx, "ovs_trips", upsertTrips(ctx, tx, pipeline, rows))
 	}
-	err = refusedVersions(ctx, tx, b.Trips, func(t Trip) version {
+	err = refusedVersions(ctx, srch, b.Trips, func(t Trip) version {
 		return version{t.TripID, t.EventTime, t.Offset}
 	}, trips, func(t Trip, e *pgconn.PgError) {
 		rej.Trips = append(rej.Trips, RefusedRecord{Key: t.TripID, Partition: t.Partition, Offset: t.Offset,
@@ -167,38 +168,44 @@ func refusal(table, key string, e *pgconn.PgError) string {
 	return fmt.Sprintf("PostgreSQL refused the %s row %s: %s (SQLSTATE %s)", table, key, msg, e.Code)
 }
 
-// refusedRows writes rows inside a savepoint of tx, keeping them when they are
-// accepted and keep is true, else rolling it back; when PostgreSQL refused
-// them (Refused) it tries each half, and calls refused for every single row
-// it refuses. Any other failure is returned.
+// probeMode says what refusedRows does with a probe PostgreSQL accepts: keep
+// its rows (release the savepoint; kept, when set, is told which rows and may
+// start the transaction afresh, see search) or roll it back.
+type probeMode[T any] struct {
+	keep bool
+	kept func(rows []T) error
+}
+
+// refusedRows writes rows inside a savepoint of tx(), keeping them when they
+// are accepted and mode.keep is true, else rolling it back; when PostgreSQL
+// refuses them (Refused) it tries each half, and calls refused for every
+// single row it refuses. Any other failure is returned. tx() is the
+// transaction to write in: search may replace it between two probes.
 //
-// The search for the rows a failed commit holds (keep false: its
-// transaction is rolled back anyway) rolls back and releases every probe,
-// accepted or not: a subtransaction
-// that wrote keeps its lock until the transaction ends unless it is rolled
-// back and its savepoint released, and a search with many
-// refused rows (issue 24: 155k records) kept so many that the server ran out
-// of shared memory (SQLSTATE 53200, max_locks_per_transaction). Rolled back,
-// the transaction holds one probe's locks at a time, whatever the number of
-// refused rows. A row is so judged without the batch's other rows, which
-// holds for what refuses rows here (CHECK, NOT NULL, types and sizes, keys of
-// other tables); the batch's own keys are unique.
-func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T, keep bool,
+// A probe rolled back is also released: a savepoint only rolled back to
+// stays, and so does the lock of every subtransaction that wrote under it.
+// A kept probe holds its subtransaction's lock until the transaction ends;
+// search bounds how many (issue 24: 155k refused records ran the server out
+// of shared memory, SQLSTATE 53200, max_locks_per_transaction).
+func refusedRows[T any](ctx context.Context, tx func() pgx.Tx, rows []T, mode probeMode[T],
 	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT ovs_probe"); err != nil {
+	if _, err := tx().Exec(ctx, "SAVEPOINT ovs_probe"); err != nil {
 		return err
 	}
-	err := write(tx, rows)
-	if err == nil && keep {
-		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT ovs_probe")
-		return err
+	err := write(tx(), rows)
+	if err == nil && mode.keep {
+		if _, err := tx().Exec(ctx, "RELEASE SAVEPOINT ovs_probe"); err != nil {
+			return err
+		}
+		if mode.kept != nil {
+			return mode.kept(rows)
+		}
+		return nil
 	}
-	// RELEASE too: a savepoint only rolled back to stays, and so does the
-	// lock of every subtransaction that wrote under it.
-	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT ovs_probe; RELEASE SAVEPOINT ovs_probe"); rerr != nil {
+	if _, rerr := tx().Exec(ctx, "ROLLBACK TO SAVEPOINT ovs_probe; RELEASE SAVEPOINT ovs_probe"); rerr != nil {
 		return errors.Join(err, rerr)
 	}
 	if err == nil {
@@ -213,10 +220,66 @@ func refusedRows[T any](ctx context.Context, tx pgx.Tx, rows []T, keep bool,
 		return nil
 	}
 	half := len(rows) / 2
-	if err := refusedRows(ctx, tx, rows[:half], keep, write, refused); err != nil {
+	if err := refusedRows(ctx, tx, rows[:half], mode, write, refused); err != nil {
 		return err
 	}
-	return refusedRows(ctx, tx, rows[half:], keep, write, refused)
+	return refusedRows(ctx, tx, rows[half:], mode, write, refused)
+}
+
+// maxKeptProbes bounds the accepted probes one search transaction keeps
+// (each holds a transactionid lock until the transaction ends).
+const maxKeptProbes = 256
+
+// search is the transaction findRefused probes in. Accepted rows stay
+// written, as the commit writes them (a row may depend on another of the
+// batch: a foreign key, a unique index across rows); after maxKeptProbes
+// kept probes it rolls back and starts afresh, writing everything accepted
+// so far again in one statement per part, so it holds a bounded number of
+// locks whatever the number of refused rows.
+type search struct {
+	conn    *pgx.Conn
+	tx      pgx.Tx
+	kept    int
+	rewrite []func(pgx.Tx) error // per part: writes its accepted rows again
+}
+
+func (s *search) current() pgx.Tx { return s.tx }
+
+// keptOne counts a kept probe and starts afresh at the bound.
+func (s *search) keptOne(ctx context.Context) error {
+	if s.kept++; s.kept < maxKeptProbes {
+		return nil
+	}
+	if err := s.tx.Rollback(ctx); err != nil {
+		return fmt.Errorf("rollback: %w", err)
+	}
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	s.tx, s.kept = tx, 0
+	for _, f := range s.rewrite {
+		if err := f(tx); err != nil {
+			return fmt.Errorf("write the accepted rows again: %w", err)
+		}
+	}
+	return nil
+}
+
+// searchMode returns the probeMode of a part of s written by write: accepted
+// rows are kept, remembered, and written again when s starts afresh.
+func searchMode[T any](ctx context.Context, s *search, write func(pgx.Tx, []T) error) probeMode[T] {
+	var accepted []T
+	s.rewrite = append(s.rewrite, func(tx pgx.Tx) error {
+		if len(accepted) == 0 {
+			return nil
+		}
+		return write(tx, accepted)
+	})
+	return probeMode[T]{keep: true, kept: func(rows []T) error {
+		accepted = append(accepted, rows...)
+		return s.keptOne(ctx)
+	}}
 }
 
 // version orders the rows of one latest-state key as the commit's upsert
@@ -231,8 +294,9 @@ type version struct {
 // may come in several versions: the newest version of each key first; a key
 // whose version is refused tries its next newest, until one is accepted or
 // none is left.
-func refusedVersions[T any](ctx context.Context, tx pgx.Tx, rows []T, ver func(T) version,
+func refusedVersions[T any](ctx context.Context, srch *search, rows []T, ver func(T) version,
 	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
+	mode := searchMode(ctx, srch, write)
 	byKey := map[string][]T{}
 	for _, r := range rows {
 		k := ver(r).key
@@ -253,7 +317,7 @@ func refusedVersions[T any](ctx context.Context, tx pgx.Tx, rows []T, ver func(T
 	for len(layer) > 0 {
 		slices.SortFunc(layer, func(a, b T) int { return strings.Compare(ver(a).key, ver(b).key) })
 		var next []T
-		err := refusedRows(ctx, tx, layer, false, write, func(r T, e *pgconn.PgError) {
+		err := refusedRows(ctx, srch.current, layer, mode, write, func(r T, e *pgconn.PgError) {
 			refused(r, e)
 			k := ver(r).key
 			tried[k]++

@@ -59,6 +59,14 @@ func checkSettings(ctx context.Context, tx pgx.Tx, pipeline string, opts ClaimOp
 	if err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1`, pipeline).Scan(&window, &topics); err != nil {
 		return fmt.Errorf("read the pipeline's settings: %w", err)
 	}
+	if (opts.Window != 0 && window == nil) || (opts.Topics != nil && topics == nil) {
+		// None recorded yet: read again under the row's lock, so that of two
+		// first claims the second sees what the first recorded.
+		if err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).
+			Scan(&window, &topics); err != nil {
+			return fmt.Errorf("read the pipeline's settings: %w", err)
+		}
+	}
 	e := &SettingsError{Pipeline: pipeline}
 	if opts.Window != 0 && window != nil && *window != opts.Window {
 		e.Diffs = append(e.Diffs, SettingDiff{Name: "window", Stored: window.String(), Wanted: opts.Window.String()})
@@ -135,6 +143,16 @@ ORDER BY 1`, pipeline, micros(lease))
 			}
 			if len(live) > 0 {
 				return &LiveError{Pipeline: pipeline, Owners: live}
+			}
+			var pending int64
+			if set.Window != 0 && (window == nil || *window != set.Window) {
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM delay_partial_windows WHERE pipeline = $1`, pipeline).Scan(&pending); err != nil {
+					return err
+				}
+			}
+			if pending > 0 {
+				return fmt.Errorf("%d partial windows of the old window size wait for the merge: drain the pipeline "+
+					"(a split --drain on every instance, or one run --drain over every partition) before changing --window; nothing changed", pending)
 			}
 			var w, ts any
 			if set.Window != 0 {
