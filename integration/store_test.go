@@ -283,9 +283,15 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 	if err := other.Commit(ctx, withSeqs(t, other, store.Batch{Pipeline: "p", Owner: "other", Epoch: newer, Positions: at0(0)})); err != nil {
 		t.Fatal(err)
 	}
-	// A pipeline never claimed is fenced too.
-	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "unclaimed", Owner: owner0, Epoch: 1, Positions: at0(0)})); !errors.Is(err, store.ErrFenced) {
-		t.Fatalf("commit to an unclaimed pipeline = %v", err)
+	// A pipeline whose claim the database does not hold writes nothing: its
+	// rows are missing, as after a restore to before the claim, so the
+	// instance is told to claim again (BehindError.ClaimLost).
+	var behind *store.BehindError
+	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "unclaimed", Owner: owner0, Epoch: 1, Positions: at0(0)})); !errors.As(err, &behind) || !behind.ClaimLost {
+		t.Fatalf("commit to an unclaimed pipeline = %v, want a BehindError with ClaimLost", err)
+	}
+	if n := query[int64](t, url, "SELECT count(*) FROM stream_positions WHERE pipeline = 'unclaimed'"); n != 0 {
+		t.Errorf("the commit to an unclaimed pipeline wrote %d stream_positions rows", n)
 	}
 }
 

@@ -24,8 +24,9 @@ import (
 // commit writes only while b.Owner holds every one of them at b.Epoch.
 //
 // Errors: ErrFenced (errors.Is) when b.Owner no longer holds one of
-// b.Positions' partitions at b.Epoch (another instance claimed it, or it
-// never did);
+// b.Positions' partitions at b.Epoch (another instance claimed it);
+// *BehindError when the database lost commits or the claim (ClaimLost: an
+// older epoch, or no row for a partition: claim again);
 // *RejectedError (errors.As) when PostgreSQL refused rows for a value they
 // hold, naming them; *CommitError when the COMMIT statement failed;
 // otherwise the failing step, wrapped. After any error the connection is
