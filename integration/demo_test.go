@@ -3,7 +3,11 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -37,16 +41,19 @@ func TestDemoNamesAMissingDatabaseFirst(t *testing.T) {
 func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 	db := emptyDB(t)
 	// The production settings of another pipeline in the environment: the
-	// demo writes and drops pipeline demo only, and drops no partitions.
+	// demo writes and drops its pipelines demo-* only, and drops no partitions.
 	env := []string{"DATABASE_URL=" + db, "OVSTREAM_DATABASE_URL=", "OVSTREAM_PIPELINE=other", "OVSTREAM_RETENTION=1d"}
 	var tables [2][]string
+	var out string
 	for i := range tables {
-		out, errOut, code := runCLI(t, env, "demo", "--data", "../testdata")
+		var errOut string
+		var code int
+		out, errOut, code = runCLI(t, env, "demo", "--data", "../testdata")
 		if code != 0 {
 			t.Fatalf("demo %d: exit %d\n%s%s", i+1, code, out, errOut)
 		}
-		tables[i] = append(dump(t, db, dumpAggregates+` WHERE pipeline = 'demo'`),
-			dump(t, db, dumpDistributions+` WHERE pipeline = 'demo'`)...)
+		tables[i] = append(dump(t, db, dumpAggregates+` WHERE pipeline LIKE 'demo-%'`),
+			dump(t, db, dumpDistributions+` WHERE pipeline LIKE 'demo-%'`)...)
 		if i == 0 {
 			exec1(t, db, `INSERT INTO vehicle_latest (pipeline, vehicle_id, lat, lon, observed_at, kafka_partition, kafka_offset)
 				VALUES ('other', 'v1', 0, 0, now(), 0, 0)`)
@@ -55,6 +62,7 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 	if len(tables[0]) < 1000 {
 		t.Fatalf("the first demo wrote %d rows", len(tables[0]))
 	}
+	demoFeedsApart(t, db, out)
 	sameRows(t, "second demo vs first", tables[1], tables[0])
 	if n := dump(t, db, `SELECT count(*) FROM vehicle_latest WHERE pipeline = 'other'`); n[0] != "[1]" {
 		t.Errorf("another pipeline's rows after the second demo: %v, want 1", n)
@@ -69,4 +77,56 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 	}
 	sort.Strings(got)
 	sameRows(t, "store.PipelineTables vs the tables with a pipeline column", got, want)
+}
+
+// demoFeedsApart checks that each bundled feed went into a pipeline and
+// topics of its own (issue 27 item 10: one pipeline of three feeds from
+// 2014, 2016 and 2025 opened on an empty last 24 hours): each pipeline's
+// network rows count exactly the records stored in its own predictions
+// topic, all in its feed's year, and the dashboard address the demo printed
+// for the feed (demo output out) opens on points of that year.
+func demoFeedsApart(t *testing.T, db, out string) {
+	t.Helper()
+	years := map[string]string{"demo-nl-ovapi": "2014", "demo-auckland": "2016", "demo-halifax": "2025"}
+	for pipeline, year := range years {
+		got := dump(t, db, fmt.Sprintf(`SELECT (SELECT sum(event_count)::bigint FROM delay_aggregates WHERE pipeline = '%[1]s' AND dimension = 'network'),
+			(SELECT sum(next_offset)::bigint FROM stream_positions WHERE pipeline = '%[1]s' AND topic = '%[1]s.arrival_predictions'),
+			(SELECT count(*) FROM stream_positions WHERE pipeline = '%[1]s' AND topic NOT LIKE '%[1]s.%%'),
+			(SELECT string_agg(DISTINCT extract(year FROM window_start)::text, ',') FROM delay_aggregates WHERE pipeline = '%[1]s')`, pipeline))
+		var events, stored int64
+		var foreign int
+		var gotYears string
+		if _, err := fmt.Sscanf(strings.Trim(got[0], "[]"), "%d %d %d %s", &events, &stored, &foreign, &gotYears); err != nil {
+			t.Fatalf("%s: %v: %v", pipeline, got, err)
+		}
+		if events == 0 || events != stored || foreign != 0 || gotYears != year {
+			t.Errorf("%s: %d events in its network rows, %d records stored in its predictions topic, %d positions of other topics, "+
+				"windows of %s; want equal counts, 0, %s", pipeline, events, stored, foreign, gotYears, year)
+		}
+	}
+	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0")
+	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline \S+: (http://[0-9.:]+/)`))
+	links := regexp.MustCompile(`http://127\.0\.0\.1:8080/\?(pipeline=(demo-[a-z-]+)&tz=\S+)`).FindAllStringSubmatch(out, -1)
+	if len(links) != len(years) {
+		t.Fatalf("the demo printed %d dashboard addresses, want %d:\n%s", len(links), len(years), out)
+	}
+	for _, l := range links {
+		resp, err := http.Get(base + "api/delay?" + l[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Points []struct{ Start string } `json:"points"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil || len(doc.Points) == 0 {
+			t.Errorf("%s: the delay page's default range has no points (%v)", l[0], err)
+		}
+		for _, p := range doc.Points {
+			if !strings.HasPrefix(p.Start, years[l[2]]) {
+				t.Errorf("%s: a point at %s, want %s", l[0], p.Start, years[l[2]])
+			}
+		}
+	}
 }

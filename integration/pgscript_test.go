@@ -117,7 +117,7 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 
 	// make run: the demo, to its summary.
 	demoOut, errOut, code := runCLI(t, []string{"DATABASE_URL=" + dbURL}, "demo", "--data", "../testdata")
-	if code != 0 || !strings.Contains(demoOut, "delay_aggregates (database, all runs so far)") {
+	if code != 0 || !strings.Contains(demoOut, "ten most delayed lines of the busiest window") {
 		t.Fatalf("demo on the private cluster: exit %d\n%s%s", code, demoOut, errOut)
 	}
 	// make test: what emptyDB and freshDB do, with this URL as the admin database.

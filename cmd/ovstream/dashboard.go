@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -163,13 +164,17 @@ func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *da
 }
 
 // printDashboardHint tells how to open the dashboard on what the demo
-// wrote: the serve command (the database URL without its password) and the
-// address.
-func printDashboardHint(w io.Writer, binary, databaseURL, pipeline string) {
+// wrote: the serve command (the database URL without its password) and,
+// per feed, the address of its pipeline's page in its time zone.
+func printDashboardHint(w io.Writer, binary, databaseURL string) {
 	shown := describeDatabase(databaseURL)
-	fmt.Fprintf(w, "\nthe dashboard of this data (docs/dashboard.md):\n  %s serve --database-url '%s' --pipeline %s\n", binary, shown, pipeline)
+	fmt.Fprintf(w, "\nthe dashboard of this data (docs/dashboard.md):\n  %s serve --database-url '%s'\n", binary, shown)
 	if len(databaseSecrets(databaseURL)) > 0 {
 		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
 	}
-	fmt.Fprintf(w, "then open http://127.0.0.1:8080/ in a browser (pages: delay, top, line, health)\n")
+	fmt.Fprintf(w, "then open in a browser (pages: delay, top, line, health):\n")
+	for _, feed := range demoFeeds {
+		q := url.Values{"pipeline": {feed.pipeline}, "tz": {feed.tz}}
+		fmt.Fprintf(w, "  %-28s http://127.0.0.1:8080/?%s\n", feed.dir, q.Encode())
+	}
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/broker/embedded"
+	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/feed/gtfsrt"
 	"github.com/ovstream/ovstream/feed/gtfsstatic"
 	"github.com/ovstream/ovstream/feed/produce"
@@ -30,7 +33,7 @@ func init() { register(newDemoCmd) }
 // config file says) or must not take from the environment or a config file
 // (--retention, --dead-letter-retention act on the whole database): they
 // are not demo's flags.
-var demoOmits = map[string]bool{"brokers": true, "drain": true, "migrate": true, "pipeline": true,
+var demoOmits = map[string]bool{"brokers": true, "drain": true, "migrate": true, "pipeline": true, "topics": true,
 	"retention": true, "dead-letter-retention": true, "kafka-tls": true, "kafka-tls-ca": true,
 	"kafka-tls-cert": true, "kafka-tls-key": true, "kafka-tls-server-name": true, "kafka-sasl-mechanism": true,
 	"kafka-sasl-user": true, "kafka-sasl-password": true}
@@ -39,8 +42,10 @@ var demoOmits = map[string]bool{"brokers": true, "drain": true, "migrate": true,
 // out of order by up to 294 s, so with 10m no event is late.
 var demoDefaults = map[string]string{"allowed-lateness": "10m", "flush-interval": "1s", "log-level": "warn"}
 
-// demoPipeline is the demo's pipeline.
-const demoPipeline = "demo"
+// demoPipelines is the prefix of the demo's pipelines, one per bundled
+// feed (demo-nl-ovapi, demo-auckland, demo-halifax); each reads topics of its
+// own, PIPELINE.arrival_predictions and PIPELINE.vehicle_positions.
+const demoPipelines = "demo-"
 
 func newDemoCmd() *cobra.Command {
 	var f runFlags
@@ -48,8 +53,9 @@ func newDemoCmd() *cobra.Command {
 	c := &cobra.Command{Use: "demo", Short: "embedded broker + bundled real sample + run --drain + summary", Args: noArgs,
 		Long: "Starts the embedded broker on a free port, produces the bundled real GTFS-realtime sample,\n" +
 			"applies migrations, runs with --drain and prints a summary. The flags are run's, with the\n" +
-			"demo's defaults; the broker, the pipeline (demo, whose earlier rows it drops first), --drain\n" +
-			"and --migrate are the demo's own, and it keeps no --retention."}
+			"demo's defaults. Each bundled feed gets a pipeline and topics of its own (demo-nl-ovapi,\n" +
+			"demo-auckland, demo-halifax; earlier rows of these pipelines are dropped first); the broker,\n" +
+			"the pipelines, --topics, --drain and --migrate are the demo's own, and it keeps no --retention."}
 	all := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	f.register(all)
 	all.VisitAll(func(fl *pflag.Flag) {
@@ -71,21 +77,30 @@ func newDemoCmd() *cobra.Command {
 	return c
 }
 
-// demoFeeds are the bundled real samples (testdata/README.md has their provenance).
+// demoFeeds are the bundled real samples (testdata/README.md has their
+// provenance), each with the pipeline it goes to and the time zone its
+// dashboard opens in.
 var demoFeeds = []struct {
 	dir, operator string
 	static        string // the agency's static GTFS feed inside dir, "" = none
+	pipeline, tz  string
 }{
-	{"nl-ovapi-20141130", "", ""},             // OVapi: the operator is in the entity ids
-	{"auckland-20160519-peak10min", "AT", ""}, // Auckland Transport
+	// OVapi: the operator is in the entity ids.
+	{"nl-ovapi-20141130", "", "", demoPipelines + "nl-ovapi", "Europe/Amsterdam"},
+	{"auckland-20160519-peak10min", "AT", "", demoPipelines + "auckland", "Pacific/Auckland"}, // Auckland Transport
 	// Halifax Transit: trip updates and vehicle positions; its static feed
 	// turns the updates that give only a time into delays.
-	{"halifax-20251106", "HFX", "google_transit_trimmed.zip"},
+	{"halifax-20251106", "HFX", "google_transit_trimmed.zip", demoPipelines + "halifax", "America/Halifax"},
+}
+
+// demoTopics are a demo pipeline's topics and their partitions.
+func demoTopics(pipeline string) (predictions, positions string) {
+	return pipeline + ".arrival_predictions", pipeline + ".vehicle_positions"
 }
 
 // cmdDemo runs the demo with the settled flags f and the sample folder data.
 func cmdDemo(ctx context.Context, f *runFlags, data string, stdout, stderr io.Writer) int {
-	f.drain, f.migrate, f.pipeline = true, true, demoPipeline
+	f.drain, f.migrate, f.pipeline = true, true, demoFeeds[0].pipeline
 	if err := f.check(); err != nil { // before the broker starts and the sample is produced
 		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitUsage
@@ -123,128 +138,138 @@ func demoDatabase(ctx context.Context, databaseURL string) error {
 }
 
 func demo(ctx context.Context, w, stderr io.Writer, f *runFlags, data string) error {
-	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0",
-		Topics: map[string]int32{"arrival_predictions": 6, "vehicle_positions": 3}})
+	topics := map[string]int32{}
+	for _, feed := range demoFeeds {
+		pred, pos := demoTopics(feed.pipeline)
+		topics[pred], topics[pos] = 6, 3
+	}
+	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Topics: topics})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	f.brokers = b.Addr()
-	fmt.Fprintf(w, "embedded broker on %s (arrival_predictions: 6 partitions, vehicle_positions: 3)\n", b.Addr())
-
-	var predictions int
-	for _, feed := range demoFeeds {
-		opt := gtfsrt.Options{Operator: feed.operator}
-		if feed.static != "" {
-			if opt.Schedule, err = gtfsstatic.Load(filepath.Join(data, feed.dir, feed.static)); err != nil {
-				return err
-			}
-		}
-		res, err := gtfsrt.Load([]string{filepath.Join(data, feed.dir)}, opt)
-		if err != nil {
-			return err
-		}
-		if err := produceResult(ctx, []string{b.Addr()}, res); err != nil {
-			return err
-		}
-		predictions += len(res.Predictions)
-		with := ""
-		if feed.static != "" {
-			with = " with static GTFS " + feed.static
-		}
-		fmt.Fprintf(w, "produced %s%s: %d predictions, %d positions from %d files (skipped: %s)\n",
-			feed.dir, with, len(res.Predictions), len(res.Positions), res.Files, res.SkipSummary())
-	}
-
+	fmt.Fprintf(w, "embedded broker on %s: per feed a pipeline and its topics PIPELINE.arrival_predictions (6 partitions) "+
+		"and PIPELINE.vehicle_positions (3)\n", b.Addr())
 	log, err := f.logger(stderr)
-	if err != nil {
-		return err
-	}
-	cfg, err := f.config(log)
 	if err != nil {
 		return err
 	}
 	if err := migrations.Up(ctx, f.databaseURL); err != nil {
 		return err
 	}
-	if err := demoAfresh(ctx, w, f); err != nil {
+	st, err := store.Open(ctx, f.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close(context.Background())
+	for _, feed := range demoFeeds {
+		if err := demoFeed(ctx, w, st, f, log, data, feed.dir, feed.operator, feed.static, feed.pipeline); err != nil {
+			return fmt.Errorf("%s: %w", feed.dir, err)
+		}
+	}
+	printDashboardHint(w, os.Args[0], f.databaseURL)
+	return nil
+}
+
+// demoFeed produces one bundled feed into its pipeline's topics, drops
+// what an earlier demo wrote under that pipeline, runs it with --drain and
+// prints what it wrote.
+func demoFeed(ctx context.Context, w io.Writer, st *store.Store, f *runFlags, log *slog.Logger, data, dir, operator, static, pipeline string) error {
+	opt := gtfsrt.Options{Operator: operator}
+	var err error
+	if static != "" {
+		if opt.Schedule, err = gtfsstatic.Load(filepath.Join(data, dir, static)); err != nil {
+			return err
+		}
+	}
+	res, err := gtfsrt.Load([]string{filepath.Join(data, dir)}, opt)
+	if err != nil {
+		return err
+	}
+	pred, pos := demoTopics(pipeline)
+	if _, err := produce.GTFSRT(ctx, produce.Config{Brokers: []string{f.brokers}, ClientID: "ovstream-demo"}, res,
+		produce.Topics{Predictions: pred, Positions: pos}); err != nil {
+		return err
+	}
+	with := ""
+	if static != "" {
+		with = " with static GTFS " + static
+	}
+	fmt.Fprintf(w, "\n== pipeline %s: %s%s\nproduced %d predictions, %d positions from %d files (skipped: %s) into %s, %s\n",
+		pipeline, dir, with, len(res.Predictions), len(res.Positions), res.Files, res.SkipSummary(), pred, pos)
+
+	// Each demo has a new embedded broker, whose topics have new topic IDs
+	// (KIP-516), so the offsets stored before belong to other topics and run
+	// would refuse them (docs/runbook.md "Topic recreated"): the pipeline
+	// starts afresh and writes the same rows again.
+	if err := st.DropPipeline(ctx, pipeline, f.lease); err != nil {
+		return err
+	}
+	f.pipeline, f.topics = pipeline, pred+","+pos
+	cfg, err := f.config(log)
+	if err != nil {
 		return err
 	}
 	sum, err := runService(ctx, f, cfg)
 	if err != nil {
 		return err
 	}
-	printSummary(w, sum)
-
-	st, err := store.Open(ctx, f.databaseURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close(context.Background())
+	printDemoSummary(w, sum)
 	if err := st.Analyze(ctx); err != nil {
 		return err
 	}
-	r, err := st.Report(ctx, f.pipeline)
+	r, err := st.Report(ctx, pipeline)
 	if err != nil {
 		return err
 	}
-	printReport(w, r, predictions, f.window)
-	printDashboardHint(w, os.Args[0], f.databaseURL, f.pipeline)
+	printReport(w, r, f.window)
 	return nil
 }
 
-// demoAfresh drops what an earlier demo wrote under its pipeline: each demo
-// has a new embedded broker, whose topics have new topic IDs (KIP-516), so
-// the offsets stored before belong to other topics and run would refuse them
-// (README "Topic recreated"). The demo then writes the same table again.
-func demoAfresh(ctx context.Context, w io.Writer, f *runFlags) error {
-	st, err := store.Open(ctx, f.databaseURL)
-	if err != nil {
-		return err
+// printDemoSummary is printSummary in three lines: what run --drain did,
+// and whether every partition's stored offset reached its high water mark
+// (else the partitions that did not).
+func printDemoSummary(w io.Writer, s *consumer.Summary) {
+	fmt.Fprintf(w, "run --drain: %s, %d commits (%d failed, %d resyncs); %d predictions aggregated, %d positions applied, "+
+		"%d window rows written; watermark %s\n", s.Elapsed.Round(time.Millisecond), s.Commits, s.CommitFailures, s.Resyncs,
+		s.Predictions, s.Positions, s.WindowRows, s.Watermark.UTC().Format(time.RFC3339))
+	var behind []string
+	var records int64
+	for _, tp := range consumer.SortedPartitions(s.Stored) {
+		records += s.Stored[tp]
+		if s.Stored[tp] != s.HighWater[tp] {
+			behind = append(behind, fmt.Sprintf("%s %d (high water %d)", tp, s.Stored[tp], s.HighWater[tp]))
+		}
 	}
-	defer st.Close(context.Background())
-	if err := st.DropPipeline(ctx, f.pipeline, f.lease); err != nil {
-		return err
+	if len(behind) == 0 {
+		fmt.Fprintf(w, "stored offsets (stream_positions): every one of the %d partitions at its high water mark, %d records\n",
+			len(s.Stored), records)
+		return
 	}
-	fmt.Fprintf(w, "pipeline %s: rows of earlier demos dropped (the embedded broker is new each time)\n", f.pipeline)
-	return nil
+	fmt.Fprintf(w, "stored offsets (stream_positions) below the high water mark: %s\n", strings.Join(behind, ", "))
 }
 
-func printReport(w io.Writer, r *store.Report, produced int, window time.Duration) {
-	fmt.Fprintf(w, "\ndelay_aggregates (database, all runs so far):\n")
+// printReport prints what a demo pipeline holds: the rows and events per
+// dimension, its dead letters and names, and the ten most delayed lines
+// of its busiest window.
+func printReport(w io.Writer, r *store.Report, window time.Duration) {
+	fmt.Fprintf(w, "delay_aggregates:")
 	for _, d := range []string{"line", "station", "operator", "network"} {
-		fmt.Fprintf(w, "  %-9s %7d rows, %8d events\n", d, r.Rows[d], r.Events[d])
+		fmt.Fprintf(w, " %s %d rows (%d events);", d, r.Rows[d], r.Events[d])
 	}
-	fmt.Fprintf(w, "  predictions produced by this demo: %d\n", produced)
+	fmt.Fprintf(w, " names: %d lines, %d stations\n", r.Names["line"], r.Names["station"])
 	for _, reason := range sortedKeys(r.DeadLetters) {
 		fmt.Fprintf(w, "  dead letters (%s): %d\n", reason, r.DeadLetters[reason])
 	}
-	fmt.Fprintf(w, "  names (table names): %d lines, %d stations\n", r.Names["line"], r.Names["station"])
-	for _, top := range []struct {
-		what   string
-		window time.Time
-		count  int64
-		rows   []store.Ranked
-	}{
-		{"lines of the busiest window", r.BusiestWindow, r.BusiestCount, r.TopLines},
-		{"stations of the busiest window", r.BusiestWindow, r.BusiestCount, r.TopStations},
-		{"named lines of the busiest window with names", r.NamedWindow, r.NamedCount, r.TopNamedLines},
-		{"named stations of that window", r.NamedWindow, r.NamedCount, r.TopNamedStations},
-	} {
-		if len(top.rows) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "\nten most delayed %s [%s, %s), %d events:\n",
-			top.what, top.window.Format(time.RFC3339), top.window.Add(window).Format("15:04:05Z"), top.count)
-		fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "mean s", "p90 s", "max s")
-		for _, k := range top.rows {
-			fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.Mean, k.P90, k.Max)
-		}
+	if len(r.TopLines) == 0 {
+		return
 	}
-	fmt.Fprintf(w, "\nstored offsets (stream_positions):\n")
-	for _, p := range r.Positions {
-		fmt.Fprintf(w, "  %-24s next %6d  consumed %6d  updated %s\n", p.PartitionID.String(), p.NextOffset, p.ConsumedOffset,
-			p.UpdatedAt.Format(time.RFC3339))
+	fmt.Fprintf(w, "ten most delayed lines of the busiest window [%s, %s), %d events:\n",
+		r.BusiestWindow.Format(time.RFC3339), r.BusiestWindow.Add(window).Format("15:04:05Z"), r.BusiestCount)
+	fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "mean s", "p90 s", "max s")
+	for _, k := range r.TopLines {
+		fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.Mean, k.P90, k.Max)
 	}
 }
 
@@ -254,10 +279,4 @@ func shorten(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-func produceResult(ctx context.Context, brokers []string, res *gtfsrt.Result) error {
-	_, err := produce.GTFSRT(ctx, produce.Config{Brokers: brokers, ClientID: "ovstream-demo"}, res,
-		produce.Topics{Predictions: "arrival_predictions", Positions: "vehicle_positions"})
-	return err
 }
