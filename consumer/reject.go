@@ -25,16 +25,18 @@ const maxRejectRounds = 100
 // commits. A restart forgets it and finds the refusal again the same way.
 //
 // A refused delay_aggregates row rejects every record it counts (matched by
-// window and key); a refused latest-state row rejects the one record that
+// window and key), a refused delay_partial_windows row every record of its
+// window and partition; a refused latest-state row rejects the one record that
 // wrote it (matched by partition and offset), and its key is marked so that
 // every version of it goes to the next commits, which lets the store test
 // them all in one round.
 type rejects struct {
-	windows map[windowKey]string // refused delay_aggregates rows -> message
-	records map[recordKey]string // records whose latest-state row was refused -> message
-	tripIDs map[string]bool      // trips with a refused row: all versions go to the commit
-	vehicle map[string]bool      // vehicles with a refused row: all versions go to the commit
-	rounds  int                  // rejection rounds since the last successful commit
+	windows map[windowKey]string  // refused delay_aggregates rows -> message
+	partial map[partialKey]string // refused delay_partial_windows rows -> message
+	records map[recordKey]string  // records whose latest-state row was refused -> message
+	tripIDs map[string]bool       // trips with a refused row: all versions go to the commit
+	vehicle map[string]bool       // vehicles with a refused row: all versions go to the commit
+	rounds  int                   // rejection rounds since the last successful commit
 
 	// The older versions of marked keys kept since the last batch was taken.
 	trips    []store.Trip
@@ -46,6 +48,13 @@ type rejects struct {
 type windowKey struct {
 	start   int64
 	dim, id string
+}
+
+// partialKey names one delay_partial_windows row of the predictions topic:
+// a window (start in Unix microseconds) of one partition.
+type partialKey struct {
+	start     int64
+	partition int32
 }
 
 // recordKey names one Kafka record.
@@ -68,12 +77,15 @@ func (l *loop) rejected(e *store.RejectedError) error {
 	x, cfg := l.rej, l.cfg
 	x.rounds++
 	if x.windows == nil {
-		x.windows, x.records = map[windowKey]string{}, map[recordKey]string{}
+		x.windows, x.records, x.partial = map[windowKey]string{}, map[recordKey]string{}, map[partialKey]string{}
 		x.tripIDs, x.vehicle = map[string]bool{}, map[string]bool{}
 	}
-	before := len(x.windows) + len(x.records)
+	before := len(x.windows) + len(x.partial) + len(x.records)
 	for _, w := range e.Windows {
 		x.windows[windowKey{w.WindowStart.UnixMicro(), w.Dimension, w.DimensionID}] = w.Reason
+	}
+	for _, p := range e.Partials {
+		x.partial[partialKey{p.WindowStart.UnixMicro(), p.Partition}] = p.Reason
 	}
 	for _, t := range e.Trips {
 		x.records[recordKey{aggregate.PartitionID{Topic: cfg.PredictionsTopic, Partition: t.Partition}, t.Offset}] = t.Reason
@@ -84,13 +96,13 @@ func (l *loop) rejected(e *store.RejectedError) error {
 		x.vehicle[v.Key] = true
 	}
 	switch {
-	case len(x.windows)+len(x.records) == before:
+	case len(x.windows)+len(x.partial)+len(x.records) == before:
 		return fmt.Errorf("consumer: commit: PostgreSQL refused again only rows it refused before, whose records were dead-lettered: %w", e)
 	case x.rounds > maxRejectRounds:
 		return fmt.Errorf("consumer: commit: PostgreSQL refused %d batches in a row: %w", x.rounds, e)
 	}
 	cfg.Logger.Warn("PostgreSQL refused rows: re-reading from the stored positions to dead-letter their records (reason rejected)",
-		"round", x.rounds, "max_rounds", maxRejectRounds, "windows", len(e.Windows), "trips", len(e.Trips),
+		"round", x.rounds, "max_rounds", maxRejectRounds, "windows", len(e.Windows), "partials", len(e.Partials), "trips", len(e.Trips),
 		"vehicles", len(e.Vehicles), "err", e)
 	return fmt.Errorf("PostgreSQL refused rows: %w", errResync)
 }
@@ -104,6 +116,11 @@ func (x *rejects) committed(wm time.Time, positions []store.Position, window tim
 	for k := range x.windows {
 		if !time.UnixMicro(k.start).Add(window).After(wm) {
 			delete(x.windows, k)
+		}
+	}
+	for k := range x.partial {
+		if !time.UnixMicro(k.start).Add(window).After(wm) {
+			delete(x.partial, k)
 		}
 	}
 	next := map[aggregate.PartitionID]int64{}
@@ -122,11 +139,14 @@ func (x *rejects) committed(wm time.Time, positions []store.Position, window tim
 // refused, and reports whether it did.
 func (l *loop) rejectPrediction(r *record, p aggregate.Prediction) bool {
 	x := l.rej
-	if len(x.windows)+len(x.records) == 0 {
+	if len(x.windows)+len(x.partial)+len(x.records) == 0 {
 		return false
 	}
 	msg, ok := x.records[recordKey{r.tp, r.offset}]
 	start := aggregate.WindowStart(p.EventTime, l.cfg.Window).UnixMicro()
+	if !ok {
+		msg, ok = x.partial[partialKey{start, r.tp.Partition}]
+	}
 	for _, k := range [...]windowKey{{start, aggregate.DimStation, p.StopID}, {start, aggregate.DimLine, p.Line},
 		{start, aggregate.DimOperator, p.Operator}, {start, aggregate.DimNetwork, aggregate.NetworkID}} {
 		if ok {

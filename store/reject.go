@@ -28,6 +28,16 @@ type RefusedWindow struct {
 	Reason string // the database's message, e.g. `delay_aggregates row (...): new row ... (SQLSTATE 23514)`
 }
 
+// RefusedPartial is a delay_partial_windows row PostgreSQL refused: a split
+// instance's partial aggregate of one window of one source partition of the
+// predictions topic. Every record it counts is rejected, so the merge meets
+// that (window, partition) without events.
+type RefusedPartial struct {
+	WindowStart time.Time // UTC
+	Partition   int32
+	Reason      string // the database's message
+}
+
 // RefusedRecord is a latest-state row PostgreSQL refused, named by the Kafka
 // record it came from (the predictions topic for a trip, the positions topic
 // for a vehicle).
@@ -50,10 +60,11 @@ type RefusedRecord struct {
 // next newest of the batch (the refused record is rejected, so that one is
 // the newest next time), and so on.
 type RejectedError struct {
-	Windows  []RefusedWindow // every record such a row counts is rejected
-	Trips    []RefusedRecord // trip_delay_latest rows
-	Vehicles []RefusedRecord // vehicle_latest rows
-	Err      error           // the commit's error
+	Windows  []RefusedWindow  // every record such a row counts is rejected
+	Partials []RefusedPartial // the same; a split instance's only
+	Trips    []RefusedRecord  // trip_delay_latest rows
+	Vehicles []RefusedRecord  // vehicle_latest rows
+	Err      error            // the commit's error
 }
 
 func (e *RejectedError) Error() string {
@@ -61,13 +72,15 @@ func (e *RejectedError) Error() string {
 	switch {
 	case len(e.Windows) > 0:
 		first = e.Windows[0].Reason
+	case len(e.Partials) > 0:
+		first = e.Partials[0].Reason
 	case len(e.Trips) > 0:
 		first = e.Trips[0].Reason
 	case len(e.Vehicles) > 0:
 		first = e.Vehicles[0].Reason
 	}
-	return fmt.Sprintf("PostgreSQL refused %d delay_aggregates, %d trip_delay_latest and %d vehicle_latest rows (first: %s): %v",
-		len(e.Windows), len(e.Trips), len(e.Vehicles), first, e.Err)
+	return fmt.Sprintf("PostgreSQL refused %d delay_aggregates, %d delay_partial_windows, %d trip_delay_latest and %d vehicle_latest rows (first: %s): %v",
+		len(e.Windows), len(e.Partials), len(e.Trips), len(e.Vehicles), first, e.Err)
 }
 
 func (e *RejectedError) Unwrap() error { return e.Err }
@@ -88,13 +101,13 @@ func (s *Store) rejected(ctx context.Context, b *Batch, cause error) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("finding the rows PostgreSQL refused (%v): %w", cause, err)
-	case len(rej.Windows)+len(rej.Trips)+len(rej.Vehicles) == 0:
+	case len(rej.Windows)+len(rej.Partials)+len(rej.Trips)+len(rej.Vehicles) == 0:
 		return cause
 	}
 	return rej
 }
 
-// findRefused writes b's windows, vehicles and trips again in a transaction
+// findRefused writes b's windows, partial windows, vehicles and trips again in a transaction
 // it rolls back, and records in rej the rows PostgreSQL refuses.
 func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedError) (err error) {
 	tx, err := conn.Begin(ctx)
@@ -120,6 +133,19 @@ func findRefused(ctx context.Context, conn *pgx.Conn, b *Batch, rej *RejectedErr
 	})
 	if err != nil {
 		return fmt.Errorf("delay_aggregates: %w", err)
+	}
+	if b.Split != nil {
+		topic := b.Split.Topic
+		partials := func(tx pgx.Tx, ws []aggregate.PartialWindow) error {
+			return writePartials(ctx, tx, pipeline, topic, ws)
+		}
+		err = refusedRows(ctx, srch.current, b.Partials, searchMode(ctx, srch, partials), partials, func(w aggregate.PartialWindow, e *pgconn.PgError) {
+			rej.Partials = append(rej.Partials, RefusedPartial{WindowStart: w.WindowStart.UTC(), Partition: w.Partition,
+				Reason: refusal("delay_partial_windows", fmt.Sprintf("(%s, %s/%d)", w.WindowStart.UTC().Format(time.RFC3339), topic, w.Partition), e)})
+		})
+		if err != nil {
+			return fmt.Errorf("delay_partial_windows: %w", err)
+		}
 	}
 	vehicles := func(tx pgx.Tx, rows []Vehicle) error {
 		return writeThenClear(ctx, tx, "ovs_vehicles", upsertVehicles(ctx, tx, pipeline, rows))
