@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,18 @@ func TestSplitRefusedMergedRowKept(t *testing.T) {
 	if n := dump(t, db, `SELECT count(*) FROM delay_partial_windows`); n[0] != "[0]" {
 		t.Errorf("%s partials left after the drains", n[0])
 	}
+	// status says so (it did not before: only the log did), then, re-applied, no more.
+	refusedStatus := func(want int) {
+		t.Helper()
+		text, errOut, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr)
+		js, _, _ := runCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", addr)
+		line := fmt.Sprintf("refused merged rows: %d in table refused_windows", want)
+		if code != 0 || strings.Contains(text, "refused merged rows") != (want > 0) || want > 0 && !strings.Contains(text, line) ||
+			!strings.Contains(js, fmt.Sprintf(`"refused_windows": %d`, want)) {
+			t.Errorf("status with %d refused rows: exit %d, want the line %q\n%s%s\n%s", want, code, line, text, errOut, js)
+		}
+	}
+	refusedStatus(3)
 	// The runbook: fix the cause, re-apply, delete.
 	execSQL(t, db, `ALTER TABLE delay_aggregates DROP CONSTRAINT no_station_7151;
 INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id, operator, event_count,
@@ -60,4 +73,5 @@ SELECT pipeline, window_start, window_end, dimension, dimension_id, operator, ev
 DELETE FROM refused_windows WHERE pipeline = 'ovstream';`)
 	sameRows(t, "delay_aggregates after re-applying the refused rows vs the SQL oracle", dump(t, db, dumpAggregates), oracle)
 	sameRows(t, "distributions after re-applying vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+	refusedStatus(0)
 }

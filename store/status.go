@@ -31,6 +31,10 @@ type Status struct {
 	Positions       []StoredPosition // the pipeline's stream_positions, by topic and partition
 	NewestWindowEnd time.Time        // max(window_end) of the pipeline's delay_aggregates, UTC; zero if none
 	DeadLetters     map[string]ReasonCount
+	// RefusedWindows counts the pipeline's rows in refused_windows: merged
+	// rows of a split pipeline PostgreSQL refused, waiting to be re-applied
+	// (docs/runbook.md).
+	RefusedWindows int64
 }
 
 // Status reads pipeline's partitions and positions, its newest finalized
@@ -83,6 +87,9 @@ func (s *Store) Status(ctx context.Context, pipeline string) (*Status, error) {
 		}
 		if newest != nil {
 			st.NewestWindowEnd = newest.UTC()
+		}
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM refused_windows WHERE pipeline = $1`, pipeline).Scan(&st.RefusedWindows); err != nil {
+			return err
 		}
 		rows, err = c.Query(ctx, `SELECT reason, count(*), count(replayed_at) FROM dead_letters WHERE pipeline = $1 GROUP BY reason`, pipeline)
 		if err != nil {

@@ -60,7 +60,7 @@ func newStatusCmd() *cobra.Command {
 		Long: "Per partition: the stored next offset, Kafka's log start and high water mark, the lag\n" +
 			"(high water - next offset) and when it was stored, its owner, fencing epoch and lease\n" +
 			"(alive, expired, released); the running instances (active and standby) and the age of\n" +
-			"their heartbeats; the newest finalized window_end; dead letters per reason.\n" +
+			"their heartbeats; the newest finalized window_end; dead letters per reason; refused merged rows.\n" +
 			"Exit 1 when the database or Kafka cannot be read (what could be read is printed)."}
 	f.register(c.Flags())
 	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
@@ -139,6 +139,7 @@ type StatusReport struct {
 	Instances       []InstanceStatus             `json:"instances"`
 	TotalLag        *int64                       `json:"total_lag"` // null: unknown (a partition's lag could not be read)
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
+	RefusedWindows  int64                        `json:"refused_windows"` // rows in refused_windows (docs/runbook.md)
 	KafkaError      string                       `json:"kafka_error,omitempty"`
 	Merge           *MergeStatus                 `json:"merge"` // split pipelines (status_merge.go)
 	// Unowned lists, as topic/partition, the partitions that no instance of
@@ -232,7 +233,7 @@ func pipelineTopics(s *store.Status) []string {
 }
 
 func buildStatus(pipeline string, s *store.Status) *StatusReport {
-	r := &StatusReport{Pipeline: pipeline, DeadLetters: s.DeadLetters}
+	r := &StatusReport{Pipeline: pipeline, DeadLetters: s.DeadLetters, RefusedWindows: s.RefusedWindows}
 	if p := s.Pipeline; p != nil {
 		r.Claimed, r.Epoch, r.Owner = true, p.Epoch, p.Owner
 		r.HeartbeatAt, r.Watermark = timePtr(p.HeartbeatAt), timePtr(p.Watermark)
@@ -466,6 +467,10 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 		fmt.Fprintf(w, " %s %d (%d replayed);", reason, c.Total, c.Replayed)
 	}
 	fmt.Fprintln(w)
+	if r.RefusedWindows > 0 {
+		fmt.Fprintf(w, "refused merged rows: %d in table refused_windows, not in delay_aggregates: fix the cause and re-apply them (docs/runbook.md)\n",
+			r.RefusedWindows)
+	}
 	if r.KafkaError != "" {
 		fmt.Fprintf(w, "%s\n", r.KafkaError)
 	}
