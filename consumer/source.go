@@ -106,6 +106,14 @@ type source struct {
 // sends at most ten empty fetches a second per broker.
 const fetchMaxWait = 100 * time.Millisecond
 
+// A reader never creates the topic it reads. sarama's metadata requests ask
+// the broker to create a missing topic by default (Metadata.AllowAutoTopicCreation,
+// Metadata request v4+, KIP-204), and Apache Kafka does so when
+// auto.create.topics.enable is true, its default: `run` on a misspelt or not
+// yet created topic got an empty topic of num.partitions (1) partitions and
+// drained it, exit 0 (TestRealKafkaMissingTopic, Kafka 4.3.1). Kafka's Java
+// consumer has allow.auto.create.topics (KIP-361) for the same; readers here
+// set it false, so a missing topic is an error naming it.
 func newSaramaConfig(base *sarama.Config, fetchBytes int32) *sarama.Config {
 	c := base
 	if c == nil {
@@ -116,6 +124,7 @@ func newSaramaConfig(base *sarama.Config, fetchBytes int32) *sarama.Config {
 		c.Version = sarama.V2_1_0_0
 	}
 	c.Consumer.IsolationLevel = sarama.ReadCommitted
+	c.Metadata.AllowAutoTopicCreation = false // noAutoCreate
 	c.Consumer.Return.Errors = true
 	c.Consumer.Offsets.AutoCommit.Enable = false
 	c.Consumer.MaxWaitTime = fetchMaxWait

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -176,7 +177,8 @@ func TestRealKafkaPartitionsAddedWhileRunning(t *testing.T) {
 	t.Logf("2 partitions added while running; %d records, %d delay_aggregates rows equal the oracle", n, rows)
 }
 
-// A topic that does not exist (auto.create.topics.enable=false): run --drain
+// A topic that does not exist, on a broker with Kafka's default
+// auto.create.topics.enable=true: run --drain
 // exits 1 with one line naming it (seen: 809 ms after start) and stores
 // nothing.
 func TestRealKafkaMissingTopic(t *testing.T) {
@@ -189,5 +191,20 @@ func TestRealKafkaMissingTopic(t *testing.T) {
 	}
 	if got := dump(t, db, `SELECT count(*) FROM stream_positions`); got[0] != "[0]" {
 		t.Errorf("stream_positions rows after a refused start: %v, want none", got)
+	}
+	// status reads the topic's offsets: it must not create it either.
+	if _, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", c.Bootstrap(), "--pipeline", "rk_missing",
+		"--topics", "no_such_topic"); code != 1 {
+		t.Errorf("status on a missing topic: exit %d, want 1", code)
+	}
+	cl := kafkaClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has("no_such_topic") {
+		t.Errorf("the broker (auto.create.topics.enable=true) created no_such_topic for ovstream, a reader")
 	}
 }

@@ -107,6 +107,7 @@ func (k *kafkaFlags) consumerConfig() (*sarama.Config, error) {
 	c := sarama.NewConfig()
 	c.ClientID = "ovstream"
 	c.Version = sarama.V2_8_0_0
+	c.Metadata.AllowAutoTopicCreation = false // readers never create a topic (consumer/source.go)
 	if err := k.apply(c); err != nil {
 		return nil, err
 	}

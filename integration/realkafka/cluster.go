@@ -205,7 +205,9 @@ func (c *Cluster) properties(n *Node) string {
 		{"share.coordinator.state.topic.replication.factor", strconv.Itoa(N)},
 		{"share.coordinator.state.topic.min.isr", strconv.Itoa(min(2, N))},
 		{"group.initial.rebalance.delay.ms", "0"},
-		{"auto.create.topics.enable", "false"}, // kfake's default; Kafka's is true
+		// auto.create.topics.enable keeps Kafka's default, true, as most
+		// brokers run it (kfake's default is false): ovstream's readers
+		// must not create a missing topic (TestRealKafkaMissingTopic).
 		{"num.partitions", "1"},
 		{"default.replication.factor", strconv.Itoa(N)},
 		{"num.network.threads", "2"},
