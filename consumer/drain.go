@@ -25,6 +25,9 @@ func (l *loop) finishDrain(ctx context.Context) error {
 		return err
 	}
 	l.wm.Raise(l.win.LastEnd())
+	if !l.sp.on {
+		l.wm.Raise(l.copiesLastEnd()) // the copies' windows are final too
+	}
 	l.sp.draining = true // a split drain marks its partitions drained
 	if err := l.commitUntilDone(ctx, ctx); err != nil {
 		return err

@@ -1,0 +1,186 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Issue 24 item 5: `dlq replay` of rejected records after the fix counts
+// each of them once, merged into the final windows' stored rows, whatever
+// copies a killed replay left in the topic and whatever kills the run.
+
+// The SQL oracle over every record oracle_msgs holds, dead letters included:
+// the records the producers wrote, each counted once.
+var (
+	oracleAllAggregates    = strings.Replace(oracleAggregates, "WHERE d.topic", "WHERE false AND d.topic", 1)
+	oracleAllDistributions = strings.Replace(oracleDistributions, "WHERE d.topic", "WHERE false AND d.topic", 1)
+)
+
+// checkAllCounted checks the drained tables of db against the oracle over
+// every record of oracle_msgs (n of them, each a prediction): delay_aggregates
+// and its distributions equal the oracle, the network rows count n events,
+// and dead_letter_replays holds one row per replayed source, each counted by
+// exactly one copy, all of them the rejected dead letters.
+func checkAllCounted(t *testing.T, db string, n int) {
+	t.Helper()
+	sameRows(t, "delay_aggregates vs the SQL oracle over every record written", dump(t, db, dumpAggregates), dump(t, db, oracleAllAggregates))
+	sameRows(t, "stored distributions vs the SQL oracle over every record written", dump(t, db, dumpDistributions),
+		dump(t, db, oracleAllDistributions))
+	if c := dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`); c[0] != fmt.Sprintf("[%d]", n) {
+		t.Errorf("the network rows count %v events, want every record once: %d", c, n)
+	}
+	sameRows(t, "dead_letter_replays vs the rejected dead letters",
+		dump(t, db, `SELECT source_topic, source_partition, source_offset FROM dead_letter_replays`),
+		dump(t, db, `SELECT topic, partition, "offset" FROM dead_letters WHERE reason = 'rejected' AND source_topic IS NULL`))
+	if other := dump(t, db, `SELECT reason, count(*) FROM dead_letters WHERE source_topic IS NOT NULL GROUP BY reason`); len(other) != 0 {
+		t.Errorf("copies dead-lettered: %v, want none", other)
+	}
+}
+
+// copiesPerSource reads topic and returns how many copies of each source
+// (header ovstream-dlq-source) it holds.
+func copiesPerSource(t *testing.T, addr, topic string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, m := range readTopic(t, addr, topic) {
+		for _, h := range m.Headers {
+			if string(h.Key) == "ovstream-dlq-source" {
+				out[string(h.Value)]++
+			}
+		}
+	}
+	return out
+}
+
+// replayArgs is `dlq replay` of the rejected dead letters into the
+// predictions topic.
+func replayArgs(db, addr string) []string {
+	return []string{"dlq", "replay", "--database-url", db, "--brokers", addr, "--reason", "rejected", "--to", predictionsTopic}
+}
+
+// wantSIGKILL fails the test unless p ended by SIGKILL at crash point
+// point:n.
+func wantSIGKILL(t *testing.T, p *proc, point string, n int) {
+	t.Helper()
+	<-p.done
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	want := fmt.Sprintf("crashpoint: %s reached %d time(s): SIGKILL", point, n)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL || !strings.Contains(p.output(), want) {
+		t.Fatalf("%s:%d: ended with %v, want SIGKILL after %q; output:\n%s", point, n, p.cmd.ProcessState, want, tail(p.output(), 40))
+	}
+}
+
+// 3,000 predictions over 6 partitions and 3 windows, 20 stations; a CHECK
+// refuses the station rows of S00..S09, so the drain dead-letters their
+// 1,500 records rejected. The CHECK is dropped; `dlq replay` is SIGKILLed
+// after Kafka acknowledged its second batch (500 copies) and before it marked
+// them replayed, so the rerun sends them again: 500 sources have two copies
+// in the topic (the issue's repro). A `run --drain` is SIGKILLed after
+// reading 1,200 copies, and run again. The tables end equal to the SQL
+// oracle over the 3,000 records written: every replayed record counted once,
+// merged into its final window. Before the fix the copies were dead-lettered
+// late (their windows were final) and 1,500 records were never counted.
+func TestDLQReplayKilledAndRerun(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	const n = 3000
+	var msgs []*sarama.ProducerMessage
+	for i := range n {
+		at := time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC).Add(time.Duration(i) * 300 * time.Millisecond) // 15 minutes
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: predictionsTopic, Partition: int32(i % 6),
+			Key: sarama.StringEncoder(fmt.Sprint("t", i%97)),
+			Value: sarama.ByteEncoder(pred(fmt.Sprint("t", i%97), fmt.Sprint("L", i%5), fmt.Sprintf("S%02d", (i/6)%20), "AT",
+				(i*37)%600-120, at.Format(time.RFC3339Nano)))})
+	}
+	sendAll(t, addr, msgs)
+	execSQL(t, db, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_low_stations CHECK (dimension <> 'station' OR dimension_id >= 'S10')`)
+	drain(t, db, addr)
+	if got := loadOracleInput(t, db, addr, predictionsTopic); got != n {
+		t.Fatalf("the topic holds %d records, want %d", got, n)
+	}
+	if r := dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'rejected'`); r[0] != "[1500]" {
+		t.Fatalf("%v rejected dead letters, want the 1500 records of S00..S09", r)
+	}
+	execSQL(t, db, `ALTER TABLE delay_aggregates DROP CONSTRAINT no_low_stations`)
+
+	p := startOvstream(t, []string{"OVSTREAM_CRASHPOINT=replay_acked:2"}, replayArgs(db, addr)...)
+	wantSIGKILL(t, p, "replay_acked", 2)
+	if p := startOvstream(t, nil, replayArgs(db, addr)...); p.wait(t, time.Minute) != 0 {
+		t.Fatalf("the second dlq replay failed:\n%s", p.output())
+	}
+	copies, twice := copiesPerSource(t, addr, predictionsTopic), 0
+	for _, c := range copies {
+		if c > 1 {
+			twice++
+		}
+	}
+	if len(copies) != 1500 || twice != 500 {
+		t.Fatalf("the topic holds copies of %d sources, %d of them twice; want 1500 and 500 (the killed batch sent again)",
+			len(copies), twice)
+	}
+
+	p = startOvstream(t, []string{"OVSTREAM_CRASHPOINT=after_consume:1200"}, runArgs(db, addr, "--drain")...)
+	wantSIGKILL(t, p, "after_consume", 1200)
+	out := drain(t, db, addr)
+	checkAllCounted(t, db, n)
+	if strings.Contains(out, "level=ERROR") {
+		t.Errorf("the drain logged errors:\n%s", tail(out, 40))
+	}
+}
+
+// sendAll produces msgs, each to the partition it names, in batches.
+func sendAll(t *testing.T, addr string, msgs []*sarama.ProducerMessage) {
+	t.Helper()
+	p, err := sarama.NewSyncProducer([]string{addr}, producerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for len(msgs) > 0 {
+		k := min(len(msgs), 500)
+		if err := p.SendMessages(msgs[:k]); err != nil {
+			t.Fatal(err)
+		}
+		msgs = msgs[k:]
+	}
+}
+
+// The runbook's recovery of rejected records: CHECK constraints refuse the
+// station rows of a real stop and the trip row of a real trip of the
+// Auckland peak sample; the drain dead-letters their records rejected. The
+// constraints are dropped, `dlq replay --reason rejected` re-produces them,
+// and a second drain counts every copy, merged exactly into the stored rows
+// of the final windows (the station's rows written anew): delay_aggregates
+// and its distributions equal the SQL oracle over every record written, and
+// the trip's latest state is its newest record. Before the fix every copy
+// was dead-lettered late and the tables stayed without them.
+func TestDLQReplayRejectedAfterFix(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	refuseRealIDs(t, db)
+	drain(t, db, addr)
+	n := loadOracleInput(t, db, addr, predictionsTopic)
+	rejected := dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'rejected'`)
+	execSQL(t, db, `ALTER TABLE delay_aggregates DROP CONSTRAINT no_station_7151;
+ALTER TABLE trip_delay_latest DROP CONSTRAINT no_trip_7380020909;`)
+	p := startOvstream(t, nil, replayArgs(db, addr)...)
+	if p.wait(t, time.Minute) != 0 || !strings.Contains(p.output(), "replayed "+strings.Trim(rejected[0], "[]")+" dead letters") {
+		t.Fatalf("dlq replay of %v rejected dead letters:\n%s", rejected, p.output())
+	}
+	drain(t, db, addr)
+	checkAllCounted(t, db, n)
+	if s := dump(t, db, `SELECT count(*) FROM delay_aggregates WHERE dimension = 'station' AND dimension_id = '`+refusedStation+`'`); s[0] == "[0]" {
+		t.Errorf("station %s has no rows", refusedStation)
+	}
+	want := dump(t, db, `SELECT j->>'delay_s', j->>'event_time' FROM (SELECT convert_from(value, 'UTF8')::jsonb AS j FROM oracle_msgs) m
+		WHERE j->>'trip_id' = '`+refusedTrip+`' ORDER BY (j->>'event_time')::timestamptz DESC LIMIT 1`)
+	got := dump(t, db, `SELECT delay_s::text, to_char(observed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') FROM trip_delay_latest
+		WHERE trip_id = '`+refusedTrip+`'`)
+	sameRows(t, "the refused trip's latest state vs its newest record", got, want)
+}
