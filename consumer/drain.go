@@ -32,7 +32,10 @@ func (l *loop) finishDrain(ctx context.Context) error {
 	if err := l.commitUntilDone(ctx, ctx); err != nil {
 		return err
 	}
-	return l.awaitMerge(ctx)
+	if err := l.awaitMerge(ctx); err != nil {
+		return err
+	}
+	return l.drainCopies(ctx)
 }
 
 // shutdown makes the final commit of what is durable after SIGTERM. Open

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -140,4 +141,26 @@ func (l *loop) copiesCommitted(out *store.ReplayOutcome) {
 		l.cfg.Logger.Warn("a replayed copy was dead-lettered", "copy", fmt.Sprintf("%s/%d/%d", d.Topic, d.Partition, d.Offset),
 			"source", d.Source.String(), "reason", d.Reason, "error", d.Error)
 	}
+}
+
+// drainCopies ends a split drain whose merge is done: the copies still
+// waiting are counted by up to three more commits (each learns the merge
+// frontier, pipelines.merged_until, that the next one counts up to). Copies
+// of windows the pipeline never merged (no partial of any partition) are left
+// to the next run, logged: their offsets stay stored below them.
+func (l *loop) drainCopies(ctx context.Context) error {
+	if !l.sp.on || ctx.Err() != nil {
+		return nil
+	}
+	l.sp.draining = false // the drain's merge cleared the drained flags: a commit now must not set them again
+	for i := 0; i < 3 && len(l.copies) > 0; i++ {
+		if err := l.commitUntilDone(ctx, ctx); err != nil {
+			return err
+		}
+	}
+	if n := len(l.copies); n > 0 {
+		l.cfg.Logger.Warn("replayed copies wait for windows the pipeline has not merged: the next run counts them",
+			"copies", n, "merged_until", l.sp.merged.Until.Format(time.RFC3339))
+	}
+	return nil
 }

@@ -90,15 +90,7 @@ func wantSIGKILL(t *testing.T, p *proc, point string, n int) {
 func TestDLQReplayKilledAndRerun(t *testing.T) {
 	addr, db := startBroker(t), freshDB(t)
 	const n = 3000
-	var msgs []*sarama.ProducerMessage
-	for i := range n {
-		at := time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC).Add(time.Duration(i) * 300 * time.Millisecond) // 15 minutes
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: predictionsTopic, Partition: int32(i % 6),
-			Key: sarama.StringEncoder(fmt.Sprint("t", i%97)),
-			Value: sarama.ByteEncoder(pred(fmt.Sprint("t", i%97), fmt.Sprint("L", i%5), fmt.Sprintf("S%02d", (i/6)%20), "AT",
-				(i*37)%600-120, at.Format(time.RFC3339Nano)))})
-	}
-	sendAll(t, addr, msgs)
+	sendAll(t, addr, synthetic(n, windowsFrom, 300*time.Millisecond)) // 15 minutes
 	execSQL(t, db, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_low_stations CHECK (dimension <> 'station' OR dimension_id >= 'S10')`)
 	drain(t, db, addr)
 	if got := loadOracleInput(t, db, addr, predictionsTopic); got != n {
@@ -132,6 +124,24 @@ func TestDLQReplayKilledAndRerun(t *testing.T) {
 	if strings.Contains(out, "level=ERROR") {
 		t.Errorf("the drain logged errors:\n%s", tail(out, 40))
 	}
+}
+
+// windowsFrom is where synthetic's records start.
+var windowsFrom = time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC)
+
+// synthetic returns n predictions, the i-th at event time from + i*step, on
+// partition i%6, of 20 stations (S00..S19, six records in a row each), 5
+// lines and 97 trips, with delays from -120 to 479 s.
+func synthetic(n int, from time.Time, step time.Duration) []*sarama.ProducerMessage {
+	var msgs []*sarama.ProducerMessage
+	for i := range n {
+		at := from.Add(time.Duration(i) * step)
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: predictionsTopic, Partition: int32(i % 6),
+			Key: sarama.StringEncoder(fmt.Sprint("t", i%97)),
+			Value: sarama.ByteEncoder(pred(fmt.Sprint("t", i%97), fmt.Sprint("L", i%5), fmt.Sprintf("S%02d", (i/6)%20), "AT",
+				(i*37)%600-120, at.Format(time.RFC3339Nano)))})
+	}
+	return msgs
 }
 
 // sendAll produces msgs, each to the partition it names, in batches.
@@ -183,4 +193,58 @@ ALTER TABLE trip_delay_latest DROP CONSTRAINT no_trip_7380020909;`)
 	got := dump(t, db, `SELECT delay_s::text, to_char(observed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') FROM trip_delay_latest
 		WHERE trip_id = '`+refusedTrip+`'`)
 	sameRows(t, "the refused trip's latest state vs its newest record", got, want)
+}
+
+// Late records in a split pipeline (two instances), and the operator's
+// decision to count them: 600 records over 15 minutes, split drains; then
+// 120 records of the first 10 minutes again (other delays), late, so the
+// next split drains dead-letter them late. A plain `dlq replay --reason
+// late` counts nothing: the allowed lateness said they do not count, and
+// each copy is dead-lettered late again, keeping its source. `dlq replay
+// --reason late --into-final-windows` then replays those dead letters, with
+// the original sources: the split drains merge every copy into the merged
+// windows, and the tables equal the SQL oracle over all 720 records, each
+// source counted once.
+func TestDLQReplayLateIntoFinalWindows(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	sendAll(t, addr, synthetic(600, windowsFrom, 1500*time.Millisecond))
+	waitAll(t, startSplit(t, db, addr, split2, "--drain"), "split drains of the records on time")
+	late := synthetic(120, windowsFrom.Add(7*time.Second), 5*time.Second)
+	for i, m := range late { // other delays than the first records'
+		m.Value = sarama.ByteEncoder(pred(fmt.Sprint("late", i), fmt.Sprint("L", i%5), fmt.Sprintf("S%02d", i%20), "AT", 1000+i, windowsFrom.Add(time.Duration(7+5*i)*time.Second).Format(time.RFC3339)))
+	}
+	sendAll(t, addr, late)
+	waitAll(t, startSplit(t, db, addr, split2, "--drain"), "split drains of the late records")
+	if n := loadOracleInput(t, db, addr, predictionsTopic); n != 720 {
+		t.Fatalf("the topic holds %d records, want 720", n)
+	}
+	if l := dump(t, db, `SELECT reason, count(*) FROM dead_letters GROUP BY reason`); fmt.Sprint(l) != "[[late 120]]" {
+		t.Fatalf("dead letters %v, want the 120 late records", l)
+	}
+	sameRows(t, "delay_aggregates vs the SQL oracle without the late records", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
+
+	replay := func(extra ...string) {
+		t.Helper()
+		args := append([]string{"dlq", "replay", "--database-url", db, "--brokers", addr, "--reason", "late", "--to", predictionsTopic}, extra...)
+		if p := startOvstream(t, nil, args...); p.wait(t, time.Minute) != 0 || !strings.Contains(p.output(), "replayed 120 dead letters") {
+			t.Fatalf("dlq replay %v:\n%s", extra, p.output())
+		}
+	}
+	replay()
+	waitAll(t, startSplit(t, db, addr, split2, "--drain"), "split drains of the plain replay")
+	if l := dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'late' AND source_topic IS NOT NULL AND
+		(source_topic, source_partition, source_offset) IN (SELECT topic, partition, "offset" FROM dead_letters WHERE source_topic IS NULL)`); l[0] != "[120]" {
+		t.Fatalf("%v copies dead-lettered late keeping their source, want 120", l)
+	}
+	sameRows(t, "delay_aggregates after the plain replay vs the SQL oracle without the late records",
+		dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
+
+	replay("--into-final-windows")
+	waitAll(t, startSplit(t, db, addr, split2, "--drain"), "split drains of the replay into final windows")
+	sameRows(t, "delay_aggregates vs the SQL oracle over every record written", dump(t, db, dumpAggregates), dump(t, db, oracleAllAggregates))
+	sameRows(t, "stored distributions vs the SQL oracle over every record written", dump(t, db, dumpDistributions),
+		dump(t, db, oracleAllDistributions))
+	sameRows(t, "dead_letter_replays vs the late records",
+		dump(t, db, `SELECT source_topic, source_partition, source_offset FROM dead_letter_replays`),
+		dump(t, db, `SELECT topic, partition, "offset" FROM dead_letters WHERE source_topic IS NULL`))
 }
