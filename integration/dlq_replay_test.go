@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
 )
 
 // Issue 24 item 5: `dlq replay` of rejected records after the fix counts
@@ -247,4 +250,75 @@ func TestDLQReplayLateIntoFinalWindows(t *testing.T) {
 	sameRows(t, "dead_letter_replays vs the late records",
 		dump(t, db, `SELECT source_topic, source_partition, source_offset FROM dead_letter_replays`),
 		dump(t, db, `SELECT topic, partition, "offset" FROM dead_letters WHERE source_topic IS NULL`))
+}
+
+// The commit's count of copies, through the store: a source counts once
+// (a second copy, in the same batch or a later one, is skipped); when
+// PostgreSQL refuses a merged row, the window's copies are counted one at a
+// time and only the copy whose row is refused is dead-lettered rejected,
+// keeping its source; a window stored without its distribution (before
+// schema 5) takes no copy: dead-lettered late, saying so. Each merged row
+// equals the oracle's: the stored events plus the copies'.
+func TestStoreCountsReplayedCopies(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	w := t0.Add(-5 * time.Minute) // a window without rows: the copies' rows are new
+	cp := func(src, off int64, stop string, delay float64, at time.Time) store.ReplayedRecord {
+		start := at.Truncate(5 * time.Minute)
+		return store.ReplayedRecord{Source: store.SourceID{Topic: "orig", Partition: 0, Offset: src}, Copy: tp0, Offset: off,
+			Value: []byte(fmt.Sprint("copy ", off)), WindowStart: start, WindowEnd: start.Add(5 * time.Minute),
+			Prediction: aggregate.Prediction{TripID: "t", Line: "L1", StopID: stop, Operator: "op1", DelayS: delay, EventTime: at}}
+	}
+	commit := func(next int64, recs ...store.ReplayedRecord) store.ReplayOutcome {
+		t.Helper()
+		var out store.ReplayOutcome
+		b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(next), Replayed: recs, ReplayOut: &out}
+		if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The stored window t0: line L1 with delay 0 (30 events), written as a run would.
+	base := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0),
+		Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 30, 0, 0, 0, 0)}}
+	if err := s.Commit(ctx, withSeqs(t, s, base)); err != nil {
+		t.Fatal(err)
+	}
+	out := commit(2, cp(1, 0, "S1", 10, t0.Add(time.Minute)), cp(1, 1, "S1", 10, t0.Add(time.Minute)))
+	if out.Counted != 1 || out.Duplicates != 1 || len(out.DeadLetters) != 0 {
+		t.Fatalf("two copies of one source: %+v, want 1 counted, 1 duplicate", out)
+	}
+	if out := commit(3, cp(1, 2, "S1", 10, t0.Add(time.Minute))); out.Counted != 0 || out.Duplicates != 1 {
+		t.Fatalf("a third copy in a later commit: %+v, want a duplicate", out)
+	}
+	const line = `SELECT event_count, mean_delay_s, p90_delay_s, delay_values::text, delay_counts::text FROM delay_aggregates
+		WHERE dimension = 'line' AND dimension_id = 'L1' AND window_start = $1`
+	if got := dump(t, url, strings.Replace(line, "$1", "'"+t0.Format(time.RFC3339)+"'", 1)); fmt.Sprint(got) != "[[31 0.3225806451612903 0 {0,10} {30,1}]]" {
+		t.Fatalf("line L1 after one copy: %v, want 31 events, mean 10/31, p90 0, {0,10} {30,1}", got)
+	}
+	// A CHECK refuses station S9: of three copies of window w, the one at S9
+	// is dead-lettered rejected, the other two count.
+	execSQL(t, url, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_s9 CHECK (dimension <> 'station' OR dimension_id <> 'S9')`)
+	out = commit(6, cp(10, 3, "S2", 5, w.Add(time.Second)), cp(11, 4, "S9", 7, w.Add(2*time.Second)), cp(12, 5, "S2", 9, w.Add(3*time.Second)))
+	if out.Counted != 2 || out.Duplicates != 0 || len(out.DeadLetters) != 1 {
+		t.Fatalf("three copies, one refused: %+v, want 2 counted and 1 dead letter", out)
+	}
+	d := dump(t, url, `SELECT "offset", reason, source_topic, source_offset, error LIKE '%no_s9%' FROM dead_letters`)
+	if fmt.Sprint(d) != "[[4 rejected orig 11 true]]" {
+		t.Fatalf("dead letters %v, want the copy at offset 4, rejected for no_s9, source orig/0/11", d)
+	}
+	if got := dump(t, url, `SELECT dimension, dimension_id, event_count, mean_delay_s, p90_delay_s FROM delay_aggregates WHERE window_start = '`+
+		w.Format(time.RFC3339)+`'`); fmt.Sprint(got) != "[[line L1 2 7 8.6] [network all 2 7 8.6] [operator op1 2 7 8.6] [station S2 2 7 8.6]]" {
+		t.Fatalf("window %s: %v, want the two copies of S2 (5 s and 9 s) in every row", w, got)
+	}
+	// A row without its distribution takes no copy.
+	execSQL(t, url, `UPDATE delay_aggregates SET delay_values = NULL, delay_counts = NULL WHERE window_start = '`+t0.Format(time.RFC3339)+`'`)
+	out = commit(7, cp(20, 6, "S1", 3, t0.Add(2*time.Minute)))
+	if out.Counted != 0 || len(out.DeadLetters) != 1 || out.DeadLetters[0].Reason != store.ReasonLate ||
+		!strings.Contains(out.DeadLetters[0].Error, "without its distribution") {
+		t.Fatalf("a copy into a row without distribution: %+v, want a late dead letter saying so", out)
+	}
+	if n := dump(t, url, `SELECT source_offset, "offset" FROM dead_letter_replays`); fmt.Sprint(n) != "[[1 0] [10 3] [12 5]]" {
+		t.Fatalf("dead_letter_replays %v, want sources 1, 10 and 12 with the copies that counted", n)
+	}
 }

@@ -108,6 +108,14 @@ type ReplayOutcome struct {
 // are dead-lettered (ReplayOutcome.DeadLetters). It fills out.
 func mergeReplayed(ctx context.Context, tx pgx.Tx, pipeline string, recs []ReplayedRecord, out *ReplayOutcome) error {
 	*out = ReplayOutcome{}
+	// Instances of a split pipeline may merge copies into one window at
+	// once: a row both find missing would be written by both, the second
+	// replacing the first (copyWindows). The pipelines row lock, which a
+	// merge of partials takes too, makes them one after the other; FOR
+	// UPDATE then reads what the other committed.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline); err != nil {
+		return fmt.Errorf("lock the pipeline: %w", err)
+	}
 	recs = slices.Clone(recs)
 	slices.SortStableFunc(recs, func(a, b ReplayedRecord) int { return a.WindowStart.Compare(b.WindowStart) })
 	for i := 0; i < len(recs); {

@@ -219,6 +219,9 @@ func listText(w io.Writer, dls []store.StoredDeadLetter) {
 		if !d.ReplayedAt.IsZero() {
 			replayed = "replayed to " + d.ReplayedTo + " at " + d.ReplayedAt.Format(time.RFC3339)
 		}
+		if !d.Source.IsZero() {
+			replayed += ", a copy of " + d.Source.String()
+		}
 		fmt.Fprintf(w, "%s/%d/%d %s stored %s, %s\n  error: %s\n  key:   %s\n  value: %s\n",
 			d.Topic, d.Partition, d.Offset, d.Reason, d.CreatedAt.Format(time.RFC3339), replayed,
 			d.Error, preview(d.Key), preview(d.Value))
@@ -238,6 +241,7 @@ type dlqJSON struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	ReplayedAt *time.Time `json:"replayed_at"`
 	ReplayedTo *string    `json:"replayed_to"`
+	Source     *string    `json:"source"` // topic/partition/offset of the record a copy was replayed from; null: none
 }
 
 func listJSON(w io.Writer, dls []store.StoredDeadLetter) error {
@@ -247,6 +251,10 @@ func listJSON(w io.Writer, dls []store.StoredDeadLetter) error {
 			Key: d.Key, Value: d.Value, CreatedAt: d.CreatedAt, ReplayedAt: timePtr(d.ReplayedAt)}
 		if d.ReplayedTo != "" {
 			j.ReplayedTo = &d.ReplayedTo
+		}
+		if !d.Source.IsZero() {
+			src := d.Source.String()
+			j.Source = &src
 		}
 		if err := enc.Encode(j); err != nil {
 			return err
