@@ -81,9 +81,14 @@ func (l *loop) takeBatch() *pendingCommit {
 	p.batch.Trips, p.batch.Vehicles = l.trips.rows, l.vehicles.rows
 	l.olderVersions(&p.batch)
 	p.batch.Replayed, p.batch.ReplayOut = l.takeCopies(l.copiesFinal(wm)), &store.ReplayOutcome{}
+	floors := l.copyFloors() // of the copies still waiting (replayed.go)
 	for _, tp := range SortedPartitions(l.led.parts) {
+		next := l.led.Committable(tp, wm)
+		if f, ok := floors[tp]; ok {
+			next = min(next, f)
+		}
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
-			NextOffset: l.copyFloor(tp, l.led.Committable(tp, wm)), ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
+			NextOffset: next, ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
 	}
 	l.splitBatch(&p.batch)
 	l.dead = nil

@@ -95,15 +95,16 @@ func (l *loop) copiesFinal(wm time.Time) time.Time {
 	return wm
 }
 
-// copyFloor lowers next, tp's committable offset, to the smallest offset of
-// a copy of tp still waiting.
-func (l *loop) copyFloor(tp aggregate.PartitionID, next int64) int64 {
+// copyFloors returns, per partition, the smallest offset of a copy still
+// waiting: the partition's committable offset stays at or below it.
+func (l *loop) copyFloors() map[aggregate.PartitionID]int64 {
+	floors := map[aggregate.PartitionID]int64{}
 	for _, c := range l.copies {
-		if c.Copy == tp && c.Offset < next {
-			next = c.Offset
+		if f, ok := floors[c.Copy]; !ok || c.Offset < f {
+			floors[c.Copy] = c.Offset
 		}
 	}
-	return next
+	return floors
 }
 
 // copiesLastEnd returns the end of the last window a waiting copy belongs
