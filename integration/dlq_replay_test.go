@@ -12,6 +12,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -30,8 +31,8 @@ var (
 // every record of oracle_msgs (n of them, each a prediction): delay_aggregates
 // and its distributions equal the oracle, the network rows count n events,
 // and dead_letter_replays holds one row per replayed source, each counted by
-// exactly one copy, all of them the rejected dead letters.
-func checkAllCounted(t *testing.T, db string, n int) {
+// exactly one copy, all of them the dead letters of reason.
+func checkAllCounted(t *testing.T, db string, n int, reason string) {
 	t.Helper()
 	sameRows(t, "delay_aggregates vs the SQL oracle over every record written", dump(t, db, dumpAggregates), dump(t, db, oracleAllAggregates))
 	sameRows(t, "stored distributions vs the SQL oracle over every record written", dump(t, db, dumpDistributions),
@@ -41,7 +42,7 @@ func checkAllCounted(t *testing.T, db string, n int) {
 	}
 	sameRows(t, "dead_letter_replays vs the rejected dead letters",
 		dump(t, db, `SELECT source_topic, source_partition, source_offset FROM dead_letter_replays`),
-		dump(t, db, `SELECT topic, partition, "offset" FROM dead_letters WHERE reason = 'rejected' AND source_topic IS NULL`))
+		dump(t, db, `SELECT topic, partition, "offset" FROM dead_letters WHERE reason = '`+reason+`' AND source_topic IS NULL`))
 	if other := dump(t, db, `SELECT reason, count(*) FROM dead_letters WHERE source_topic IS NOT NULL GROUP BY reason`); len(other) != 0 {
 		t.Errorf("copies dead-lettered: %v, want none", other)
 	}
@@ -64,8 +65,12 @@ func copiesPerSource(t *testing.T, addr, topic string) map[string]int {
 
 // replayArgs is `dlq replay` of the rejected dead letters into the
 // predictions topic.
-func replayArgs(db, addr string) []string {
-	return []string{"dlq", "replay", "--database-url", db, "--brokers", addr, "--reason", "rejected", "--to", predictionsTopic}
+func replayArgs(db, addr string) []string { return replayReason(db, addr, store.ReasonRejected) }
+
+// replayReason is `dlq replay` of the dead letters of reason into the
+// predictions topic.
+func replayReason(db, addr, reason string) []string {
+	return []string{"dlq", "replay", "--database-url", db, "--brokers", addr, "--reason", reason, "--to", predictionsTopic}
 }
 
 // wantSIGKILL fails the test unless p ended by SIGKILL at crash point
@@ -123,7 +128,7 @@ func TestDLQReplayKilledAndRerun(t *testing.T) {
 	p = startOvstream(t, []string{"OVSTREAM_CRASHPOINT=after_consume:1200"}, runArgs(db, addr, "--drain")...)
 	wantSIGKILL(t, p, "after_consume", 1200)
 	out := drain(t, db, addr)
-	checkAllCounted(t, db, n)
+	checkAllCounted(t, db, n, store.ReasonRejected)
 	if strings.Contains(out, "level=ERROR") {
 		t.Errorf("the drain logged errors:\n%s", tail(out, 40))
 	}
@@ -187,7 +192,7 @@ ALTER TABLE trip_delay_latest DROP CONSTRAINT no_trip_7380020909;`)
 		t.Fatalf("dlq replay of %v rejected dead letters:\n%s", rejected, p.output())
 	}
 	drain(t, db, addr)
-	checkAllCounted(t, db, n)
+	checkAllCounted(t, db, n, store.ReasonRejected)
 	if s := dump(t, db, `SELECT count(*) FROM delay_aggregates WHERE dimension = 'station' AND dimension_id = '`+refusedStation+`'`); s[0] == "[0]" {
 		t.Errorf("station %s has no rows", refusedStation)
 	}
@@ -320,5 +325,55 @@ func TestStoreCountsReplayedCopies(t *testing.T) {
 	}
 	if n := dump(t, url, `SELECT source_offset, "offset" FROM dead_letter_replays`); fmt.Sprint(n) != "[[1 0] [10 3] [12 5]]" {
 		t.Fatalf("dead_letter_replays %v, want sources 1, 10 and 12 with the copies that counted", n)
+	}
+}
+
+// The issue's double count, in open windows: 1,500 predictions 60-90 s
+// ahead of the clock (max future skew 10 s) are dead-lettered future; the
+// clock moves 2 minutes on; `dlq replay --reason future` is SIGKILLed after
+// Kafka acknowledged its second batch, and rerun: 500 sources have two
+// copies. A drain (in process, on the moved clock) reads the copies while
+// their windows are open: each waits for its window, which the drain
+// finalizes, and counts once. Before the fix both copies of those 500 were
+// counted in their open windows (2,000 events for 1,500 records).
+func TestDLQReplayIntoOpenWindowsCountsOnce(t *testing.T) {
+	addr, db := onePartitionBroker(t), freshDB(t)
+	clock := &skewClock{}
+	base := clock.Now().Truncate(time.Second)
+	first := runInProcess(t, db, addr, clock, consumer.Config{MaxFutureSkew: 10 * time.Second})
+	const n = 1500
+	msgs := synthetic(n, base.Add(time.Minute), 20*time.Millisecond)
+	for _, m := range msgs {
+		m.Partition = 0
+	}
+	sendAll(t, addr, msgs)
+	waitFor(t, time.Minute, "a commit of every record", func() bool { return storedConsumed(t, db) == n })
+	first.stop(t)
+	if d := dump(t, db, `SELECT reason, count(*) FROM dead_letters GROUP BY reason`); fmt.Sprint(d) != "[[future 1500]]" {
+		t.Fatalf("dead letters %v, want 1500 future", d)
+	}
+	if got := loadOracleInput(t, db, addr, predictionsTopic); got != n {
+		t.Fatalf("the topic holds %d records, want %d", got, n)
+	}
+	clock.jump(2 * time.Minute)
+
+	p := startOvstream(t, []string{"OVSTREAM_CRASHPOINT=replay_acked:2"}, replayReason(db, addr, store.ReasonFuture)...)
+	wantSIGKILL(t, p, "replay_acked", 2)
+	if p := startOvstream(t, nil, replayReason(db, addr, store.ReasonFuture)...); p.wait(t, time.Minute) != 0 {
+		t.Fatalf("the second dlq replay failed:\n%s", p.output())
+	}
+	copies, twice := copiesPerSource(t, addr, predictionsTopic), 0
+	for _, c := range copies {
+		if c > 1 {
+			twice++
+		}
+	}
+	if len(copies) != n || twice != 500 {
+		t.Fatalf("the topic holds copies of %d sources, %d of them twice; want %d and 500", len(copies), twice, n)
+	}
+	sum := runInProcess(t, db, addr, clock, consumer.Config{MaxFutureSkew: 10 * time.Second, Drain: true}).wait(t, 2*time.Minute)
+	checkAllCounted(t, db, n, store.ReasonFuture)
+	if sum.ReplayedCounted != n || sum.ReplayedDuplicates != 500 {
+		t.Errorf("the drain counted %d copies and skipped %d, want %d and 500", sum.ReplayedCounted, sum.ReplayedDuplicates, n)
 	}
 }
