@@ -129,6 +129,9 @@ func TestDLQReplayKilledAndRerun(t *testing.T) {
 	wantSIGKILL(t, p, "after_consume", 1200)
 	out := drain(t, db, addr)
 	checkAllCounted(t, db, n, store.ReasonRejected)
+	if !strings.Contains(out, "replayed copies counted") {
+		t.Errorf("the drain's summary says nothing of the copies:\n%s", tail(out, 20))
+	}
 	if strings.Contains(out, "level=ERROR") {
 		t.Errorf("the drain logged errors:\n%s", tail(out, 40))
 	}
