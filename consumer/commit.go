@@ -80,9 +80,15 @@ func (l *loop) takeBatch() *pendingCommit {
 		Names: l.names.Take()}
 	p.batch.Trips, p.batch.Vehicles = l.trips.rows, l.vehicles.rows
 	l.olderVersions(&p.batch)
+	p.batch.Replayed, p.batch.ReplayOut = l.takeCopies(l.copiesFinal(wm)), &store.ReplayOutcome{}
+	floors := l.copyFloors() // of the copies still waiting (replayed.go)
 	for _, tp := range SortedPartitions(l.led.parts) {
+		next := l.led.Committable(tp, wm)
+		if f, ok := floors[tp]; ok {
+			next = min(next, f)
+		}
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
-			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
+			NextOffset: next, ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
 	}
 	l.splitBatch(&p.batch)
 	l.dead = nil
@@ -162,6 +168,7 @@ func (l *loop) finishCommit(res commitResult) error {
 		l.splitCommitted(res.merged, p.wm, p.batch.Positions)
 	}
 	b := &p.batch
+	l.copiesCommitted(b.ReplayOut)
 	for _, pos := range b.Positions {
 		pos.Seq++ // the commit's fencing statement added one (store.Commit)
 		l.stored[pos.PartitionID] = pos

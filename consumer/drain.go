@@ -25,11 +25,17 @@ func (l *loop) finishDrain(ctx context.Context) error {
 		return err
 	}
 	l.wm.Raise(l.win.LastEnd())
+	if !l.sp.on {
+		l.wm.Raise(l.copiesLastEnd()) // the copies' windows are final too
+	}
 	l.sp.draining = true // a split drain marks its partitions drained
 	if err := l.commitUntilDone(ctx, ctx); err != nil {
 		return err
 	}
-	return l.awaitMerge(ctx)
+	if err := l.awaitMerge(ctx); err != nil {
+		return err
+	}
+	return l.drainCopies(ctx)
 }
 
 // shutdown makes the final commit of what is durable after SIGTERM. Open

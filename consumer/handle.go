@@ -50,16 +50,17 @@ func (l *loop) handle(r *record, now time.Time) {
 		l.names.Observe(&p, r.names)
 		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
 		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
+		if !r.src.IsZero() {
+			l.replayedCopy(r, p, end, replay)
+			return
+		}
 		switch classify(r.offset, end, l.wm.Current(), l.replayUntil[r.tp], l.sp.storedAt(r.tp, end)) {
 		case replayed:
 			l.sum.Skipped++
 			l.led.Consumed(r.tp, r.offset)
 			return
 		case late:
-			cfg.Metrics.Late.WithLabelValues(r.tp.Topic).Inc()
-			l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
-				p.EventTime.Format(time.RFC3339), end.Add(-cfg.Window).Format(time.RFC3339),
-				end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
+			l.late(r, p, end)
 			return
 		}
 		if l.rejectPrediction(r, p) {
@@ -127,9 +128,18 @@ func (l *loop) future(r *record, t, now time.Time) bool {
 	return true
 }
 
+// late dead-letters p, read from r, whose window (ending at end) was
+// finalized before it arrived.
+func (l *loop) late(r *record, p aggregate.Prediction, end time.Time) {
+	l.cfg.Metrics.Late.WithLabelValues(r.tp.Topic).Inc()
+	l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
+		p.EventTime.Format(time.RFC3339), end.Add(-l.cfg.Window).Format(time.RFC3339),
+		end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))
+}
+
 func (l *loop) deadLetter(r *record, reason, msg string) {
 	l.dead = append(l.dead, store.DeadLetter{Topic: r.tp.Topic, Partition: r.tp.Partition, Offset: r.offset,
-		Key: r.key, Value: r.value, Reason: reason, Error: msg})
+		Key: r.key, Value: r.value, Reason: reason, Error: msg, Source: r.src})
 	l.sum.DeadLetters[reason]++
 	l.cfg.Metrics.DeadLetters.WithLabelValues(r.tp.Topic, reason).Inc()
 	l.led.Consumed(r.tp, r.offset)

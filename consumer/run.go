@@ -31,12 +31,15 @@ type Summary struct {
 	Commits        int64
 	CommitFailures int64
 	Resyncs        int64
-	ReplayedDead   int64                           // records dead-lettered before a restart, replayed and skipped (replay.go)
-	Watermark      time.Time                       // the last committed watermark
-	Stored         map[aggregate.PartitionID]int64 // committed next offset per partition
-	HighWater      map[aggregate.PartitionID]int64 // high water mark per partition, last seen
-	Elapsed        time.Duration
-	progress       progress // the progress line's memory (progress.go)
+	ReplayedDead   int64 // records dead-lettered before a restart, replayed and skipped (replay.go)
+	// Copies of dead letters (replayed.go): counted (merged into their
+	// windows), and skipped because a copy of their source counted before.
+	ReplayedCounted, ReplayedDuplicates int64
+	Watermark                           time.Time                       // the last committed watermark
+	Stored                              map[aggregate.PartitionID]int64 // committed next offset per partition
+	HighWater                           map[aggregate.PartitionID]int64 // high water mark per partition, last seen
+	Elapsed                             time.Duration
+	progress                            progress // the progress line's memory (progress.go)
 }
 
 const (
@@ -134,6 +137,7 @@ type loop struct {
 	vehicles *latest[store.Vehicle] // newest position per vehicle since the last commit
 	names    *aggregate.Names       // the lines' and stations' names; changed ones go into the next batch
 	dead     []store.DeadLetter
+	copies   []store.ReplayedRecord // copies of dead letters waiting for their window (replayed.go)
 	stored   map[aggregate.PartitionID]store.Position
 	before   map[aggregate.PartitionID]store.Position // the stored positions of the loop before a resync, nil at start
 

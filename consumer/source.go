@@ -9,6 +9,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
 )
 
 // record is one Kafka record as the run loop sees it: our type, never sarama's.
@@ -22,6 +23,11 @@ type record struct {
 	names aggregate.RawNames   // pred's names: aliases of value (Names.Observe copies what changed)
 	pos   aggregate.Position   // otherwise
 	derr  error                // the decode error, if any
+	// A copy `dlq replay` produced (store.HeaderSource; predictions only):
+	// the record it was replayed from, and whether its header lets it be
+	// merged into a final window (store.HeaderFinal).
+	src        store.SourceID
+	mergeFinal bool
 }
 
 // maxBatch bounds how many records a partition reader hands over at once.
@@ -287,6 +293,7 @@ func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage) rec
 	r := record{tp: tp, offset: m.Offset, key: m.Key, value: m.Value}
 	if tp.Topic == s.predTopic {
 		r.pred, r.names, r.derr = aggregate.DecodePredictionNames(m.Value)
+		r.src, r.mergeFinal = replayHeaders(m.Headers, &r.derr)
 	} else {
 		r.pos, r.derr = aggregate.DecodePosition(m.Value)
 	}

@@ -967,6 +967,10 @@ var crashPlan = map[string]func(rng *rand.Rand, round int) int{
 	"shutdown":      func(*rand.Rand, int) int { return 1 },
 }
 
+// drivenElsewhere are crash points of other commands than run, each driven
+// by the test named.
+var drivenElsewhere = map[string]string{"replay_acked": "TestDLQReplayKilledAndRerun"}
+
 // requiredCrashPoints are the points issue 3 asks for.
 var requiredCrashPoints = []string{"after_consume", "before_begin", "mid_commit", "before_commit", "after_commit", "shutdown"}
 
@@ -988,7 +992,7 @@ func TestCrashPointsKnown(t *testing.T) {
 	known := map[string]bool{}
 	for _, p := range points {
 		known[p] = true
-		if crashPlan[p] == nil {
+		if crashPlan[p] == nil && drivenElsewhere[p] == "" {
 			t.Errorf("the binary knows crash point %q, which TestCrashPoints does not drive: add it to crashPlan", p)
 		}
 	}
@@ -1025,6 +1029,9 @@ func TestCrashPoints(t *testing.T) {
 	var plan []item
 	for round := 0; round < 3; round++ {
 		for _, p := range points {
+			if drivenElsewhere[p] != "" {
+				continue
+			}
 			f := crashPlan[p]
 			if f == nil {
 				t.Fatalf("no plan for crash point %q (see TestCrashPointsKnown)", p)
@@ -1066,7 +1073,7 @@ func TestCrashPoints(t *testing.T) {
 		r.killed(fmt.Sprintf("after crash point %s:%d", it.point, it.n))
 	}
 	for _, p := range points {
-		if reached[p] == 0 {
+		if reached[p] == 0 && drivenElsewhere[p] == "" {
 			t.Errorf("crash point %s never fired", p)
 		}
 	}

@@ -37,7 +37,7 @@ func (s *Store) Commit(ctx context.Context, b Batch) error {
 	if b.Closed.Len() > 0 {
 		starts = b.Closed.Starts()
 	}
-	if err := s.EnsurePartitions(ctx, starts); err != nil {
+	if err := s.EnsurePartitions(ctx, append(starts, replayedStarts(b.Replayed)...)); err != nil {
 		return err // not a refusal of the batch's rows: retried whole, or terminal
 	}
 	if err := s.commit(ctx, &b, nil); err != nil {
@@ -137,6 +137,15 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 		if err := mergeSplit(ctx, tx, b.Pipeline, b.Split, b.Split.Holding && !marksDrained(b), s.mergeChunkRows(),
 			b.Watermark, parts, m); err != nil {
 			return fmt.Errorf("merge: %w", err)
+		}
+	}
+	if len(b.Replayed) > 0 {
+		out := b.ReplayOut
+		if out == nil {
+			out = &ReplayOutcome{}
+		}
+		if err := mergeReplayed(ctx, tx, b.Pipeline, b.Replayed, out); err != nil {
+			return fmt.Errorf("count %d replayed dead letters: %w", len(b.Replayed), err)
 		}
 	}
 	var xid int64 // a split drain's last commit must learn its outcome (outcome.go)
@@ -393,14 +402,20 @@ func insertDeadLetters(ctx context.Context, tx pgx.Tx, pipeline string, dls []De
 	topics, parts, offsets := make([]string, n), make([]int32, n), make([]int64, n)
 	keys, values := make([][]byte, n), make([][]byte, n)
 	reasons, errs := make([]string, n), make([]string, n)
+	srcTopics, srcParts, srcOffsets := make([]*string, n), make([]*int32, n), make([]*int64, n)
 	for i, d := range dls {
 		topics[i], parts[i], offsets[i] = d.Topic, d.Partition, d.Offset
 		keys[i], values[i] = d.Key, d.Value
 		reasons[i], errs[i] = d.Reason, d.Error
+		if !d.Source.IsZero() {
+			srcTopics[i], srcParts[i], srcOffsets[i] = &d.Source.Topic, &d.Source.Partition, &d.Source.Offset
+		}
 	}
 	_, err := tx.Exec(ctx, `
-INSERT INTO dead_letters (pipeline, topic, partition, "offset", key, value, reason, error)
-SELECT $8, * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::text[])
-ON CONFLICT (pipeline, topic, partition, "offset") DO NOTHING`, topics, parts, offsets, keys, values, reasons, errs, pipeline)
+INSERT INTO dead_letters (pipeline, topic, partition, "offset", key, value, reason, error, source_topic, source_partition, source_offset)
+SELECT $8, * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::bytea[], $5::bytea[], $6::text[], $7::text[],
+    $9::text[], $10::integer[], $11::bigint[])
+ON CONFLICT (pipeline, topic, partition, "offset") DO NOTHING`, topics, parts, offsets, keys, values, reasons, errs, pipeline,
+		srcTopics, srcParts, srcOffsets)
 	return err
 }

@@ -44,16 +44,19 @@ type StoredDeadLetter struct {
 	ReplayedTo string    // the topic of the replay; "" = never replayed
 }
 
-const deadLetterColumns = `topic, partition, "offset", key, value, reason, error, created_at, replayed_at, replayed_to`
+const deadLetterColumns = `topic, partition, "offset", key, value, reason, error, created_at, replayed_at, replayed_to,
+	source_topic, source_partition, source_offset`
 
 func scanDeadLetters(rows pgx.Rows) ([]StoredDeadLetter, error) {
 	var out []StoredDeadLetter
 	for rows.Next() {
 		var d StoredDeadLetter
 		var at *time.Time
-		var to *string
+		var to, srcTopic *string
+		var srcPart *int32
+		var srcOffset *int64
 		if err := rows.Scan(&d.Topic, &d.Partition, &d.Offset, &d.Key, &d.Value, &d.Reason, &d.Error,
-			&d.CreatedAt, &at, &to); err != nil {
+			&d.CreatedAt, &at, &to, &srcTopic, &srcPart, &srcOffset); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -63,6 +66,9 @@ func scanDeadLetters(rows pgx.Rows) ([]StoredDeadLetter, error) {
 		}
 		if to != nil {
 			d.ReplayedTo = *to
+		}
+		if srcTopic != nil && srcPart != nil && srcOffset != nil {
+			d.Source = SourceID{Topic: *srcTopic, Partition: *srcPart, Offset: *srcOffset}
 		}
 		out = append(out, d)
 	}

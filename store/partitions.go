@@ -267,7 +267,7 @@ func (s *Store) ensureForSplit(ctx context.Context, b *Batch) error {
 			return fmt.Errorf("store: windows waiting for the merge: %w", err)
 		}
 	}
-	return s.EnsurePartitions(ctx, starts)
+	return s.EnsurePartitions(ctx, append(starts, replayedStarts(b.Replayed)...))
 }
 
 // noPartition tells whether err is PostgreSQL finding no partition of

@@ -24,6 +24,11 @@ type DeadLetter struct {
 	Value     []byte // nil when the record had no value
 	Reason    string // ReasonDecode, ReasonFuture, ReasonLate or ReasonRejected
 	Error     string // what a person can act on, e.g. "delay_s: not a finite number"
+	// Source is, for a copy `dlq replay` produced, the record it was
+	// replayed from (HeaderSource); zero for any other record. A replay of
+	// this dead letter sends it again, so the copies of one source count
+	// once however often they are dead-lettered and replayed.
+	Source SourceID
 }
 
 // Vehicle is the newest position of one vehicle, with the Kafka record it came from.
@@ -97,6 +102,14 @@ type Batch struct {
 	// the windows every partition of the pipeline finalized (CommitSplit).
 	Split    *Split
 	Partials []aggregate.PartialWindow // the windows Watermark finalized, per source partition
+
+	// Replayed are copies of dead letters (HeaderSource) whose windows are
+	// final, to be counted: the commit merges each into the stored rows of
+	// its window unless its source was counted before, and records the
+	// source in the same transaction (replayed.go). ReplayOut, when set,
+	// receives what it did.
+	Replayed  []ReplayedRecord
+	ReplayOut *ReplayOutcome
 }
 
 // WindowRows returns the number of delay_aggregates rows b writes (of

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ovstream/ovstream/consumer/crashpoint"
 	"github.com/ovstream/ovstream/feed/produce"
 	"github.com/ovstream/ovstream/store"
 )
@@ -26,10 +27,17 @@ column, key and value base64-encoded, byte for byte).
 
 replay re-produces the original key and value of every dead letter not replayed
 yet (idempotent producer, acks=all), with headers ovstream-dlq-source
-(topic/partition/offset) and ovstream-dlq-reason, and marks the rows replayed
+(topic/partition/offset of the record it came from), ovstream-dlq-reason and, for
+rejected and future dead letters (and late and decode ones with
+--into-final-windows), ovstream-dlq-final: merge. It marks the rows replayed
 (dead_letters.replayed_at, replayed_to) once Kafka acknowledged them, so a second
 replay does not send them again. A crash between the acknowledgement and the
-database commit sends those rows again at the next replay (at least once).`
+database commit sends those rows again at the next replay, but a source counts
+at most once: run records the source of every copy it counts
+(dead_letter_replays) in the commit that counts it, and skips the other copies.
+A copy whose window is final is merged into the stored rows of its window
+(exact: the stored distribution) when it carries ovstream-dlq-final, and
+dead-lettered late again otherwise.`
 
 // dlqFlags are the flags of dlq list and dlq replay.
 type dlqFlags struct {
@@ -38,6 +46,7 @@ type dlqFlags struct {
 	limit         int
 	pending, json bool   // list
 	to            string // replay
+	intoFinal     bool   // replay: late and decode copies may be merged into final windows
 }
 
 // register defines the flags of dlq SUB (list or replay).
@@ -51,6 +60,8 @@ func (f *dlqFlags) register(fs *pflag.FlagSet, sub string) {
 		fs.BoolVar(&f.json, "json", false, "print one JSON object per line")
 	} else {
 		fs.StringVar(&f.to, "to", "", "`topic` to re-produce to (required)")
+		fs.BoolVar(&f.intoFinal, "into-final-windows", false, "let late and decode dead letters whose windows are final count too, "+
+			"merged into the stored rows (rejected and future ones always may): an operator's decision, since the allowed lateness did not count them")
 	}
 }
 
@@ -135,17 +146,14 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 			}
 			d, idx := dls[i], i
 			i++
-			return produce.Message{Topic: f.to, Key: d.Key, Value: d.Value,
-				Headers: []produce.Header{
-					{Key: []byte("ovstream-dlq-source"), Value: []byte(d.Topic + "/" + strconv.Itoa(int(d.Partition)) + "/" + strconv.FormatInt(d.Offset, 10))},
-					{Key: []byte("ovstream-dlq-reason"), Value: []byte(d.Reason)},
-				},
+			return produce.Message{Topic: f.to, Key: d.Key, Value: d.Value, Headers: replayHeaders(d, f.intoFinal),
 				Ack: func(err error) {
 					mu.Lock()
 					acked[idx] = err == nil
 					mu.Unlock()
 				}}, true
 		})
+		crashpoint.Hit(crashpoint.ReplayAcked)
 		mu.Lock()
 		defer mu.Unlock()
 		return acked, err
@@ -156,6 +164,26 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 		return exitError
 	}
 	return exitOK
+}
+
+// replayHeaders are the headers of the copy of d (store/replayed.go): its
+// source, kept from the copy d was itself replayed from, its reason, and
+// whether it may be merged into a final window: rejected and future dead
+// letters arrived on time (a constraint refused their rows; the producer's
+// clock was ahead), late and decode ones only with intoFinal.
+func replayHeaders(d store.StoredDeadLetter, intoFinal bool) []produce.Header {
+	src := d.Source
+	if src.IsZero() {
+		src = store.SourceID{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset}
+	}
+	hs := []produce.Header{
+		{Key: []byte(store.HeaderSource), Value: []byte(src.String())},
+		{Key: []byte(store.HeaderReason), Value: []byte(d.Reason)},
+	}
+	if d.Reason == store.ReasonRejected || d.Reason == store.ReasonFuture || intoFinal {
+		hs = append(hs, produce.Header{Key: []byte(store.HeaderFinal), Value: []byte(store.FinalMerge)})
+	}
+	return hs
 }
 
 // preview shows at most 120 bytes of b: as text when it is valid UTF-8
@@ -191,6 +219,9 @@ func listText(w io.Writer, dls []store.StoredDeadLetter) {
 		if !d.ReplayedAt.IsZero() {
 			replayed = "replayed to " + d.ReplayedTo + " at " + d.ReplayedAt.Format(time.RFC3339)
 		}
+		if !d.Source.IsZero() {
+			replayed += ", a copy of " + d.Source.String()
+		}
 		fmt.Fprintf(w, "%s/%d/%d %s stored %s, %s\n  error: %s\n  key:   %s\n  value: %s\n",
 			d.Topic, d.Partition, d.Offset, d.Reason, d.CreatedAt.Format(time.RFC3339), replayed,
 			d.Error, preview(d.Key), preview(d.Value))
@@ -210,6 +241,7 @@ type dlqJSON struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	ReplayedAt *time.Time `json:"replayed_at"`
 	ReplayedTo *string    `json:"replayed_to"`
+	Source     *string    `json:"source"` // topic/partition/offset of the record a copy was replayed from; null: none
 }
 
 func listJSON(w io.Writer, dls []store.StoredDeadLetter) error {
@@ -219,6 +251,10 @@ func listJSON(w io.Writer, dls []store.StoredDeadLetter) error {
 			Key: d.Key, Value: d.Value, CreatedAt: d.CreatedAt, ReplayedAt: timePtr(d.ReplayedAt)}
 		if d.ReplayedTo != "" {
 			j.ReplayedTo = &d.ReplayedTo
+		}
+		if !d.Source.IsZero() {
+			src := d.Source.String()
+			j.Source = &src
 		}
 		if err := enc.Encode(j); err != nil {
 			return err

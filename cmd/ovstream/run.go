@@ -400,6 +400,10 @@ func printSummary(w io.Writer, s *consumer.Summary) {
 	if s.ReplayedDead > 0 {
 		fmt.Fprintf(w, "  dead letters replayed   %d (recorded before a restart: skipped, not counted again)\n", s.ReplayedDead)
 	}
+	if s.ReplayedCounted+s.ReplayedDuplicates > 0 {
+		fmt.Fprintf(w, "  replayed copies counted %d (%d skipped: a copy of their dead letter counted before)\n",
+			s.ReplayedCounted, s.ReplayedDuplicates)
+	}
 	if !s.Watermark.IsZero() {
 		fmt.Fprintf(w, "  watermark               %s\n", s.Watermark.UTC().Format(time.RFC3339))
 	}

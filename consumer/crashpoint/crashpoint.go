@@ -31,5 +31,9 @@ const (
 	Shutdown     = "shutdown"      // during the final commit after SIGTERM
 )
 
+// ReplayAcked is `dlq replay`'s: Kafka acknowledged a batch of copies, the
+// dead letters are not marked replayed yet (the next replay sends them again).
+const ReplayAcked = "replay_acked"
+
 // Names lists every crash point this package defines.
-var Names = []string{AfterConsume, BeforeBegin, MidCommit, BeforeCommit, AfterCommit, Shutdown}
+var Names = []string{AfterConsume, BeforeBegin, MidCommit, BeforeCommit, AfterCommit, Shutdown, ReplayAcked}
