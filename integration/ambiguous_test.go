@@ -117,10 +117,13 @@ func (p *pgProxy) dropped() []string {
 }
 
 // endsDrain tells whether a statement ends the drain of a split pipeline
-// (store/partials.go: the drained flags cleared after the last merge).
+// (store/partials.go: the drained flags cleared after the last merge, with
+// the merge's watermark). A claim clears the flags of the partitions it
+// takes too (store/claim.go), without a watermark: not the end of a drain.
 func endsDrain(sql string) bool {
 	sql = strings.ToLower(sql)
-	return strings.Contains(sql, "update stream_positions") && strings.Contains(sql, "drained = false")
+	return strings.Contains(sql, "update stream_positions set watermark = greatest(watermark") &&
+		strings.Contains(sql, "drained = false")
 }
 
 // take disarms the proxy and returns its mode, for the COMMIT of a
