@@ -44,6 +44,7 @@ type pgProxy struct {
 	target string
 
 	mu    sync.Mutex
+	down  bool     // setDown: every new connection is closed at once
 	arm   string   // "" or one of the drop modes
 	drops []string // what happened at each armed COMMIT
 	// inspect, when set, is called at each armed COMMIT with the local port
@@ -98,8 +99,20 @@ func (p *pgProxy) url(db string) string {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	u.Host = p.ln.Addr().String()
+	u.Host = p.addr()
 	return u.String()
+}
+
+// addr is the proxy's host:port.
+func (p *pgProxy) addr() string { return p.ln.Addr().String() }
+
+// setDown makes the proxy close every new connection at once, before it
+// reaches the server (down), like a host that is gone; or forward them
+// again. Connections open already are left alone.
+func (p *pgProxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
 }
 
 // armNext makes the next COMMIT through the proxy fail the given way.
@@ -195,6 +208,12 @@ func readMsg(r io.Reader, typed bool) (typ byte, frame []byte, err error) {
 
 func (p *pgProxy) serve(client net.Conn) {
 	defer client.Close()
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		return
+	}
 	server, err := net.Dial("tcp", p.target)
 	if err != nil {
 		return

@@ -634,8 +634,9 @@ func TestSplitAmbiguousDrainEnd(t *testing.T) {
 			if strings.Contains(second.output(), "claim partitions failed") {
 				t.Fatalf("the proxy broke the second drain's claim, not its last commit; output:\n%s", tail(second.output(), 30))
 			}
-			// The lost answer is resolved by asking PostgreSQL (txid_status),
-			// not by a resync: the stored rows could not tell.
+			// The lost answer is resolved by reading, on a new connection, the
+			// commit sequences its fencing statement raised (store/outcome.go),
+			// not by a resync: the rest of the stored rows could not tell.
 			if resyncs := strings.Count(second.output(), "COMMIT outcome unknown"); resyncs != 0 {
 				t.Errorf("the second drain resynced %d times; its COMMIT's outcome is resolved by PostgreSQL", resyncs)
 			}
