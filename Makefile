@@ -21,14 +21,14 @@ run: build
 # Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), the real-broker
 # tier (TestRealKafka*: Apache Kafka from Maven Central, README "Tested against Apache Kafka";
 # its own step and timeout, ~3 min on 2 cores; fails without java/mvn), a COPY whose
-# connection breaks mid-way under the race detector (store), short fuzzing,
+# connection breaks mid-way and the outcome of a lost COMMIT, under the race detector (store), short fuzzing,
 # the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
 test: vet build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(CRASH_TESTS)' ./integration/
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
-	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^TestCopyConnectionBroken$$' ./store/
+	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^(TestCopyConnectionBroken|TestOutcomeFromCommitSeq)$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzPartialWindowData$$' -fuzztime 5s ./aggregate/

@@ -44,6 +44,7 @@ type pgProxy struct {
 	target string
 
 	mu    sync.Mutex
+	down  bool     // setDown: every new connection is closed at once
 	arm   string   // "" or one of the drop modes
 	drops []string // what happened at each armed COMMIT
 	// inspect, when set, is called at each armed COMMIT with the local port
@@ -98,8 +99,20 @@ func (p *pgProxy) url(db string) string {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	u.Host = p.ln.Addr().String()
+	u.Host = p.addr()
 	return u.String()
+}
+
+// addr is the proxy's host:port.
+func (p *pgProxy) addr() string { return p.ln.Addr().String() }
+
+// setDown makes the proxy close every new connection at once, before it
+// reaches the server (down), like a host that is gone; or forward them
+// again. Connections open already are left alone.
+func (p *pgProxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
 }
 
 // armNext makes the next COMMIT through the proxy fail the given way.
@@ -117,10 +130,13 @@ func (p *pgProxy) dropped() []string {
 }
 
 // endsDrain tells whether a statement ends the drain of a split pipeline
-// (store/partials.go: the drained flags cleared after the last merge).
+// (store/partials.go: the drained flags cleared after the last merge, with
+// the merge's watermark). A claim clears the flags of the partitions it
+// takes too (store/claim.go), without a watermark: not the end of a drain.
 func endsDrain(sql string) bool {
 	sql = strings.ToLower(sql)
-	return strings.Contains(sql, "update stream_positions") && strings.Contains(sql, "drained = false")
+	return strings.Contains(sql, "update stream_positions set watermark = greatest(watermark") &&
+		strings.Contains(sql, "drained = false")
 }
 
 // take disarms the proxy and returns its mode, for the COMMIT of a
@@ -192,6 +208,12 @@ func readMsg(r io.Reader, typed bool) (typ byte, frame []byte, err error) {
 
 func (p *pgProxy) serve(client net.Conn) {
 	defer client.Close()
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		return
+	}
 	server, err := net.Dial("tcp", p.target)
 	if err != nil {
 		return

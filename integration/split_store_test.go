@@ -312,3 +312,37 @@ func sameAggregates(t *testing.T, url string, want []aggregate.Row) {
 		}
 	}
 }
+
+// A split drain's last commit ends the drain (merges every window, clears
+// the drained flags) when its instance has no pipeline_instances row, or a
+// stale one: the committing instance is alive, whatever its lease heartbeat
+// says. That is the state a failover to an asynchronous replica leaves when
+// it lost the instance's registration: the drain claims again and marks its
+// partitions drained before its next heartbeat. Before, its own drained
+// partitions counted as those of a dead drain: the commit merged nothing,
+// and both drains waited for ever (all drained, none merging;
+// TestFailoverSplitDrainEndLost hung so in 1 of 3 runs).
+func TestStoreSplitDrainEndWithoutHeartbeat(t *testing.T) {
+	g := newSplitStoreRig(t)
+	drained := func(b store.Batch) store.Batch {
+		b.Positions[0].Drained = true
+		return b
+	}
+	// A is alive (its heartbeat fresh) and drained: it waits for B.
+	if err := g.sa.Heartbeat(testCtx(t), "p", splitOwner(0), store.RoleActive, []aggregate.PartitionID{g.ta}, true); err != nil {
+		t.Fatal(err)
+	}
+	if m := g.commit(g.sa, drained(g.batch(g.ea, g.ta, g.w2, false))); m.Drained || m.Windows != 0 {
+		t.Fatalf("A drained, B not yet: %+v", m)
+	}
+	// B, without a heartbeat, drains: every partition drained.
+	m := g.commit(g.sb, drained(g.batch(g.eb, g.tb, g.w2, false)))
+	want := g.plain.Closed(g.w2)
+	if !m.Drained || m.Windows != 2 || m.Rows != len(want) || m.Pending != 0 || g.partials() != 0 {
+		t.Fatalf("B's drain-ending commit: %+v, %d partials; want the drain ended, 2 windows, %d rows merged", m, g.partials(), len(want))
+	}
+	if n := query[int](t, g.url, `SELECT count(*) FROM stream_positions WHERE drained`); n != 0 {
+		t.Fatalf("%d partitions still marked drained after the drain ended", n)
+	}
+	sameAggregates(t, g.url, want)
+}

@@ -148,12 +148,6 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 			return fmt.Errorf("count %d replayed dead letters: %w", len(b.Replayed), err)
 		}
 	}
-	var xid int64 // a split drain's last commit must learn its outcome (outcome.go)
-	if marksDrained(b) {
-		if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
-			return fmt.Errorf("transaction id: %w", err)
-		}
-	}
 	if h := s.Hooks.BeforeCommit; h != nil {
 		h()
 	}
@@ -167,11 +161,14 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	if err := tx.Commit(ctx); err != nil {
 		var pgErr *pgconn.PgError
 		definite := errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || closedBefore
-		if !definite && xid != 0 {
-			switch s.outcome(ctx, xid) {
-			case "committed":
+		// A split drain's last commit must learn its outcome: from its
+		// partitions' commit sequences on a new connection, never from
+		// txid_status, which cannot tell across a failover (outcome.go).
+		if !definite && marksDrained(b) {
+			switch s.outcome(ctx, b.Pipeline, b.Owner, b.Epoch, positions) {
+			case outcomeCommitted:
 				return nil // m holds what its merge did
-			case "aborted":
+			case outcomeAborted:
 				definite = true
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -23,17 +22,9 @@ import (
 // database of the integration tests (DATABASE_URL, else the local one) and
 // writes nothing to it: the COPY goes to a temporary table.
 func TestCopyConnectionBroken(t *testing.T) {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("this test needs PostgreSQL (DATABASE_URL or the local test database): %v", err)
-	}
-	defer conn.Close(ctx)
+	url, conn := connectTestDB(ctx, t)
 	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,10 @@
 //   - After any error the connection is thrown away; the next call reconnects.
 //     An error of the COMMIT statement itself is a *CommitError: when it is
 //     Ambiguous the transaction may have committed, so re-read the positions.
-//     A split drain's last commit resolves it first with txid_status:
-//     whether it ended the drain cannot be read back from the stored rows.
+//     A split drain's last commit resolves it first from its partitions'
+//     commit sequences (outcome.go): whether it ended the drain cannot be
+//     read back from the stored rows, and txid_status cannot tell across a
+//     failover.
 //   - Split pipelines (CommitSplit): partials are keyed by source partition
 //     and replaced, never added to; a window is merged into delay_aggregates
 //     only once every partition of the pipeline's topics passed it (none

@@ -23,8 +23,10 @@ import (
 //
 //	frontier = min over the pipeline's partitions that hold the merge of their stored watermark
 //
-// A partition holds the merge unless it is drained, or idle while its owner's
-// last commit is younger than Split.IdleLease. A partition whose watermark is
+// A partition holds the merge unless it is drained while the drain that
+// marked it is alive (its instance's heartbeat younger than
+// Split.IdleLease, or it is this commit's), or idle while its owner's last
+// commit is younger than Split.IdleLease. A partition whose watermark is
 // NULL (registered or claimed, never committed) holds it back entirely. When
 // no partition holds it, the frontier is the greatest stored watermark: every
 // owner wrote every window it had. The merged windows' partials are read,
@@ -247,14 +249,19 @@ SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
        coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
        min(watermark) FILTER (WHERE NOT excluded), max(watermark),
        coalesce(bool_or(NOT excluded AND NOT mine AND alive AND watermark > $4), false)
-FROM (SELECT p.drained AND a.alive OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
-             p.drained AND a.alive AS drained, watermark, a.alive,
-             EXISTS (SELECT 1 FROM unnest($5::text[], $6::integer[]) AS u(topic, partition)
-                     WHERE u.topic = p.topic AND u.partition = p.partition) AS mine
+FROM (SELECT p.drained AND (a.alive OR m.mine) OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
+             p.drained AND (a.alive OR m.mine) AS drained, watermark, a.alive, m.mine
       FROM stream_positions p
+      CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM unnest($5::text[], $6::integer[]) AS u(topic, partition)
+          WHERE u.topic = p.topic AND u.partition = p.partition)) AS m(mine)
       -- A drained partition stops holding the merge only while the drain
       -- that marked it is alive (its instance heartbeat is fresh): one that
-      -- stopped or died before the merge holds it again.
+      -- stopped or died before the merge holds it again. This commit's own
+      -- partitions are alive whatever their heartbeat says: their instance
+      -- is committing (a failover may have lost its pipeline_instances row,
+      -- made again by its next heartbeat only; a drain's last commit that
+      -- took its own partitions for a dead drain's would end no drain, and
+      -- every drain would wait for ever).
       CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM pipeline_instances i
           WHERE i.pipeline = p.pipeline AND i.owner = p.owner
             AND i.heartbeat_at >= now() - $3::bigint * interval '1 microsecond')) AS a(alive)

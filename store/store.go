@@ -25,9 +25,11 @@ var ErrFenced = errors.New("store: fenced: another instance claimed a partition 
 // with LoadPositions and re-seek; the idempotent upserts absorb the replay.
 // When false the server answered, and nothing was committed. A split
 // drain's last commit (its positions marked drained) asks the server
-// instead, txid_status on a new connection (outcome.go): committed is a
-// success, aborted an error that is not Ambiguous; only when the server
-// cannot tell before the commit's context ends is it Ambiguous.
+// instead, on a new connection: its partitions' commit sequences tell
+// whether its fencing statement committed (outcome.go; not txid_status,
+// which cannot tell across a failover). Committed is a success, not
+// committed an error that is not Ambiguous; only when the server cannot
+// tell before the commit's context ends is it Ambiguous.
 type CommitError struct {
 	Ambiguous bool
 	Err       error
