@@ -41,7 +41,7 @@ test: vet build
 # compared with an uninterrupted run and the SQL oracle (~8 min on 2 cores). make test keeps one
 # of each kind (TestKillMidStreamThenRestart, TestFailoverAsync, TestCrashPointsKnown); CI
 # (.ci/run) runs this tier after make test. (make crash is the much longer release schedule.)
-CRASH_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart)$$
+CRASH_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart)$$
 test-crash: build
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 20m -run '$(CRASH_TESTS)' ./integration/
