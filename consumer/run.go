@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
 	in := startInstance(ctx, cfg, st)
 	// Retention runs on a connection of its own, never in a commit.
-	ret := startRetention(ctx, cfg, st)
+	ret := startRetention(ctx, cfg, st, in.active)
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
 	rej := &rejects{}                                   // what PostgreSQL refused: a resync keeps it
@@ -118,6 +118,8 @@ type loop struct {
 	sum   *Summary
 	src   *source
 	rej   *rejects
+
+	lastHeld *store.HeldError // what a standby waits for, said again while a poll fails
 
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark
@@ -185,6 +187,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			if err := l.finishCommit(res); err != nil {
 				return err
 			}
+			l.beatInline(ctx)
 			if l.pending == nil && l.closedWaiting() {
 				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
@@ -202,6 +205,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			l.logProgress(now)
 			l.splitFlowTick(now)
+			l.beatInline(ctx)
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}
@@ -221,7 +225,7 @@ func retry(ctx context.Context, cfg Config, what string, fn func() error) error 
 		if err == nil || !store.Retryable(err) {
 			return err
 		}
-		cfg.Logger.Warn(what+" failed; retrying", "err", err, "retry_in", backoff)
+		store.LogRetry(cfg.Logger, what, err, backoff)
 		select {
 		case <-ctx.Done():
 			return err

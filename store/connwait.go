@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TooManyConnections reports whether err is PostgreSQL refusing a new
+// session for want of a free connection slot: SQLSTATE 53300
+// (too_many_connections: "sorry, too many clients already", or "remaining
+// connection slots are reserved for roles with ..." when only the slots of
+// superuser_reserved_connections and reserved_connections are left), or a
+// role's or database's CONNECTION LIMIT. PostgreSQL docs, "Connections and
+// Authentication" (max_connections) and Appendix A.
+func TooManyConnections(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
+}
+
+// slotsMsg is the log line of a connection refused for want of a slot; it
+// names the limit, so that an operator knows what to raise or whom to stop.
+const slotsMsg = "PostgreSQL has no connection slot free (SQLSTATE 53300: max_connections, less superuser_reserved_connections and reserved_connections, or a role's or database's CONNECTION LIMIT, is in use); waiting for one"
+
+// Connect backoff: the first wait, and the most it grows to (doubling).
+const (
+	connectBackoff    = 200 * time.Millisecond
+	maxConnectBackoff = 5 * time.Second
+)
+
+// LogRetry logs, at warning, that what failed with err and is tried again
+// in retryIn; a refused connection (TooManyConnections) says so with the
+// limit's name (slotsMsg). It is the one log line of every wait for the
+// database (WaitConnect, and the run loop's retries).
+func LogRetry(log *slog.Logger, what string, err error, retryIn time.Duration) {
+	if TooManyConnections(err) {
+		log.Warn(slotsMsg, "what", what, "limit", "max_connections", "err", err, "retry_in", retryIn)
+		return
+	}
+	log.Warn(what+" failed; retrying", "err", err, "retry_in", retryIn)
+}
+
+// WaitConnect runs connect, which opens a connection (or does a first
+// short piece of work on a new one), until it succeeds, fails with an error
+// that is not Retryable, or timeout passes: ovstream's one rule for a
+// database that is not there yet or has no connection slot free (53300),
+// for every command at start-up. Each failure is logged (LogRetry) and
+// retried with capped exponential backoff (200 ms doubling to 5 s). A
+// timeout of 0 or less tries once. The error after the timeout says how
+// long it waited and, for 53300, names the limit.
+func WaitConnect(ctx context.Context, timeout time.Duration, log *slog.Logger, what string, connect func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	backoff := connectBackoff
+	began := time.Now()
+	for {
+		err := connect(ctx)
+		if err == nil {
+			return nil
+		}
+		if !Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			if TooManyConnections(err) {
+				return fmt.Errorf("%s: no PostgreSQL connection slot free for %s (max_connections: see docs/operations.md \"Connections\"): %w",
+					what, time.Since(began).Round(time.Millisecond), err)
+			}
+			return err
+		}
+		LogRetry(log, what, err, backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxConnectBackoff)
+	}
+}
