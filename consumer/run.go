@@ -144,6 +144,7 @@ type loop struct {
 	pending    *pendingCommit                 // the batch in flight, or failed and waiting for its retry
 	paused     map[aggregate.PartitionID]bool // by flowControl: far ahead in event time
 	inflight   chan commitResult              // non-nil while a commit runs
+	hwPending  chan highWaters                // non-nil while a high water mark poll runs (pollHighWater)
 	consumed   int64                          // records consumed by this loop
 	committed  int64                          // of those, the ones a successful commit covered
 }
@@ -193,6 +194,8 @@ func (l *loop) run(ctx context.Context) (err error) {
 			}
 		case err := <-l.src.errs:
 			l.sourceError(err)
+		case hws := <-l.hwPending:
+			l.applyHighWaters(hws)
 		case <-poll.C:
 			if err := l.poll(ctx); err != nil {
 				return err

@@ -53,25 +53,34 @@ func LogRetry(log *slog.Logger, what string, err error, retryIn time.Duration) {
 // timeout of 0 or less tries once. The error after the timeout says how
 // long it waited and, for 53300, names the limit.
 func WaitConnect(ctx context.Context, timeout time.Duration, log *slog.Logger, what string, connect func(context.Context) error) error {
+	began := time.Now()
+	err := Wait(ctx, timeout, Retryable, func(err error, retryIn time.Duration) { LogRetry(log, what, err, retryIn) }, connect)
+	if err != nil && TooManyConnections(err) && ctx.Err() == nil {
+		return fmt.Errorf("%s: no PostgreSQL connection slot free for %s (max_connections: see docs/operations.md \"Connections\"): %w",
+			what, time.Since(began).Round(time.Millisecond), err)
+	}
+	return err
+}
+
+// Wait runs fn until it succeeds, fails with an error retryable does not
+// accept, ctx ends, or the next attempt would start after timeout (0 or
+// less: one attempt); before each retry it calls logRetry and waits, with
+// capped exponential backoff (200 ms doubling to 5 s). It returns fn's last
+// error. The waits of every command at start-up: WaitConnect (PostgreSQL),
+// consumer.WaitKafka (Kafka's brokers).
+func Wait(ctx context.Context, timeout time.Duration, retryable func(error) bool, logRetry func(err error, retryIn time.Duration),
+	fn func(context.Context) error) error {
 	deadline := time.Now().Add(timeout)
 	backoff := connectBackoff
-	began := time.Now()
 	for {
-		err := connect(ctx)
+		err := fn(ctx)
 		if err == nil {
 			return nil
 		}
-		if !Retryable(err) || ctx.Err() != nil {
+		if !retryable(err) || ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
 			return err
 		}
-		if time.Now().Add(backoff).After(deadline) {
-			if TooManyConnections(err) {
-				return fmt.Errorf("%s: no PostgreSQL connection slot free for %s (max_connections: see docs/operations.md \"Connections\"): %w",
-					what, time.Since(began).Round(time.Millisecond), err)
-			}
-			return err
-		}
-		LogRetry(log, what, err, backoff)
+		logRetry(err, backoff)
 		select {
 		case <-ctx.Done():
 			return err
