@@ -34,8 +34,8 @@ const (
 
 // LogRetry logs, at warning, that what failed with err and is tried again
 // in retryIn; a refused connection (TooManyConnections) says so with the
-// limit's name (slotsMsg). It is the one log line of every wait for the
-// database (WaitConnect, and the run loop's retries).
+// limit's name (slotsMsg). It is the log line of the run loop's retries
+// (consumer), and of WaitConnect's for 53300.
 func LogRetry(log *slog.Logger, what string, err error, retryIn time.Duration) {
 	if TooManyConnections(err) {
 		log.Warn(slotsMsg, "what", what, "limit", "max_connections", "err", err, "retry_in", retryIn)
@@ -48,13 +48,20 @@ func LogRetry(log *slog.Logger, what string, err error, retryIn time.Duration) {
 // short piece of work on a new one), until it succeeds, fails with an error
 // that is not Retryable, or timeout passes: ovstream's one rule for a
 // database that is not there yet or has no connection slot free (53300),
-// for every command at start-up. Each failure is logged (LogRetry) and
+// for every command at start-up. Each failure is logged ("cannot reach
+// PostgreSQL yet; retrying", or for 53300 the line of LogRetry) and
 // retried with capped exponential backoff (200 ms doubling to 5 s). A
 // timeout of 0 or less tries once. The error after the timeout says how
 // long it waited and, for 53300, names the limit.
 func WaitConnect(ctx context.Context, timeout time.Duration, log *slog.Logger, what string, connect func(context.Context) error) error {
 	began := time.Now()
-	err := Wait(ctx, timeout, Retryable, func(err error, retryIn time.Duration) { LogRetry(log, what, err, retryIn) }, connect)
+	err := Wait(ctx, timeout, Retryable, func(err error, retryIn time.Duration) {
+		if TooManyConnections(err) {
+			LogRetry(log, what, err, retryIn)
+		} else {
+			log.Warn("cannot reach PostgreSQL yet; retrying", "what", what, "err", err, "retry_in", retryIn)
+		}
+	}, connect)
 	if err != nil && TooManyConnections(err) && ctx.Err() == nil {
 		return fmt.Errorf("%s: no PostgreSQL connection slot free for %s (max_connections: see docs/operations.md \"Connections\"): %w",
 			what, time.Since(began).Round(time.Millisecond), err)
