@@ -58,6 +58,10 @@ type Config struct {
 	// running: partitions added to a topic are found, and a topic deleted and
 	// recreated is told by its topic ID (DESIGN.md "Start-up"); default 1m.
 	MetadataRefresh time.Duration
+	// ConnectTimeout bounds the wait for Kafka's brokers at each start of
+	// the run loop (WaitKafka: a connection refused or reset is retried);
+	// default 1m (run --connect-timeout).
+	ConnectTimeout time.Duration
 	// StartOffset is where a partition without a stored position starts:
 	// "earliest" (default) or "latest".
 	StartOffset string
@@ -153,6 +157,7 @@ func (c *Config) Validate() error {
 	def(&c.MaxFutureSkew, 5*time.Minute)
 	def(&c.FlushInterval, 5*time.Second)
 	def(&c.MetadataRefresh, time.Minute)
+	def(&c.ConnectTimeout, time.Minute)
 	def(&c.ProgressInterval, DefaultProgressInterval)
 	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.Lateness(),
 		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
@@ -31,23 +32,40 @@ var errStandbyStopped = errors.New("consumer: stopped while waiting as a standby
 
 // instance is this process as one instance of the pipeline (DESIGN.md
 // "Pipelines, instances and partitions"): its pipeline_instances row,
-// renewed every lease/3 by a goroutine on a connection of its own, outside
-// the commit transaction, so a long commit never makes a live owner look
-// dead; and, once it claimed, its partitions and epoch for the release at
-// the end.
+// renewed every lease/3 by a goroutine on a connection of its own (the
+// lease connection), outside the commit transaction, so a long commit never
+// makes a live owner look dead; and, once it claimed, its partitions and
+// epoch for the release at the end.
+//
+// Connections (docs/operations.md "Connections"): a standby holds only the
+// lease connection, on which it also polls the lease (held); an active
+// instance holds the lease and the commit connection. When an active
+// instance's commit connection is lost and the server refuses a new one for
+// want of a slot (SQLSTATE 53300: a newcomer took the slot), the commit
+// Store takes the lease connection (store.Store.Spare, spare): commits go
+// on, and the run loop renews the heartbeat on the commit connection between
+// commits (beatInline) until the heartbeat goroutine gets a connection of
+// its own again.
 type instance struct {
 	cfg Config
 	st  *store.Store // the run's Store, for the release (after the loop ended)
-	hb  *store.Store // the heartbeat's own connection
 
-	mu    sync.Mutex
-	role  string
-	parts []aggregate.PartitionID
-	epoch int64 // 0 until claimed
+	hbMu sync.Mutex   // held while hb is used: by the heartbeat, a standby's poll, spare
+	hb   *store.Store // the lease connection
+	lent atomic.Bool  // hb's connection was taken by st: the run loop renews the heartbeat
 
-	kick   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu       sync.Mutex
+	role     string
+	parts    []aggregate.PartitionID
+	epoch    int64     // 0 until claimed
+	first    bool      // no heartbeat succeeded yet
+	lastBeat time.Time // the last heartbeat that succeeded
+
+	active     chan struct{} // closed when the instance first claims (retention starts then)
+	activeOnce sync.Once
+	kick       chan struct{}
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // startInstance starts the heartbeat of this instance (role standby until
@@ -55,8 +73,9 @@ type instance struct {
 // the final commit after SIGTERM still holds the lease.
 func startInstance(ctx context.Context, cfg Config, st *store.Store) *instance {
 	st.LimitIdleTransactions(idleTransactionLimit)
-	in := &instance{cfg: cfg, st: st, hb: st.Clone("ovstream-lease"), role: store.RoleStandby,
-		parts: cfg.Partitions, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	in := &instance{cfg: cfg, st: st, hb: st.Clone("ovstream-lease"), role: store.RoleStandby, first: true,
+		parts: cfg.Partitions, active: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	st.Spare = in.spare
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in.cancel = cancel
 	go in.heartbeat(hctx)
@@ -68,6 +87,9 @@ func (in *instance) set(role string, parts []aggregate.PartitionID, epoch int64)
 	in.mu.Lock()
 	in.role, in.parts, in.epoch = role, parts, epoch
 	in.mu.Unlock()
+	if role == store.RoleActive {
+		in.activeOnce.Do(func() { close(in.active) })
+	}
 	select {
 	case in.kick <- struct{}{}:
 	default:
@@ -79,24 +101,30 @@ func (in *instance) heartbeat(ctx context.Context) {
 	every := in.cfg.Lease / 3
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	first, failing := true, false
+	failing := false
 	for {
-		in.mu.Lock()
-		role, parts := in.role, in.parts
-		in.mu.Unlock()
+		// While lent, this is the attempt at a connection of its own again;
+		// the run loop renews the heartbeat meanwhile (beatInline).
+		in.hbMu.Lock()
+		lent := in.lent.Load()
 		bctx, cancel := context.WithTimeout(ctx, every)
-		err := in.hb.Heartbeat(bctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first)
+		err := in.beat(bctx, in.hb)
 		cancel()
+		if err == nil {
+			in.lent.Store(false)
+		}
+		in.hbMu.Unlock()
 		switch {
+		case err != nil && lent:
 		case err != nil && ctx.Err() == nil && !failing:
 			failing = true
 			in.cfg.Logger.Warn("lease heartbeat failed: other instances see this one as dead once its lease expires",
 				"err", err, "lease", in.cfg.Lease, "next_attempt_in", every)
 		case err == nil:
-			if failing {
-				in.cfg.Logger.Info("lease heartbeat renewed again")
+			if failing || lent {
+				in.cfg.Logger.Info("lease heartbeat renewed again on a connection of its own")
 			}
-			first, failing = false, false
+			failing = false
 		}
 		select {
 		case <-ctx.Done():
@@ -105,6 +133,70 @@ func (in *instance) heartbeat(ctx context.Context) {
 		case <-in.kick:
 		}
 	}
+}
+
+// beat renews the heartbeat on st (the lease connection, or the commit
+// connection while it holds the lease connection's session).
+func (in *instance) beat(ctx context.Context, st *store.Store) error {
+	in.mu.Lock()
+	role, parts, first := in.role, in.parts, in.first
+	in.mu.Unlock()
+	err := st.Heartbeat(ctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first)
+	if err == nil {
+		in.mu.Lock()
+		in.first, in.lastBeat = false, time.Now()
+		in.mu.Unlock()
+	}
+	return err
+}
+
+// spare is the commit Store's Spare: an active instance whose commit
+// connection cannot be replaced (53300) takes the lease connection.
+func (in *instance) spare() (*store.Store, func(bool)) {
+	in.mu.Lock()
+	active := in.role == store.RoleActive
+	in.mu.Unlock()
+	if !active {
+		return nil, nil // a standby or a starting instance waits for a slot like anyone
+	}
+	in.hbMu.Lock()
+	return in.hb, func(taken bool) {
+		if taken && !in.lent.Swap(true) {
+			in.cfg.Logger.Warn("the commit connection was lost and PostgreSQL has no connection slot free (SQLSTATE 53300, max_connections): "+
+				"commits go on on the lease connection, which renews the heartbeat between commits until a second connection is granted",
+				"limit", "max_connections")
+		}
+		in.hbMu.Unlock()
+	}
+}
+
+// beatInline renews the heartbeat on the commit Store st, from the goroutine
+// that owns st while no commit runs, when the commit path took the lease
+// connection and a renewal is due (every lease/3).
+func (l *loop) beatInline(ctx context.Context) {
+	in := l.in
+	if !in.lent.Load() || l.inflight != nil {
+		return
+	}
+	in.mu.Lock()
+	due := time.Since(in.lastBeat) >= in.cfg.Lease/3
+	in.mu.Unlock()
+	if !due {
+		return
+	}
+	bctx, cancel := context.WithTimeout(ctx, in.cfg.Lease/3)
+	defer cancel()
+	if err := in.beat(bctx, l.st); err != nil && ctx.Err() == nil {
+		in.cfg.Logger.Warn("lease heartbeat on the commit connection failed", "err", err)
+	}
+}
+
+// held polls, on the lease connection, whether live instances hold some of
+// parts (store.Store.Held): a standby's wait.
+func (in *instance) held(ctx context.Context, parts []aggregate.PartitionID, opts store.ClaimOptions) (*store.HeldError, error) {
+	in.hbMu.Lock()
+	defer in.hbMu.Unlock()
+	return in.hb.Held(ctx, in.cfg.Pipeline, in.cfg.Owner, parts, opts)
 }
 
 // stop ends the instance after the run loop ended with err: unless it was
@@ -127,7 +219,12 @@ func (in *instance) stop(err error) {
 	}
 	in.cancel()
 	<-in.done
-	if derr := in.hb.DeleteInstance(ctx, cfg.Pipeline, cfg.Owner); derr != nil {
+	in.st.Spare = nil
+	del := in.hb
+	if in.lent.Load() { // the lease session is the commit Store's now
+		del = in.st
+	}
+	if derr := del.DeleteInstance(ctx, cfg.Pipeline, cfg.Owner); derr != nil {
 		cfg.Logger.Warn("could not delete this instance's pipeline_instances row", "err", derr)
 	}
 	_ = in.hb.Close(ctx)
@@ -136,27 +233,42 @@ func (in *instance) stop(err error) {
 }
 
 // claim claims the assigned partitions; while live instances hold some of
-// them it waits as a standby, trying again every standbyPoll and saying
+// them it waits as a standby, polling the lease every standbyPoll on the
+// lease connection alone (its commit connection closed: a standby holds no
+// connection it does not need, docs/operations.md "Connections") and saying
 // whom it waits for every standbyLogEvery, until they are released or their
-// lease expires (DESIGN.md "Standby, not ping-pong").
+// lease expires (DESIGN.md "Standby, not ping-pong"); then it connects for
+// commits again and claims.
 func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) error {
 	cfg := l.cfg
 	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics(), Window: cfg.Window, InstanceID: cfg.InstanceID}
 	var waiting, logged time.Time
 	for {
-		var c store.Claimed
-		err := retry(ctx, cfg, "claim partitions", func() (err error) {
-			c, err = l.st.Claim(ctx, cfg.Pipeline, cfg.Owner, assigned, opts)
-			return err
-		})
 		var held *store.HeldError
-		if !errors.As(err, &held) {
-			if err != nil {
-				return fmt.Errorf("consumer: claim %d partitions of pipeline %q: %w", len(assigned), cfg.Pipeline, err)
+		var err error
+		if !waiting.IsZero() {
+			if held, err = l.in.held(ctx, assigned, opts); err != nil {
+				held = l.lastHeld
+				store.LogRetry(cfg.Logger, "standby: poll the lease", err, standbyPoll)
 			}
-			l.claimed(c, assigned, waiting)
-			return nil
 		}
+		if held == nil {
+			var c store.Claimed
+			err = retry(ctx, cfg, "claim partitions", func() (err error) {
+				c, err = l.st.Claim(ctx, cfg.Pipeline, cfg.Owner, assigned, opts)
+				return err
+			})
+			if !errors.As(err, &held) {
+				if err != nil {
+					return fmt.Errorf("consumer: claim %d partitions of pipeline %q: %w", len(assigned), cfg.Pipeline, err)
+				}
+				l.claimed(c, assigned, waiting)
+				return nil
+			}
+			// Held: wait without the commit connection.
+			_ = l.st.Close(context.WithoutCancel(ctx))
+		}
+		l.lastHeld = held
 		now := time.Now()
 		if waiting.IsZero() {
 			waiting = now

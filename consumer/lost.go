@@ -49,21 +49,41 @@ func (e *restartError) Error() string {
 }
 func (e *restartError) Is(target error) bool { return target == errResync }
 
-// sourceError handles an error of the source in the run loop: a partition
-// reader that ended is kept for poll, which stops or restarts the run (see
-// lost); the rest sarama retries by itself. Since such an error may mean that
-// the broker restarted, maybe without its data, the topics' metadata is read
-// at the next poll: a topic ID that changed is found before much of a new log
-// is read under the old one's offsets.
+// sourceError handles an error of the source in the run loop, with every
+// other one already queued: a partition reader that ended is kept for poll,
+// which stops or restarts the run (see lost); the rest sarama retries by
+// itself. Since such an error may mean that the broker restarted, maybe
+// without its data, the topics' metadata is read at the next poll: a topic
+// ID that changed is found before much of a new log is read under the old
+// one's offsets. A burst (a connection reset fails every partition consumer
+// of the broker at once: sarama's brokerConsumer.abort notifies each child)
+// is one log line and one metadata read, not one per error queued: each
+// used to be handled in a turn of the loop of its own, so after a network
+// fault the loop went on meeting errors from before it.
 func (l *loop) sourceError(err error) {
-	var ended *readerEnded
-	switch {
-	case errors.As(err, &ended):
-		l.src.topo.ended = append(l.src.topo.ended, ended)
-	case errors.Is(err, sarama.ErrOffsetOutOfRange):
-		l.cfg.Logger.Debug("kafka consumer error: the partition reader ends", "err", err)
-	default:
-		l.cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", err)
+	errs := []error{err}
+	for more := true; more; {
+		select {
+		case e := <-l.src.errs:
+			errs = append(errs, e)
+		default:
+			more = false
+		}
+	}
+	var retried []error
+	for _, err := range errs {
+		var ended *readerEnded
+		switch {
+		case errors.As(err, &ended):
+			l.src.topo.ended = append(l.src.topo.ended, ended)
+		case errors.Is(err, sarama.ErrOffsetOutOfRange):
+			l.cfg.Logger.Debug("kafka consumer error: the partition reader ends", "err", err)
+		default:
+			retried = append(retried, err)
+		}
+	}
+	if len(retried) > 0 {
+		l.cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", retried[0], "errors", len(retried))
 		l.src.topo.next = time.Time{}
 	}
 }

@@ -7,12 +7,43 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// pollHighWater refreshes every partition's high water mark.
+// highWaters is the answer of a high water mark poll: per partition its
+// high water mark, or the error that kept it from being read.
+type highWaters struct {
+	hw   map[aggregate.PartitionID]int64
+	errs map[aggregate.PartitionID]error
+}
+
+// pollHighWater starts a refresh of every partition's high water mark on a
+// goroutine of its own, unless one is in flight; the run loop applies the
+// answer (applyHighWaters) when it comes. It asks each leader once for all
+// of its partitions (source.highWaters). It used to ask sarama's GetOffset
+// for one partition after the other on the run loop: each a round trip to
+// the broker, and after a connection reset more than one (sarama's
+// client.getOffset closes the leader's Broker on any error, so the next
+// call connects again, ApiVersions first). On a link adding 300 ms each way
+// a poll of six partitions held the loop for seconds of every second, and
+// after a few resets the instance read 78 records/s where a fresh one read
+// thousands (TestFlakyKafkaRecovers).
 func (l *loop) pollHighWater() {
-	for tp := range l.highWater {
-		hw, err := l.src.client.GetOffset(tp.Topic, tp.Partition, -1)
-		if err != nil {
-			l.cfg.Logger.Warn("high water mark", "partition", tp.String(), "err", err)
+	if l.hwPending != nil {
+		return
+	}
+	parts := SortedPartitions(l.highWater)
+	ch := make(chan highWaters, 1) // buffered: the goroutine never waits for a loop that ended
+	l.hwPending = ch
+	src := l.src
+	go func() { ch <- src.highWaters(parts) }()
+}
+
+// applyHighWaters records a poll's answer.
+func (l *loop) applyHighWaters(r highWaters) {
+	l.hwPending = nil
+	for _, tp := range SortedPartitions(r.errs) {
+		l.cfg.Logger.Warn("high water mark", "partition", tp.String(), "err", r.errs[tp])
+	}
+	for tp, hw := range r.hw {
+		if _, assigned := l.highWater[tp]; !assigned {
 			continue
 		}
 		l.highWater[tp] = hw

@@ -75,16 +75,19 @@ func (c *Config) validateRetention() error {
 
 // retention runs the retention of a run (Config.Retention,
 // Config.DeadLetterRetention) on a goroutine and a connection of its own,
-// never in the commit transaction: once at start, then every
-// Config.RetentionInterval (a minute after a failed round) until stop.
+// never in the commit transaction: once the instance first claims (a
+// standby leaves it to the active instance), then every
+// Config.RetentionInterval (a minute after a failed round) until stop. Its
+// connection is closed after each round: between rounds it holds none.
 type retention struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // startRetention starts the retention of cfg, or returns nil when both
-// retentions are off. It ends when ctx ends or at stop.
-func startRetention(ctx context.Context, cfg Config, st *store.Store) *retention {
+// retentions are off; its first round waits until active is closed. It ends
+// when ctx ends or at stop.
+func startRetention(ctx context.Context, cfg Config, st *store.Store, active <-chan struct{}) *retention {
 	if cfg.Retention == 0 && cfg.DeadLetterRetention == 0 {
 		return nil
 	}
@@ -93,10 +96,16 @@ func startRetention(ctx context.Context, cfg Config, st *store.Store) *retention
 	r := &retention{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		defer rs.Close(context.Background())
+		select {
+		case <-rctx.Done():
+			return
+		case <-active:
+		}
 		for {
 			next := cfg.RetentionInterval
-			if err := retentionRound(rctx, cfg, rs); err != nil && rctx.Err() == nil {
+			err := retentionRound(rctx, cfg, rs)
+			_ = rs.Close(context.Background())
+			if err != nil && rctx.Err() == nil {
 				next = min(next, retentionRetry)
 				cfg.Logger.Warn("retention round failed; trying again", "err", err, "retry_in", next)
 			}

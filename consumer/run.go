@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
 	in := startInstance(ctx, cfg, st)
 	// Retention runs on a connection of its own, never in a commit.
-	ret := startRetention(ctx, cfg, st)
+	ret := startRetention(ctx, cfg, st, in.active)
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
 	var err error
 	rej := &rejects{}                                   // what PostgreSQL refused: a resync keeps it
@@ -122,6 +122,8 @@ type loop struct {
 	src   *source
 	rej   *rejects
 
+	lastHeld *store.HeldError // what a standby waits for, said again while a poll fails
+
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark
 	led         *Ledger
@@ -146,6 +148,7 @@ type loop struct {
 	pending    *pendingCommit                 // the batch in flight, or failed and waiting for its retry
 	paused     map[aggregate.PartitionID]bool // by flowControl: far ahead in event time
 	inflight   chan commitResult              // non-nil while a commit runs
+	hwPending  chan highWaters                // non-nil while a high water mark poll runs (pollHighWater)
 	consumed   int64                          // records consumed by this loop
 	committed  int64                          // of those, the ones a successful commit covered
 }
@@ -189,11 +192,14 @@ func (l *loop) run(ctx context.Context) (err error) {
 			if err := l.finishCommit(res); err != nil {
 				return err
 			}
+			l.beatInline(ctx)
 			if l.pending == nil && l.closedWaiting() {
 				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
 		case err := <-l.src.errs:
 			l.sourceError(err)
+		case hws := <-l.hwPending:
+			l.applyHighWaters(hws)
 		case <-poll.C:
 			if err := l.poll(ctx); err != nil {
 				return err
@@ -206,6 +212,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			l.logProgress(now)
 			l.splitFlowTick(now)
+			l.beatInline(ctx)
 			if cfg.Drain && l.drained() {
 				return l.finishDrain(ctx)
 			}
@@ -225,7 +232,7 @@ func retry(ctx context.Context, cfg Config, what string, fn func() error) error 
 		if err == nil || !store.Retryable(err) {
 			return err
 		}
-		cfg.Logger.Warn(what+" failed; retrying", "err", err, "retry_in", backoff)
+		store.LogRetry(cfg.Logger, what, err, backoff)
 		select {
 		case <-ctx.Done():
 			return err

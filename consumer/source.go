@@ -189,6 +189,59 @@ func (s *source) offsets(tp aggregate.PartitionID) (logStart, highWater int64, e
 	return logStart, highWater, nil
 }
 
+// highWaters reads the high water marks of parts: one ListOffsets request
+// (the latest offset, read_uncommitted, as sarama's GetOffset asks) per
+// leader, the leaders asked at the same time, so a poll costs one round trip
+// to the brokers however many partitions there are. A leader that fails is
+// closed, so that sarama connects again at the next request (as GetOffset
+// does). Safe to call from any goroutine (sarama.Client is).
+func (s *source) highWaters(parts []aggregate.PartitionID) highWaters {
+	out := highWaters{hw: map[aggregate.PartitionID]int64{}, errs: map[aggregate.PartitionID]error{}}
+	byLeader := map[*sarama.Broker][]aggregate.PartitionID{}
+	for _, tp := range parts {
+		b, err := s.client.Leader(tp.Topic, tp.Partition)
+		if err != nil {
+			out.errs[tp] = err
+			continue
+		}
+		byLeader[b] = append(byLeader[b], tp)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for b, tps := range byLeader {
+		wg.Go(func() {
+			req := sarama.NewOffsetRequest(s.client.Config().Version)
+			for _, tp := range tps {
+				req.AddBlock(tp.Topic, tp.Partition, sarama.OffsetNewest, 1)
+			}
+			resp, err := b.GetAvailableOffsets(req)
+			if err != nil {
+				_ = b.Close()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, tp := range tps {
+				if err != nil {
+					out.errs[tp] = err
+					continue
+				}
+				switch block := resp.GetBlock(tp.Topic, tp.Partition); {
+				case block == nil:
+					out.errs[tp] = sarama.ErrIncompleteResponse
+				case !errors.Is(block.Err, sarama.ErrNoError):
+					out.errs[tp] = block.Err
+				case len(block.Offsets) != 1:
+					out.errs[tp] = sarama.ErrOffsetOutOfRange
+				default:
+					out.hw[tp] = block.Offsets[0]
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
 // stableOffset returns tp's last stable offset: the end of what this
 // read_committed reader can read now. It is the first offset of the oldest
 // transaction still open on tp, else the high water mark (ListOffsets of

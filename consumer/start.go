@@ -33,7 +33,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := l.cfg
-	src, err := openSource(cfg.Brokers, cfg.Sarama, cfg.FetchBytes)
+	var src *source
+	err = WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "connect to Kafka", func() (err error) {
+		src, err = openSource(cfg.Brokers, cfg.Sarama, cfg.FetchBytes)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -51,7 +55,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 			if topic == "" {
 				continue
 			}
-			ps, err := src.partitions(topic)
+			var ps []int32
+			err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the partitions of "+topic, func() (err error) {
+				ps, err = src.partitions(topic)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -126,7 +134,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.stored = map[aggregate.PartitionID]store.Position{}
 
 	for _, tp := range assigned {
-		logStart, hw, err := src.offsets(tp)
+		var logStart, hw int64
+		err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the offsets of "+tp.String(), func() (err error) {
+			logStart, hw, err = src.offsets(tp)
+			return err
+		})
 		if err != nil {
 			return err
 		}

@@ -92,7 +92,7 @@ func TestCLISettingsPrecedence(t *testing.T) {
 	}
 	started := func(env []string, args ...string) string {
 		t.Helper()
-		out, errOut, code := runCLI(t, cliEnv(env...), append([]string{"run", "--brokers", "127.0.0.1:1", "--metrics-addr", ""}, args...)...)
+		out, errOut, code := runCLI(t, cliEnv(env...), append([]string{"run", "--brokers", "127.0.0.1:1", "--metrics-addr", "", "--connect-timeout", "1ms"}, args...)...)
 		if code != 1 {
 			t.Fatalf("run %v: exit %d, want 1\n%s%s", args, code, out, errOut)
 		}
@@ -168,7 +168,7 @@ func TestCLIZeroLatenessReachesTheWatermark(t *testing.T) {
 func TestCLIPipelineNameRejected(t *testing.T) {
 	db := "--database-url=postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1"
 	cmds := [][]string{
-		{"run", db, "--brokers", "127.0.0.1:1", "--metrics-addr", ""},
+		{"run", db, "--brokers", "127.0.0.1:1", "--metrics-addr", "", "--connect-timeout", "1ms"},
 		{"status", db}, {"dlq", "list", db}, {"serve", db, "--addr", "127.0.0.1:0"},
 		{"report", db, "--from", "2016-05-19", "--to", "2016-05-20"},
 	}

@@ -58,7 +58,8 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 	runSecure := func(env []string, brokers, ca string) (string, int) {
 		t.Helper()
 		args := append([]string{"run", "--drain", "--database-url", db, "--pipeline", "rk_sasl", "--topics", pred + "," + pos,
-			"--metrics-addr", "", "--flush-interval", "100ms", "--allowed-lateness", "10m", "--log-level", "debug"}, sec(brokers, ca)...)
+			"--metrics-addr", "", "--flush-interval", "100ms", "--allowed-lateness", "10m", "--log-level", "debug",
+			"--connect-timeout", "2s"}, sec(brokers, ca)...)
 		p := startOvstream(t, env, args...)
 		code := p.wait(t, 2*time.Minute)
 		return p.output(), code

@@ -270,17 +270,54 @@ WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipe
 	}
 	switch {
 	case errors.Is(err, errHeld): // rolled back; the connection is fine
-		h := &HeldError{Held: held}
-		for _, p := range held {
-			if opts.InstanceID != "" && OwnerInstance(p.Owner) == opts.InstanceID && !slices.Contains(h.SharedID, p.Owner) {
-				h.SharedID = append(h.SharedID, p.Owner)
-			}
-		}
-		return h
+		return newHeldError(held, opts)
 	case err != nil && !errors.Is(err, ErrFenced):
 		s.discard()
 	}
 	return err
+}
+
+// newHeldError is the *HeldError of a claim under opts that found held.
+func newHeldError(held []PartitionLease, opts ClaimOptions) *HeldError {
+	h := &HeldError{Held: held}
+	for _, p := range held {
+		if opts.InstanceID != "" && OwnerInstance(p.Owner) == opts.InstanceID && !slices.Contains(h.SharedID, p.Owner) {
+			h.SharedID = append(h.SharedID, p.Owner)
+		}
+	}
+	return h
+}
+
+// Held tells, read-only and without locks, whether a claim of parts of
+// pipeline by owner under opts would find live holders: the *HeldError the
+// claim would return, or nil when it may take them (released, expired, an
+// earlier incarnation of the same instance id, --takeover, or no row yet).
+// A standby polls it on its lease connection, so that it holds no commit
+// connection while it waits (DESIGN.md "Standby, not ping-pong"); a nil
+// answer is no promise: the claim decides again under the row locks.
+func (s *Store) Held(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions) (*HeldError, error) {
+	var held []PartitionLease
+	err := s.do(ctx, func(conn *pgx.Conn) error {
+		return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			states, err := leaseStates(ctx, tx, pipeline, parts, opts.Lease)
+			if err != nil {
+				return err
+			}
+			gone, err := restartedOwners(ctx, tx, pipeline, owner, opts.InstanceID, states)
+			if err != nil {
+				return err
+			}
+			held = heldBy(states, owner, opts.Takeover, gone)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: lease states of %d partitions of pipeline %q: %w", len(parts), pipeline, err)
+	}
+	if held == nil {
+		return nil, nil
+	}
+	return newHeldError(held, opts), nil
 }
 
 // heldBy returns the partitions of states a claim by owner may not take:

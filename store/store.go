@@ -65,6 +65,17 @@ type Store struct {
 	// server than its last connection's (host:port as connected, e.g. after a
 	// failover with a multi-host URL and target_session_attrs=read-write).
 	OnServerChange func(from, to string)
+	// Spare, when set, is asked for a connection to take over when the
+	// server refuses this Store a new one for want of a slot
+	// (TooManyConnections): it returns a Store whose connection nobody uses
+	// until done is called (taken: whether it had one), or nil when it has
+	// none to spare. The taken
+	// connection becomes this Store's, with this Store's session settings;
+	// the other Store connects anew on its next use. A run's commit Store
+	// takes its lease connection so (consumer/lease.go), so that an active
+	// instance never lacks a commit path to a newcomer taking the slot it
+	// lost.
+	Spare func() (from *Store, done func(taken bool))
 	// MergeChunkRows bounds the rows one step of a split commit's merge
 	// holds in memory (partials.go); 0 means 100,000.
 	MergeChunkRows int
@@ -192,6 +203,11 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 		ctx = cctx
 	}
 	conn, err := pgx.ConnectConfig(ctx, s.config)
+	if err != nil && TooManyConnections(err) && s.Spare != nil {
+		if c := s.takeSpare(ctx); c != nil {
+			conn, err = c, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -212,6 +228,33 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 		s.server = addr
 	}
 	return conn, nil
+}
+
+// takeSpare takes the connection of the Store that s.Spare offers, if it
+// is open and idle, and gives it s's session settings (set_config of each
+// run-time parameter s connects with); nil when there is none.
+func (s *Store) takeSpare(ctx context.Context) *pgx.Conn {
+	from, done := s.Spare()
+	if from == nil {
+		return nil
+	}
+	conn := from.conn
+	from.conn = nil
+	done(conn != nil)
+	if conn == nil {
+		return nil
+	}
+	if conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil
+	}
+	for k, v := range s.config.RuntimeParams {
+		if _, err := conn.Exec(ctx, `SELECT set_config($1, $2, false)`, k, v); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil
+		}
+	}
+	return conn
 }
 
 // do runs f on the connection; on error the connection is thrown away.

@@ -32,6 +32,10 @@ type Config struct {
 	// DataDir keeps the log and committed offsets across restarts;
 	// "" keeps everything in memory.
 	DataDir string
+	// Advertised, when set, is the host:port put in metadata instead of the
+	// listening address (Kafka's advertised.listeners): clients then reach
+	// the broker through whatever listens there, e.g. a test's TCP proxy.
+	Advertised string
 }
 
 // Validate reports the first problem of the configuration.
@@ -85,6 +89,25 @@ func Start(cfg Config) (*Broker, error) {
 			return net.Listen(network, net.JoinHostPort(host, p))
 		}),
 	}
+	var listened string
+	if cfg.Advertised != "" {
+		adv, err := net.ResolveTCPAddr("tcp", cfg.Advertised)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: advertised %q: %w", cfg.Advertised, err)
+		}
+		opts[2] = kfake.ListenFn(func(network, address string) (net.Listener, error) {
+			_, p, err := net.SplitHostPort(address)
+			if err != nil {
+				return nil, err
+			}
+			ln, err := net.Listen(network, net.JoinHostPort(host, p))
+			if err != nil {
+				return nil, err
+			}
+			listened = ln.Addr().String()
+			return advertisedListener{ln, adv}, nil // kfake advertises its listener's Addr
+		})
+	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())
 	}
@@ -92,8 +115,8 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: start broker on %s:%d: %w", host, port, err)
 	}
-	b := &Broker{c: c}
-	if addrs := c.ListenAddrs(); len(addrs) > 0 {
+	b := &Broker{c: c, addr: listened}
+	if addrs := c.ListenAddrs(); len(addrs) > 0 && listened == "" {
 		b.addr = addrs[0]
 	}
 	names := make([]string, 0, len(cfg.Topics))
@@ -111,7 +134,16 @@ func Start(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
-// Addr returns the host:port the broker listens on (the real port when 0 was asked).
+// advertisedListener is a listener whose Addr is the advertised address.
+type advertisedListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l advertisedListener) Addr() net.Addr { return l.addr }
+
+// Addr returns the host:port the broker listens on (the real port when 0
+// was asked), not Config.Advertised.
 func (b *Broker) Addr() string { return b.addr }
 
 // Close stops the broker; with a DataDir it flushes its state to disk first.

@@ -221,7 +221,7 @@ func TestZeroDurationsNameTheFlag(t *testing.T) {
 // at once, exit 1, after its start-up line) and returns that line.
 func startLine(t *testing.T, args ...string) string {
 	t.Helper()
-	out, errOut, code := ovstream(t, append([]string{"run", "--brokers", "127.0.0.1:1", "--metrics-addr", ""}, args...)...)
+	out, errOut, code := ovstream(t, append([]string{"run", "--brokers", "127.0.0.1:1", "--metrics-addr", "", "--connect-timeout", "1ms"}, args...)...)
 	if code != exitError {
 		t.Fatalf("run %v: exit %d, want 1 (Kafka unreachable)\nstdout %s\nstderr %s", args, code, out, errOut)
 	}
@@ -290,7 +290,7 @@ pipeline = "for-status-only"
 	t.Setenv("OVSTREAM_CONFIG", file)
 	check("OVSTREAM_CONFIG", startLine(t), "pipeline", "from-file-run")
 	for _, pw := range []string{"Pw-file-1234", "Pw-conv-1234", "Pw-ovs-12345"} {
-		if _, errOut, _ := ovstream(t, "run", "--brokers", "127.0.0.1:1", "--metrics-addr", ""); strings.Contains(errOut, pw) {
+		if _, errOut, _ := ovstream(t, "run", "--brokers", "127.0.0.1:1", "--metrics-addr", "", "--connect-timeout", "1ms"); strings.Contains(errOut, pw) {
 			t.Errorf("run printed the password %s:\n%s", pw, errOut)
 		}
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
-	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -85,18 +84,15 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	defer dash.Close()
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = dash.Ping(pctx)
+	err = store.WaitConnect(ctx, o.connectTimeout, log, "connect to PostgreSQL", dash.Ping)
 	if err == nil {
 		// Read-only, as everything serve does: a schema behind, dirty or
 		// newer is said now, not as a 500 on every request.
-		if err = migrations.Check(pctx, o.databaseURL); err != nil {
-			cancel()
+		if err = checkSchema(ctx, o.databaseURL, o.connectTimeout, log); err != nil {
 			fmt.Fprintln(stderr, "ovstream serve:", err)
 			return exitError
 		}
 	}
-	cancel()
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream serve: PostgreSQL:", err)
 		return exitError

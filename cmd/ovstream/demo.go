@@ -120,7 +120,7 @@ func cmdDemo(ctx context.Context, f *runFlags, data string, stdout, stderr io.Wr
 // demoDatabase connects to the demo's database once, so that a missing
 // database or a refused login is said before the broker starts.
 func demoDatabase(ctx context.Context, databaseURL string) error {
-	st, err := openStoreQuick(ctx, databaseURL)
+	st, err := openStore(ctx, databaseURL, 15*time.Second, slog.New(slog.DiscardHandler))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
 		name := "?"

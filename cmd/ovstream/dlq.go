@@ -99,7 +99,7 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 		return usageErr("--to TOPIC is required")
 	}
 	filter := store.DeadLetterFilter{Pipeline: o.pipeline, Reason: f.reason, Topic: f.topic, Limit: f.limit}
-	st, err := openChecked(ctx, o.databaseURL)
+	st, err := o.openChecked(ctx, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream dlq %s: %v\n", sub, err)
 		return exitError

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/store"
 )
 
 func init() { register(newMigrateCmd) }
@@ -19,14 +22,16 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=
 
 // migrateFlags are the flags of migrate's subcommands.
 type migrateFlags struct {
-	databaseURL string
-	yes         bool // down only
+	databaseURL    string
+	connectTimeout time.Duration
+	yes            bool // down only
 }
 
 // register defines the flag every migrate subcommand takes (before or after
 // the subcommand's name).
 func (f *migrateFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", 15*time.Second, connectTimeoutUsage)
 }
 
 func newMigrateCmd() *cobra.Command {
@@ -34,7 +39,20 @@ func newMigrateCmd() *cobra.Command {
 	sub := func(use, short string, args cobra.PositionalArgs, a func(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, args []string) int) *cobra.Command {
 		return &cobra.Command{Use: use, Short: short, Args: args,
 			RunE: run(func(ctx context.Context, stdout, stderr io.Writer, args []string) int {
-				return a(ctx, &f, stdout, newRedactingWriter(stderr, databaseSecrets(f.databaseURL)), args)
+				stderr = newRedactingWriter(stderr, databaseSecrets(f.databaseURL))
+				if use == "down [V]" && !f.yes {
+					return a(ctx, &f, stdout, stderr, args) // refused before it connects
+				}
+				// The one rule for a database not there yet or without a
+				// free slot (store.WaitConnect), read-only, before the step.
+				err := store.WaitConnect(ctx, f.connectTimeout, commandLog(stderr), "connect to PostgreSQL", func(ctx context.Context) error {
+					_, _, err := migrations.Version(ctx, f.databaseURL)
+					return err
+				})
+				if err != nil {
+					return migrateFailed(stderr, strings.Fields(use)[0], err)
+				}
+				return a(ctx, &f, stdout, stderr, args)
 			})}
 	}
 	down := sub("down [V]", "revert every migration: DROPS ALL ovstream TABLES AND THEIR DATA; with V, only those above "+

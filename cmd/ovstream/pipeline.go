@@ -82,7 +82,7 @@ func cmdPipelineSet(ctx context.Context, f *pipelineFlags, stdout, stderr io.Wri
 			return exitUsage
 		}
 	}
-	st, err := openStoreQuick(ctx, o.databaseURL)
+	st, err := o.openCommand(ctx, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream pipeline set:", err)
 		return exitError

@@ -112,7 +112,7 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err := q.Validate(); err != nil {
 		return usageErr(err)
 	}
-	st, err := openChecked(ctx, o.databaseURL)
+	st, err := o.openChecked(ctx, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError

@@ -87,7 +87,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.lease, "lease", consumer.DefaultLease, "a partition whose owner's heartbeat is younger is held: this instance waits as a standby until it is released or the lease expires (use one lease for all instances of a pipeline)")
 	fs.StringVar(&f.instanceID, "instance-id", "", "stable id of this process across restarts (a StatefulSet pod name, a systemd instance name): a restart claims the partitions of its earlier incarnation at once once that process is gone, instead of waiting --lease; give every process its own (empty: none)")
 	fs.BoolVar(&f.takeover, "takeover", false, "claim the partitions at once even while a live instance holds them (it is fenced and exits 3)")
-	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, "how long to retry connecting to PostgreSQL at start")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, connectTimeoutUsage+"; so are Kafka's bootstrap brokers")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", defaultMetricsAddr, "`host:port` serving /metrics, /healthz and /readyz (empty: none; port 0: a free port, logged)")
@@ -174,6 +174,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		IdleFinalize:       f.idleFinalize,
 		FlushInterval:      f.flush,
 		MetadataRefresh:    f.metadataRefresh,
+		ConnectTimeout:     f.connectTimeout,
 		StartOffset:        f.startOffset,
 		OnOffsetOutOfRange: f.onOutOfRange,
 		Drain:              f.drain,
@@ -310,10 +311,16 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 		return nil, err
 	}
 	defer ops.stop()
-	if err := kafkaPreflight(cfg.Brokers, cfg.Sarama); err != nil {
+	err = consumer.WaitKafka(ctx, f.connectTimeout, cfg.Logger, "connect to the bootstrap brokers", func() error {
+		return kafkaPreflight(cfg.Brokers, cfg.Sarama)
+	})
+	if err != nil {
 		return nil, err
 	}
-	if err := checkPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions); err != nil {
+	err = consumer.WaitKafka(ctx, f.connectTimeout, cfg.Logger, "read the topics' partitions", func() error {
+		return checkPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions)
+	})
+	if err != nil {
 		return nil, err
 	}
 	if f.kafkaCommitOffsets {
@@ -336,36 +343,17 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	}
 	defer st.Close(context.Background())
 	if f.migrate {
-		if err := migrations.Up(ctx, f.databaseURL); err != nil {
+		err := store.WaitConnect(ctx, f.connectTimeout, cfg.Logger, "migrate up", func(ctx context.Context) error {
+			return migrations.Up(ctx, f.databaseURL)
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
-	if err := migrations.Check(ctx, f.databaseURL); err != nil {
+	if err := checkSchema(ctx, f.databaseURL, f.connectTimeout, cfg.Logger); err != nil {
 		return nil, err
 	}
 	return consumer.Run(ctx, cfg, st)
-}
-
-// openStore connects to PostgreSQL, retrying retryable errors until timeout.
-func openStore(ctx context.Context, url string, timeout time.Duration, log *slog.Logger) (*store.Store, error) {
-	deadline := time.Now().Add(timeout)
-	backoff := 200 * time.Millisecond
-	for {
-		st, err := store.Open(ctx, url)
-		if err == nil {
-			return st, nil
-		}
-		if !store.Retryable(err) || time.Now().Add(backoff).After(deadline) || ctx.Err() != nil {
-			return nil, err
-		}
-		log.Warn("cannot reach PostgreSQL yet; retrying", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
 }
 
 // reportRun prints the outcome to w, errors to errw, and returns the exit code.

@@ -25,7 +25,8 @@ const defaultMetricsAddr = "127.0.0.1:9464"
 // readiness decides /readyz: the database answers a ping on a connection of
 // its own (not the one the run loop commits on), every partition is assigned,
 // and the last successful commit is younger than three flush intervals. A
-// standby (waiting for partitions a live instance holds) answers 503 "standby".
+// standby (waiting for partitions a live instance holds) answers 503
+// "standby" without asking the database.
 type readiness struct {
 	health      *consumer.Health
 	flush       time.Duration
@@ -42,13 +43,21 @@ type readiness struct {
 func (r *readiness) check(ctx context.Context) (bool, []string) {
 	ok := true
 	var lines []string
-	if err := r.ping(ctx); err != nil {
+	standby, holders := r.health.Standby()
+	if standby {
+		// Not ready anyway; a standby holds only its lease connection
+		// (docs/operations.md "Connections"), so the probe opens none.
+		r.mu.Lock()
+		r.close()
+		r.mu.Unlock()
+		lines = append(lines, "database: not checked (a standby holds no connection but its lease connection)")
+	} else if err := r.ping(ctx); err != nil {
 		ok = false
 		lines = append(lines, "database: unreachable: "+redactString(err.Error(), r.secrets))
 	} else {
 		lines = append(lines, "database: ok")
 	}
-	if standby, holders := r.health.Standby(); standby {
+	if standby {
 		ok = false
 		lines = append(lines, "partitions: standby, waiting for "+holders)
 	} else if r.health.Assigned() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -25,12 +26,17 @@ func init() { register(newStatusCmd) }
 // opsFlags are the connection flags of status, dlq and report.
 type opsFlags struct {
 	databaseURL, brokers, pipeline string
+	connectTimeout                 time.Duration
 	kafka                          kafkaFlags
 }
+
+// connectTimeoutUsage is the help of every command's --connect-timeout.
+const connectTimeoutUsage = "how long to wait for PostgreSQL at start: a refused or failed connection (e.g. no connection slot free, SQLSTATE 53300) is retried with backoff and logged until then"
 
 func (o *opsFlags) register(fs *pflag.FlagSet, withKafka bool) {
 	fs.StringVar(&o.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	fs.StringVar(&o.pipeline, "pipeline", "ovstream", "pipeline name")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 15*time.Second, connectTimeoutUsage)
 	nameFlag(fs, "pipeline")
 	if withKafka {
 		fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
@@ -73,26 +79,45 @@ func (o *opsFlags) secrets() []string {
 	return append(databaseSecrets(o.databaseURL), spellings(o.kafka.secrets())...)
 }
 
-// openStoreQuick connects once, within a short timeout: for commands, not the service.
-func openStoreQuick(ctx context.Context, url string) (*store.Store, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	return store.Open(ctx, url)
+// openStore connects to PostgreSQL by ovstream's one rule for every
+// command (store.WaitConnect): a retryable failure, e.g. no connection slot
+// free (53300), is logged to log and retried with backoff until timeout.
+func openStore(ctx context.Context, url string, timeout time.Duration, log *slog.Logger) (*store.Store, error) {
+	var st *store.Store
+	err := store.WaitConnect(ctx, timeout, log, "connect to PostgreSQL", func(ctx context.Context) (err error) {
+		st, err = store.Open(ctx, url)
+		return err
+	})
+	return st, err
 }
 
-// openChecked is openStoreQuick for the commands that read ovstream's
+// checkSchema is migrations.Check under the same rule: its connection is
+// one more, which a crowded server may refuse too.
+func checkSchema(ctx context.Context, url string, timeout time.Duration, log *slog.Logger) error {
+	return store.WaitConnect(ctx, timeout, log, "read the schema version", func(ctx context.Context) error {
+		return migrations.Check(ctx, url)
+	})
+}
+
+// commandLog is the logger of a command's waits for the database, to stderr.
+func commandLog(stderr io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(stderr, nil)) }
+
+// openCommand is openStore for a command (not the service) of o, logging to stderr.
+func (o *opsFlags) openCommand(ctx context.Context, stderr io.Writer) (*store.Store, error) {
+	return openStore(ctx, o.databaseURL, o.connectTimeout, commandLog(stderr))
+}
+
+// openChecked is openCommand for the commands that read ovstream's
 // tables (status, dlq, report): it then checks, read-only, that the schema
 // is the version this binary reads (migrations.Check), so that a schema
 // behind, dirty or newer is said with what to do instead of as a missing
 // relation or column.
-func openChecked(ctx context.Context, url string) (*store.Store, error) {
-	st, err := openStoreQuick(ctx, url)
+func (o *opsFlags) openChecked(ctx context.Context, stderr io.Writer) (*store.Store, error) {
+	st, err := o.openCommand(ctx, stderr)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := migrations.Check(cctx, url); err != nil {
+	if err := checkSchema(ctx, o.databaseURL, o.connectTimeout, commandLog(stderr)); err != nil {
 		st.Close(context.Background())
 		return nil, err
 	}
@@ -159,7 +184,7 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitUsage
 	}
-	st, err := openChecked(ctx, o.databaseURL)
+	st, err := o.openChecked(ctx, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
