@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/ovstream
 PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./cmd/...
 
-.PHONY: build run test test-crash unit integration fuzz vet clean check-unit check-docker screenshots realkafka
+.PHONY: build run test test-long unit integration fuzz vet clean check-unit check-docker screenshots realkafka
 
 # .ci/postgres.sh may start a private PostgreSQL cluster and write its
 # DATABASE_URL into .ci/local.env; every command that needs the database reads
@@ -26,7 +26,7 @@ run: build
 test: vet build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(CRASH_TESTS)' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^(TestCopyConnectionBroken|TestOutcomeFromCommitSeq)$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
@@ -36,15 +36,16 @@ test: vet build
 	bash .ci/check-unit.sh $(BIN)
 	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
 
-# The long crash-injection tier: SIGKILL, SIGSTOP and crash points at every step of the commit,
-# PostgreSQL and broker restarts, lost COMMIT answers, failovers of a replicated PostgreSQL; each
-# compared with an uninterrupted run and the SQL oracle (~8 min on 2 cores). make test keeps one
+# The long tier: the crash-injection tests (SIGKILL, SIGSTOP and crash points at every step of the
+# commit, PostgreSQL and broker restarts, lost COMMIT answers, failovers of a replicated
+# PostgreSQL), a reader recovering from a flaky network and a rejection of 100,000 rows; each
+# compared with an uninterrupted run and the SQL oracle. make test keeps one
 # of each kind (TestKillMidStreamThenRestart, TestFailoverAsync, TestCrashPointsKnown); CI
 # (.ci/run) runs this tier after make test. (make crash is the much longer release schedule.)
-CRASH_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart)$$
-test-crash: build
+LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows)$$
+test-long: build
 	@bash .ci/postgres.sh
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 20m -run '$(CRASH_TESTS)' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 20m -run '$(LONG_TESTS)' ./integration/
 
 # The real-broker tier alone (Apache Kafka 4.3.1 on 127.0.0.1; the jars are copied once into
 # ~/.cache/ovstream/kafka-<version>).
