@@ -81,8 +81,10 @@ func (l *loop) takeBatch() *pendingCommit {
 	p.batch.Trips, p.batch.Vehicles = l.trips.rows, l.vehicles.rows
 	l.olderVersions(&p.batch)
 	for _, tp := range SortedPartitions(l.led.parts) {
+		next := l.led.Committable(tp, wm)
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
-			NextOffset: l.led.Committable(tp, wm), ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
+			NextOffset: next, ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq,
+			LeaderEpoch: l.led.CommittableEpoch(tp, next)})
 	}
 	l.splitBatch(&p.batch)
 	l.dead = nil

@@ -125,31 +125,52 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.names = aggregate.NewNames() // a resync starts with none: it writes again the names it meets (no-ops)
 	l.stored = map[aggregate.PartitionID]store.Position{}
 
-	for _, tp := range assigned {
+	type logRange struct{ start, hw int64 }
+	ranges := map[aggregate.PartitionID]logRange{}
+	// KIP-320: a stored offset within the log whose leader epoch the log
+	// no longer holds up to it was truncated below (truncation.go).
+	truncated, err := l.storedTruncations(assigned, stored, func(tp aggregate.PartitionID, next int64) (bool, error) {
 		logStart, hw, err := src.offsets(tp)
-		if err != nil {
-			return err
+		ranges[tp] = logRange{logStart, hw}
+		return err == nil && next >= logStart && next <= hw, err
+	})
+	if err != nil {
+		return err
+	}
+	for _, tp := range assigned {
+		r, ok := ranges[tp]
+		if !ok {
+			if r.start, r.hw, err = src.offsets(tp); err != nil {
+				return err
+			}
 		}
+		logStart, hw := r.start, r.hw
 		var from int64
 		pos, have := stored[tp]
 		switch {
-		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw:
+		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw && truncated[tp] == nil:
 			from = pos.NextOffset
 			l.replayUntil[tp] = pos.ConsumedOffset
 			l.stored[tp] = pos
 		case have:
-			oor := &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
+			var why error = &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
+			msg, epoch := "stored offset out of range: resuming", int32(-1)
 			switch cfg.OnOffsetOutOfRange {
 			case "earliest":
 				from = logStart
 			case "latest":
 				from = hw
-			default:
-				return oor
 			}
-			cfg.Logger.Warn("stored offset out of range: resuming", "partition", tp.String(),
-				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
-			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq}
+			if tr := truncated[tp]; tr != nil {
+				why, msg = tr, "the log was truncated below the stored offset (KIP-320): resuming"
+				from, epoch = resumeAt(cfg.OnOffsetOutOfRange, logStart, hw, tr)
+			}
+			if cfg.OnOffsetOutOfRange == "fail" {
+				return why
+			}
+			cfg.Logger.Warn(msg, "partition", tp.String(),
+				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from, "err", why)
+			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq, LeaderEpoch: epoch}
 			if err := l.st.ResetPosition(ctx, cfg.Pipeline, cfg.Owner, l.epoch, reset); err != nil {
 				return err
 			}
@@ -160,6 +181,9 @@ func (l *loop) start(ctx context.Context) (err error) {
 			from = logStart
 		}
 		l.led.Assign(tp, from)
+		if p, ok := l.stored[tp]; ok {
+			l.led.Epoch(tp, belowStart, p.LeaderEpoch)
+		}
 		l.wm.Assign(tp)
 		l.highWater[tp] = hw
 		if l.drainTarget[tp] = hw; cfg.Drain {

@@ -35,42 +35,66 @@ const (
 	saslPassword = "Rk-Scram512-7f3a9c" // searched for in every output
 )
 
-// shared is the single KRaft node the real-broker tests share (a JVM start
-// costs seconds on 2 cores); each test makes topics of its own on it.
-var shared struct {
+// sharedKafkaCluster is a Kafka the real-broker tests share, started on
+// first use (a JVM start costs seconds on 2 cores, a cluster's a minute and
+// more); each test makes topics of its own on it.
+type sharedKafkaCluster struct {
 	once sync.Once
 	c    *realkafka.Cluster
 	err  error
 }
 
-// TestMain stops the shared node when the tests end (its JVM also dies with
-// the test process: realkafka sets Pdeathsig).
+var (
+	// shared is the single KRaft node, with a SASL_SSL listener.
+	shared sharedKafkaCluster
+	// shared3 is the three-node KRaft cluster (each node broker+controller,
+	// 256 MiB heaps) of the cluster tests. A test that stops a node starts it
+	// again before it ends.
+	shared3 sharedKafkaCluster
+)
+
+// TestMain stops the shared node and cluster when the tests end (their JVMs
+// also die with the test process: realkafka sets Pdeathsig).
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.c != nil {
-		shared.c.Close()
+	for _, s := range []*sharedKafkaCluster{&shared, &shared3} {
+		if s.c != nil {
+			s.c.Close()
+		}
 	}
 	os.Exit(code)
 }
 
-// sharedKafka returns the shared node, starting it on first use; a test that
-// fails logs the tail of its log.
-func sharedKafka(t *testing.T) *realkafka.Cluster {
+// get returns the shared Kafka, starting it with opts on first use; a test
+// that fails logs the tail of its nodes' logs.
+func (s *sharedKafkaCluster) get(t *testing.T, opts realkafka.Options) *realkafka.Cluster {
 	t.Helper()
-	shared.once.Do(func() {
+	s.once.Do(func() {
 		began := time.Now()
-		shared.c, shared.err = realkafka.Start(realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}})
-		t.Logf("Kafka %s single node started in %v", realkafka.Version, time.Since(began).Round(time.Millisecond))
+		s.c, s.err = realkafka.Start(opts)
+		t.Logf("Kafka %s, %d node(s), started in %v", realkafka.Version, max(opts.Nodes, 1), time.Since(began).Round(time.Millisecond))
 	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
+	if s.err != nil {
+		t.Fatal(s.err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("Kafka log:\n%s", shared.c.Logs(60))
+			t.Logf("Kafka logs:\n%s", s.c.Logs(60))
 		}
 	})
-	return shared.c
+	return s.c
+}
+
+// sharedKafka returns the shared single node.
+func sharedKafka(t *testing.T) *realkafka.Cluster {
+	t.Helper()
+	return shared.get(t, realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}})
+}
+
+// sharedCluster returns the shared three-node cluster.
+func sharedCluster(t *testing.T) *realkafka.Cluster {
+	t.Helper()
+	return shared3.get(t, realkafka.Options{Nodes: 3, HeapMB: 256})
 }
 
 // kafkaTopics creates the test's own predictions (6 partitions) and
@@ -439,9 +463,7 @@ func TestRealKafkaBrokerRestartDuringRun(t *testing.T) {
 // dirs. run rides through the leader elections; the result equals the SQL
 // oracle.
 func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
-	began := time.Now()
-	c := realkafka.StartT(t, realkafka.Options{Nodes: 3, HeapMB: 256})
-	t.Logf("3-node cluster started in %v", time.Since(began).Round(time.Millisecond))
+	c := sharedCluster(t)
 	var pred string
 	var victim *realkafka.Node
 	var busiest int32

@@ -1,0 +1,59 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A leader change while run reads (issue 23, KIP-320; the embedded broker's
+// ElectLeaders moves the leader epoch of arrival_predictions/0 from 0 to 1,
+// and fences fetches of epoch 0 as Kafka does): the partition's reader
+// stops at the change, its position is validated against the new leader
+// (OffsetForLeaderEpoch: epoch 0 ends where epoch 1 starts, at the position)
+// and it reads on under epoch 1. Nothing is counted twice or lost: the
+// result equals the SQL oracle, and the stored leader epoch is 1. The
+// truncation itself (an end offset below the position) needs replicas:
+// TestRealKafkaUncleanElectionTruncation.
+func TestLeaderChangeWhileRunning(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	start := time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC)
+	produceRecords(t, addr, events(0, 10, start)...)
+	p := startOvstream(t, nil, runArgs(db, addr)...)
+	waitFor(t, time.Minute, "run to consume the first 10 records", func() bool {
+		return storedConsumedOf(t, db, "ovstream")["arrival_predictions/0"] == 10
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := kadm.NewClient(cl).ElectLeaders(context.Background(), kadm.ElectPreferredReplica, kadm.TopicsSet{predictionsTopic: {0: {}}})
+	cl.Close()
+	if err != nil || res[predictionsTopic][0].Err != nil {
+		t.Fatalf("ElectLeaders: %v %+v", err, res)
+	}
+	produceRecords(t, addr, events(10, 10, start.Add(10*time.Minute))...)
+	waitFor(t, time.Minute, "run to consume the next 10 records", func() bool {
+		return storedConsumedOf(t, db, "ovstream")["arrival_predictions/0"] == 20
+	})
+	_ = p.cmd.Process.Signal(sigterm)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("run: exit %d, want 0:\n%s", code, p.output())
+	}
+	want := "leader changed: position validated against the new leader (KIP-320); reading on\" partition=arrival_predictions/0 offset=10 leader_epoch=0 end_offset=10"
+	if !strings.Contains(p.output(), want) {
+		t.Fatalf("run output does not say %q:\n%s", want, p.output())
+	}
+	drain(t, db, addr)
+	loadOracleInput(t, db, addr, predictionsTopic)
+	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
+	if got := dump(t, db, `SELECT next_offset, leader_epoch FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`); got[0] != "[20 1]" {
+		t.Fatalf("stored (next_offset, leader_epoch) %v, want [20 1]", got)
+	}
+}
