@@ -94,7 +94,7 @@ func sharedKafka(t *testing.T) *realkafka.Cluster {
 // sharedCluster returns the shared three-node cluster.
 func sharedCluster(t *testing.T) *realkafka.Cluster {
 	t.Helper()
-	return shared3.get(t, realkafka.Options{Nodes: 3, HeapMB: 256})
+	return shared3.get(t, realkafka.Options{Nodes: 3, HeapMB: 256, Ready: 3 * time.Minute}) // 2 loaded cores: a start took 100 s
 }
 
 // kafkaTopics creates the test's own predictions (6 partitions) and

@@ -9,6 +9,13 @@
 -- election does, instead of reading on in another log.
 -- NULL: unknown, as Kafka's -1 (rows written before this version, a broker
 -- whose metadata has no leader epochs): such a row is not validated until a
--- commit writes an epoch. One implicit transaction (see 0001).
+-- commit writes an epoch.
+-- leader_epoch_offset is the next_offset the epoch was written with: an
+-- instance of version 10 still running (a standby that claims after the
+-- upgrade) moves next_offset on without an epoch, and the epoch of an older
+-- offset must not be validated against a newer one (it would look like a
+-- truncation): the epoch counts only while leader_epoch_offset = next_offset.
+-- One implicit transaction (see 0001).
 ALTER TABLE stream_positions ADD COLUMN leader_epoch integer NULL
-    CONSTRAINT stream_positions_leader_epoch CHECK (leader_epoch >= 0);
+        CONSTRAINT stream_positions_leader_epoch CHECK (leader_epoch >= 0),
+    ADD COLUMN leader_epoch_offset bigint NULL;

@@ -20,7 +20,7 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		clear(positions)
 		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, watermark, commit_seq,
-			COALESCE(leader_epoch, -1)
+			COALESCE(CASE WHEN leader_epoch_offset = next_offset THEN leader_epoch END, -1)
 			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL`, pipeline)
 		if err != nil {
 			return err
@@ -253,8 +253,8 @@ func mergePositions(ps []Position) []Position {
 }
 
 // storePositions stores the offsets of ps (never backwards), the leader
-// epoch with the next offset it belongs to (an unknown one, -1, never
-// replaces a known one of the same offset), the watermark wm (never
+// epoch with the next offset it belongs to (leader_epoch_offset; an unknown
+// one, -1, never replaces a known one of the same offset), the watermark wm (never
 // backwards; zero keeps it) and the idle and drained flags in rows fence
 // checked.
 func storePositions(ctx context.Context, tx pgx.Tx, pipeline string, wm time.Time, ps []Position) error {
@@ -275,9 +275,10 @@ func storePositions(ctx context.Context, tx pgx.Tx, pipeline string, wm time.Tim
 	}
 	_, err := tx.Exec(ctx, `
 UPDATE stream_positions AS t SET
-    leader_epoch = CASE WHEN t.next_offset IS NULL OR u.next_offset > t.next_offset THEN u.leader_epoch
-        WHEN u.next_offset = t.next_offset THEN COALESCE(u.leader_epoch, t.leader_epoch)
-        ELSE t.leader_epoch END,
+    leader_epoch = CASE WHEN t.next_offset IS NULL OR u.next_offset > t.next_offset
+        OR u.next_offset = t.next_offset AND u.leader_epoch IS NOT NULL THEN u.leader_epoch ELSE t.leader_epoch END,
+    leader_epoch_offset = CASE WHEN t.next_offset IS NULL OR u.next_offset > t.next_offset
+        OR u.next_offset = t.next_offset AND u.leader_epoch IS NOT NULL THEN u.next_offset ELSE t.leader_epoch_offset END,
     next_offset = GREATEST(t.next_offset, u.next_offset),
     consumed_offset = GREATEST(t.consumed_offset, u.consumed_offset),
     watermark = GREATEST(t.watermark, $6),

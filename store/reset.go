@@ -18,7 +18,7 @@ func (s *Store) ResetPosition(ctx context.Context, pipeline, owner string, epoch
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, `
-UPDATE stream_positions SET next_offset = $4, consumed_offset = $4, leader_epoch = $7,
+UPDATE stream_positions SET next_offset = $4, consumed_offset = $4, leader_epoch = $7, leader_epoch_offset = $4,
     heartbeat_at = now(), updated_at = now()
 WHERE pipeline = $1 AND topic = $2 AND partition = $3 AND epoch = $5 AND owner = $6`,
 				pipeline, p.Topic, p.Partition, p.NextOffset, epoch, owner, nullEpoch(p.LeaderEpoch))

@@ -63,7 +63,8 @@ type Position struct {
 	// served the last record consumed below NextOffset, which bounds that
 	// record's batch epoch from above (consumer/truncation.go); -1 when
 	// unknown (NULL: rows written before migration 11, a broker without
-	// leader epochs, nothing consumed yet). A commit writes it with
+	// leader epochs, nothing consumed yet, or next_offset moved on without
+	// it: stream_positions.leader_epoch_offset). A commit writes it with
 	// NextOffset; start-up validates it with OffsetForLeaderEpoch.
 	LeaderEpoch int32
 	// Idle and Drained are what a commit of a split pipeline tells the merge
