@@ -329,9 +329,9 @@ func consumerGroupCommandShowsLag(t *testing.T, c *realkafka.Cluster, db, pred, 
 // it), the node restarts on its log dirs, and rest runs unless it ran.
 // run must ride through (never exit before the SIGTERM that ends it, then
 // exit 0); a drain then finishes, and delay_aggregates must equal the SQL
-// oracle. It returns the rows compared.
+// oracle. It returns the rows compared and the output of the run.
 func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, configs map[string]string,
-	lose func(pred string) *realkafka.Node, whileDown func(rest func())) int {
+	lose func(pred string) *realkafka.Node, whileDown func(rest func())) (int, string) {
 	t.Helper()
 	pred, pos := kafkaTopics(t, c, prefix, configs)
 	db := freshDB(t)
@@ -407,7 +407,7 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	if got, _ := groupOffsets(t, c.Nodes[0].Addr(), pipeline); !maps.Equal(got, stored) || len(stored) != 9 {
 		t.Errorf("consumer group %s holds %v, stream_positions %v", pipeline, got, stored)
 	}
-	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced)
+	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced), run.output()
 }
 
 // sarama's OffsetManager on a group nobody ever used: Kafka answers
@@ -448,7 +448,7 @@ func TestRealKafkaOffsetFetchOfNeverUsedGroup(t *testing.T) {
 // oracle (no record lost, none counted twice).
 func TestRealKafkaBrokerRestartDuringRun(t *testing.T) {
 	c := sharedKafka(t)
-	rows := rideThroughBrokerLoss(t, c, "restart", nil, func(string) *realkafka.Node {
+	rows, _ := rideThroughBrokerLoss(t, c, "restart", nil, func(string) *realkafka.Node {
 		n := c.Nodes[0]
 		n.Kill()
 		return n
@@ -460,15 +460,16 @@ func TestRealKafkaBrokerRestartDuringRun(t *testing.T) {
 // min.insync.replicas 2: the leader of the busiest predictions partition is
 // SIGKILLed during a run, the second half of the sample is produced while it
 // is down (acks=all with 2 in-sync replicas), then it restarts on its log
-// dirs. run rides through the leader elections; the result equals the SQL
-// oracle.
+// dirs. run rides through the leader elections (the partition's reader
+// stops at the change and reads on once OffsetForLeaderEpoch validated its
+// position, KIP-320); the result equals the SQL oracle.
 func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 	c := sharedCluster(t)
 	var pred string
 	var victim *realkafka.Node
 	var busiest int32
 	var epochBefore int32
-	rows := rideThroughBrokerLoss(t, c, "cluster", map[string]string{"min.insync.replicas": "2"}, func(topic string) *realkafka.Node {
+	rows, out := rideThroughBrokerLoss(t, c, "cluster", map[string]string{"min.insync.replicas": "2"}, func(topic string) *realkafka.Node {
 		pred = topic
 		hw := highWaters(t, c.Nodes[0].Addr(), nil, pred)
 		var most int64 = -1
@@ -500,6 +501,11 @@ func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 	t.Logf("%s/%d: leader %d, leader epoch %d -> %d; %d delay_aggregates rows equal the oracle", pred, busiest, leader, epochBefore, epoch, rows)
 	if epoch <= epochBefore {
 		t.Errorf("leader epoch %d -> %d: no election happened", epochBefore, epoch)
+	}
+	// The reader of the partition stopped at the leader change and went on
+	// once its position was validated against the new leader (KIP-320).
+	if want := fmt.Sprintf("reading on\" partition=%s/%d offset=", pred, busiest); !strings.Contains(out, want) {
+		t.Errorf("run output does not say %q:\n%s", want, tail(out, 40))
 	}
 }
 
