@@ -185,7 +185,7 @@ func (l *loop) assignAdded(tp aggregate.PartitionID) error {
 		}
 	}
 	cfg.Metrics.assign([]aggregate.PartitionID{tp})
-	if err := l.src.start(tp, from); err != nil {
+	if err := l.src.start(tp, from, -1); err != nil {
 		return err
 	}
 	l.sought(tp)

@@ -217,12 +217,16 @@ func (s *source) drainTarget(tp aggregate.PartitionID, hw int64) (int64, error) 
 }
 
 // start begins reading tp at offset, under the leader epoch the fetch
-// client's metadata holds for tp now (readEpoch).
-func (s *source) start(tp aggregate.PartitionID, offset int64) error {
+// client's metadata holds for tp now (readEpoch), or floor when that is
+// lower: the epoch the records below offset were read under (-1 none), which
+// a metadata answer of a broker that lags behind (a fresh client learns tp's
+// epoch from any broker) must not undercut (truncation.go).
+func (s *source) start(tp aggregate.PartitionID, offset int64, floor int32) error {
 	epoch, err := s.readEpoch(tp)
 	if err != nil {
 		return fmt.Errorf("consumer: start %s at offset %d: %w", tp, offset, err)
 	}
+	epoch = max(epoch, floor)
 	pc, err := s.consumer.ConsumePartition(tp.Topic, tp.Partition, offset)
 	if err != nil {
 		return fmt.Errorf("consumer: start %s at offset %d: %w", tp, offset, err)
@@ -247,9 +251,10 @@ func (s *source) start(tp aggregate.PartitionID, offset int64) error {
 // A partition reader never ends silently: when sarama closes pc while the
 // source is not stopping (it does on OFFSET_OUT_OF_RANGE), read hands the run
 // loop a *readerEnded on errs. When the leader epoch of tp in the fetch
-// client's metadata is no longer epoch after a batch was taken from pc (a
-// leader change, which sarama follows by itself), the batch is dropped and
-// read hands the loop a *leaderChanged and ends (truncation.go says why).
+// client's metadata is above epoch after a batch was taken from pc (a leader
+// change, which sarama follows by itself), or tp has no leader there, the
+// batch is dropped and read hands the loop a *leaderChanged and ends
+// (truncation.go says why).
 func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, next int64, epoch int32) {
 	defer s.wg.Done()
 	msgs := pc.Messages()
@@ -275,7 +280,7 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 				break more
 			}
 		}
-		if now, err := s.readEpoch(tp); err != nil || now != epoch {
+		if now, err := s.readEpoch(tp); err != nil || now > epoch {
 			releaseBatch(batch)
 			s.report(&leaderChanged{tp: tp, next: handed, epoch: epoch})
 			return

@@ -181,8 +181,10 @@ func (l *loop) start(ctx context.Context) (err error) {
 			from = logStart
 		}
 		l.led.Assign(tp, from)
+		floor := int32(-1) // the epoch the records below from were read under
 		if p, ok := l.stored[tp]; ok {
-			l.led.Epoch(tp, belowStart, p.LeaderEpoch)
+			floor = p.LeaderEpoch
+			l.led.Epoch(tp, belowStart, floor)
 		}
 		l.wm.Assign(tp)
 		l.highWater[tp] = hw
@@ -196,7 +198,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 			l.sum.Stored[tp] = pos.NextOffset
 		}
 		l.wm.SetCaughtUp(tp, from >= hw)
-		if err := src.start(tp, from); err != nil {
+		if err := src.start(tp, from, floor); err != nil {
 			return err
 		}
 		l.sought(tp)

@@ -31,15 +31,17 @@ package consumer
 // partition leader epoch (RecordBatch.PartitionLeaderEpoch is decoded and
 // dropped in partitionConsumer.parseRecords). What ovstream stores instead
 // is the leader epoch a reader read under: the epoch of tp in the fetch
-// client's metadata, read before the partition consumer starts and checked
-// again after every batch taken from it. sarama refreshes that metadata
+// client's metadata, read before the partition consumer starts (never below
+// the epoch the records before the start offset were read under: a fresh
+// client may learn it from a broker whose metadata lags) and checked again
+// after every batch taken from it. sarama refreshes that metadata
 // before it fetches from a new leader and sends the epoch as the fetch's
 // CurrentLeaderEpoch (Fetch v9+, KIP-320), which the broker refuses unless
 // it is its own (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH), and sarama's
 // client never moves a partition's epoch backwards; so while the metadata
 // holds epoch E, every record delivered was served by the leader of E or
-// an earlier one. A batch after which the metadata holds another epoch may
-// hold records of the new leader: it is dropped, and the reader stops
+// an earlier one. A batch after which the metadata holds a later epoch (or
+// no leader) may hold records of the new leader: it is dropped, and the reader stops
 // (leaderChanged) until the run loop has validated the position reached
 // with E against the new leader and started it again.
 //
@@ -273,7 +275,7 @@ func (l *loop) leaderChanges(ctx context.Context) error {
 				"policy", l.cfg.OnOffsetOutOfRange, "err", e)
 			return &restartError{why: "the log of " + c.tp.String() + " was truncated under its reader"}
 		}
-		if err := l.src.restart(c.tp, c.next); err != nil {
+		if err := l.src.restart(c.tp, c.next, c.epoch); err != nil {
 			topo.changed = changed[i:] // try again at the next poll
 			l.cfg.Logger.Warn("leader change: starting the reader again failed; trying again", "partition", c.tp.String(), "err", err)
 			return nil
@@ -288,13 +290,14 @@ func (l *loop) leaderChanges(ctx context.Context) error {
 }
 
 // restart stops tp's partition consumer (its reader stopped already: a
-// leaderChanged) and starts a new one at from.
-func (s *source) restart(tp aggregate.PartitionID, from int64) error {
+// leaderChanged) and starts a new one at from, under an epoch not below
+// floor, the one read under so far.
+func (s *source) restart(tp aggregate.PartitionID, from int64, floor int32) error {
 	if pc := s.pcs[tp]; pc != nil {
 		delete(s.pcs, tp)
 		_ = pc.Close() // waits until sarama let go of tp: a new consumer of it may start
 	}
-	return s.start(tp, from)
+	return s.start(tp, from, floor)
 }
 
 // belowStart is the first offset of the ledger's epoch run that holds the

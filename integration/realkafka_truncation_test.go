@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,8 +30,10 @@ import (
 // records. The log now holds O..hw, so no OFFSET_OUT_OF_RANGE: without the
 // KIP-320 check `run` read on from O and skipped the new records [d, O)
 // silently. Kafka's own answer (kadm OffsetForLeaderEpoch, another client)
-// says epoch E ends at d; `run --drain` must exit 1 naming the partition,
-// O, E and d, and leave the stored offset alone. With
+// says epoch E ends at d. A `run` that was reading at O through the
+// election (held with SIGSTOP meanwhile) must exit 1 at the leader change,
+// naming the partition, O as the offset being read, E and d; `run --drain`
+// then the same with O as the stored offset, leaving it alone. With
 // --on-offset-out-of-range=earliest it resumes at d (Kafka's consumer with
 // a reset policy: the first offset known to diverge), and delay_aggregates
 // equals the SQL oracle over the records counted: the old log's [0, O) and
@@ -93,7 +96,7 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	}
 	t.Logf("%s: leader %d, follower %d, leader epoch %d, %d records on both", tp, leader.ID, follower.ID, p.LeaderEpoch, d)
 	follower.Kill()
-	waitFor(t, time.Minute, "the ISR shrinks to the leader", func() bool { return slices.Equal(partition().ISR, []int32{leader.ID}) })
+	waitFor(t, 2*time.Minute, "the ISR shrinks to the leader", func() bool { return slices.Equal(partition().ISR, []int32{leader.ID}) })
 	produce(append([]string{"--operator", "AT", "--gtfs-rt"}, files[5:]...)...)
 	o := highWaters(t, running(), nil, pred)[tp] // on the leader alone
 	if o <= d {
@@ -111,18 +114,39 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	}
 	loadOracleInput(t, db, running(), pred) // the old log's [0, o): counted, and soon gone
 
+	// A run reading at o through the election, stopped (SIGSTOP) so that
+	// it fetches nothing until the old leader is back as a follower.
+	live := startOvstream(t, nil, runArgs(db, c.Bootstrap(), args...)...)
+	waitFor(t, time.Minute, "the live run reading at the stored offset", func() bool {
+		return strings.Contains(live.output(), fmt.Sprintf("msg=assigned partition=%s from=%d", tp, o))
+	})
+	if err := live.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, live)
+
 	leader.Kill()
 	if err := c.Restart(follower); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the follower elected leader uncleanly", func() bool {
-		if partition().Leader == follower.ID {
+	var elected string // the last answer to ElectLeaders, for a failure message
+	t.Cleanup(func() {
+		if t.Failed() && elected != "" {
+			t.Logf("last election attempt: %s", elected)
+		}
+	})
+	// Bounds, not assertions: on 2 loaded cores the restarted node took up
+	// to a minute to catch up with the metadata log and be unfenced.
+	waitFor(t, 3*time.Minute, "the follower elected leader uncleanly", func() bool {
+		p := partition()
+		if p.Leader == follower.ID {
 			return true
 		}
 		cl, err := c.Client()
 		if err == nil { // the controller may not have elected it yet: ask for it (kafka-leader-election.sh --election-type unclean)
-			_, _ = kadm.NewClient(cl).ElectLeaders(ctx, kadm.ElectLiveReplica, kadm.TopicsSet{pred: {0: {}}})
+			res, err := kadm.NewClient(cl).ElectLeaders(ctx, kadm.ElectLiveReplica, kadm.TopicsSet{pred: {0: {}}})
 			cl.Close()
+			elected = fmt.Sprintf("partition %+v; ElectLeaders(unclean): %+v %v", p, res, err)
 		}
 		return false
 	})
@@ -151,11 +175,25 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	t.Logf("%s: leader %d, leader epoch %d -> %d; epoch %d ends at %d; stored %d; high water %d (%d Halifax records)",
 		tp, np.Leader, p.LeaderEpoch, np.LeaderEpoch, p.LeaderEpoch, d, o, hw, n)
 
+	// Going on, the live run's reader fetches from the new leader: it stops at
+	// the leader change, and its position o fails the check against it.
+	if err := live.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := live.wait(t, 2*time.Minute); code != 1 {
+		t.Fatalf("the live run over the election: exit %d, want 1:\n%s", code, tail(live.output(), 40))
+	}
+	want := fmt.Sprintf("%s: the log was truncated below the offset being read %d (KIP-320): the broker's end offset for leader epoch %d is %d",
+		tp, o, p.LeaderEpoch, d)
+	if !strings.Contains(live.output(), want) {
+		t.Fatalf("the live run's output does not say %q:\n%s", want, tail(live.output(), 40))
+	}
+
 	run := startOvstream(t, nil, runArgs(db, c.Bootstrap(), append([]string{"--drain"}, args...)...)...)
 	if code := run.wait(t, 2*time.Minute); code != 1 {
 		t.Fatalf("run --drain over the truncated log: exit %d, want 1:\n%s", code, tail(run.output(), 40))
 	}
-	want := fmt.Sprintf("%s: the log was truncated below the stored offset %d (KIP-320): the broker's end offset for leader epoch %d is %d",
+	want = fmt.Sprintf("%s: the log was truncated below the stored offset %d (KIP-320): the broker's end offset for leader epoch %d is %d",
 		tp, o, p.LeaderEpoch, d)
 	if !strings.Contains(run.output(), want) {
 		t.Fatalf("output does not say %q:\n%s", want, tail(run.output(), 40))
