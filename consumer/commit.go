@@ -88,7 +88,8 @@ func (l *loop) takeBatch() *pendingCommit {
 			next = min(next, f)
 		}
 		p.batch.Positions = append(p.batch.Positions, store.Position{PartitionID: tp,
-			NextOffset: next, ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq})
+			NextOffset: next, ConsumedOffset: l.led.ConsumedOffset(tp), Seq: l.stored[tp].Seq,
+			LeaderEpoch: l.led.CommittableEpoch(tp, next)})
 	}
 	l.splitBatch(&p.batch)
 	l.dead = nil

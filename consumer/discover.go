@@ -20,18 +20,25 @@ type topology struct {
 	known map[aggregate.PartitionID]bool // every partition of the topics seen so far, assigned or not
 	next  time.Time                      // the next metadata refresh
 	ended []*readerEnded                 // readers that ended (lost.go)
+	// changed: readers that stopped at a leader change, waiting for their
+	// position to be validated (truncation.go)
+	changed []*leaderChanged
 	// failing: the last metadata refresh failed (its next failures are logged at debug level)
 	failing bool
 }
 
 // poll runs every pollInterval on the loop: a partition reader that ended
-// stops or restarts the run (lost); then the high water marks are refreshed
+// stops or restarts the run (lost), one that stopped at a leader change is
+// validated and started again (leaderChanges); then the high water marks are refreshed
 // and, every cfg.MetadataRefresh and at once after a consumer error, the
 // topics' metadata (discover).
 func (l *loop) poll(ctx context.Context) error {
 	topo := &l.src.topo
 	if len(topo.ended) > 0 {
 		return l.lost(topo.ended[0])
+	}
+	if err := l.leaderChanges(ctx); err != nil {
+		return err
 	}
 	l.pollHighWater()
 	if now := l.cfg.Now(); !now.Before(topo.next) {
@@ -178,7 +185,7 @@ func (l *loop) assignAdded(tp aggregate.PartitionID) error {
 		}
 	}
 	cfg.Metrics.assign([]aggregate.PartitionID{tp})
-	if err := l.src.start(tp, from); err != nil {
+	if err := l.src.start(tp, from, -1); err != nil {
 		return err
 	}
 	l.sought(tp)

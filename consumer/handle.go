@@ -18,6 +18,7 @@ func (l *loop) handleBatch(batch []record) {
 	l.sum.Consumed[tp.Topic] += int64(len(batch))
 	l.cfg.Metrics.Consumed.WithLabelValues(tp.Topic).Add(float64(len(batch)))
 	l.lastSeen[tp] = now
+	l.led.Epoch(tp, batch[0].offset, batch[0].epoch) // one reader's batch: one epoch
 	for i := range batch {
 		crashpoint.Hit(crashpoint.AfterConsume)
 		l.handle(&batch[i], now)

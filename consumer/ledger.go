@@ -26,6 +26,14 @@ type Ledger struct {
 type partLedger struct {
 	consumed int64           // last consumed offset + 1 (or the seek offset)
 	windows  map[int64]int64 // window end (Unix ns) -> smallest offset of this partition in it
+	epochs   []epochRun      // the leader epochs records were read under, by offset (Epoch)
+}
+
+// epochRun says that the records of a partition from offset first on (up to
+// the next run's) were read under leader epoch epoch.
+type epochRun struct {
+	first int64
+	epoch int32
 }
 
 // NewLedger returns an empty ledger.
@@ -45,6 +53,34 @@ func (l *Ledger) Consumed(p aggregate.PartitionID, offset int64) {
 	if offset+1 > pl.consumed {
 		pl.consumed = offset + 1
 	}
+}
+
+// Epoch records that the records of p from offset first on were read under
+// leader epoch epoch (-1 unknown; truncation.go), until the next call; at
+// Assign, first belowStart gives the epoch stored with the seek offset.
+// first must not decrease.
+func (l *Ledger) Epoch(p aggregate.PartitionID, first int64, epoch int32) {
+	pl := l.parts[p]
+	if n := len(pl.epochs); n == 0 || pl.epochs[n-1].epoch != epoch {
+		pl.epochs = append(pl.epochs, epochRun{first: first, epoch: epoch})
+	}
+}
+
+// CommittableEpoch returns the leader epoch the last record of p below next
+// was read under, -1 when unknown: the epoch a commit stores with next (KIP-
+// 320). It forgets the runs below that one: next must not decrease between
+// calls (a committable offset never does).
+func (l *Ledger) CommittableEpoch(p aggregate.PartitionID, next int64) int32 {
+	pl := l.parts[p]
+	i := len(pl.epochs) - 1
+	for i >= 0 && pl.epochs[i].first >= next {
+		i--
+	}
+	if i < 0 {
+		return -1
+	}
+	pl.epochs = pl.epochs[i:]
+	return pl.epochs[0].epoch
 }
 
 // InWindow records offset of p as consumed into the open window ending at end.

@@ -25,13 +25,18 @@ func (e *readerEnded) Error() string {
 
 // ended reports that tp's reader ended at next, unless the source is stopping.
 func (s *source) ended(tp aggregate.PartitionID, next int64) {
+	s.report(&readerEnded{tp: tp, next: next})
+}
+
+// report hands the run loop why a reader ended, unless the source is stopping.
+func (s *source) report(err error) {
 	select {
 	case <-s.stop:
 		return
 	default:
 	}
 	select {
-	case s.errs <- &readerEnded{tp: tp, next: next}:
+	case s.errs <- err:
 	case <-s.stop:
 	}
 }
@@ -73,9 +78,12 @@ func (l *loop) sourceError(err error) {
 	var retried []error
 	for _, err := range errs {
 		var ended *readerEnded
+		var changed *leaderChanged
 		switch {
 		case errors.As(err, &ended):
 			l.src.topo.ended = append(l.src.topo.ended, ended)
+		case errors.As(err, &changed):
+			l.src.topo.changed = append(l.src.topo.changed, changed)
 		case errors.Is(err, sarama.ErrOffsetOutOfRange):
 			l.cfg.Logger.Debug("kafka consumer error: the partition reader ends", "err", err)
 		default:

@@ -16,6 +16,7 @@ import (
 type record struct {
 	tp     aggregate.PartitionID
 	offset int64
+	epoch  int32 // the leader epoch its reader read under (truncation.go), -1 unknown
 	key    []byte
 	value  []byte
 	// Decoded by the partition's reader goroutine, off the run loop:
@@ -95,7 +96,7 @@ type source struct {
 	client              sarama.Client // metadata and offsets for the run loop
 	fetches             sarama.Client // the partition consumers' own
 	consumer            sarama.Consumer
-	pcs                 []sarama.PartitionConsumer
+	pcs                 map[aggregate.PartitionID]sarama.PartitionConsumer
 	out                 chan []record
 	errs                chan error
 	stop                chan struct{}
@@ -161,6 +162,7 @@ func openSource(brokers []string, base *sarama.Config, fetchBytes int32) (*sourc
 		client:   client,
 		fetches:  fetches,
 		consumer: cons,
+		pcs:      map[aggregate.PartitionID]sarama.PartitionConsumer{},
 		out:      make(chan []record, 64),
 		errs:     make(chan error, 16),
 		stop:     make(chan struct{}),
@@ -282,15 +284,24 @@ func (s *source) drainTarget(tp aggregate.PartitionID, hw int64) (int64, error) 
 	return min(lso, hw), nil
 }
 
-// start begins reading tp at offset.
-func (s *source) start(tp aggregate.PartitionID, offset int64) error {
+// start begins reading tp at offset, under the leader epoch the fetch
+// client's metadata holds for tp now (readEpoch), or floor when that is
+// lower: the epoch the records below offset were read under (-1 none), which
+// a metadata answer of a broker that lags behind (a fresh client learns tp's
+// epoch from any broker) must not undercut (truncation.go).
+func (s *source) start(tp aggregate.PartitionID, offset int64, floor int32) error {
+	epoch, err := s.readEpoch(tp)
+	if err != nil {
+		return fmt.Errorf("consumer: start %s at offset %d: %w", tp, offset, err)
+	}
+	epoch = max(epoch, floor)
 	pc, err := s.consumer.ConsumePartition(tp.Topic, tp.Partition, offset)
 	if err != nil {
 		return fmt.Errorf("consumer: start %s at offset %d: %w", tp, offset, err)
 	}
-	s.pcs = append(s.pcs, pc)
+	s.pcs[tp] = pc
 	s.wg.Add(2)
-	go s.read(tp, pc, offset)
+	go s.read(tp, pc, offset, epoch)
 	go func() {
 		defer s.wg.Done()
 		for err := range pc.Errors() {
@@ -304,10 +315,15 @@ func (s *source) start(tp aggregate.PartitionID, offset int64) error {
 }
 
 // read forwards pc's messages, from offset next on, in batches until the
-// source stops. A partition reader never ends silently: when sarama closes pc
-// while the source is not stopping (it does on OFFSET_OUT_OF_RANGE), read
-// hands the run loop a *readerEnded on errs.
-func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, next int64) {
+// source stops, each record marked with epoch, the leader epoch read under.
+// A partition reader never ends silently: when sarama closes pc while the
+// source is not stopping (it does on OFFSET_OUT_OF_RANGE), read hands the run
+// loop a *readerEnded on errs. When the leader epoch of tp in the fetch
+// client's metadata is above epoch after a batch was taken from pc (a leader
+// change, which sarama follows by itself), or tp has no leader there, the
+// batch is dropped and read hands the loop a *leaderChanged and ends
+// (truncation.go says why).
+func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, next int64, epoch int32) {
 	defer s.wg.Done()
 	msgs := pc.Messages()
 	for {
@@ -316,8 +332,9 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 			s.ended(tp, next)
 			return
 		}
+		handed := next // one past the last record handed over
 		next = m.Offset + 1
-		batch := append(newBatch(), s.decode(tp, m))
+		batch := append(newBatch(), s.decode(tp, m, epoch))
 	more:
 		for len(batch) < maxBatch {
 			select {
@@ -326,10 +343,15 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 					break more
 				}
 				next = m.Offset + 1
-				batch = append(batch, s.decode(tp, m))
+				batch = append(batch, s.decode(tp, m, epoch))
 			default:
 				break more
 			}
+		}
+		if now, err := s.readEpoch(tp); err != nil || now > epoch {
+			releaseBatch(batch)
+			s.report(&leaderChanged{tp: tp, next: handed, epoch: epoch})
+			return
 		}
 		select {
 		case s.out <- batch:
@@ -339,11 +361,11 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 	}
 }
 
-// decode turns m into a record, decoding its value here, on the partition's
-// reader goroutine: decoding is pure, so the partitions decode in parallel
-// and the run loop only aggregates.
-func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage) record {
-	r := record{tp: tp, offset: m.Offset, key: m.Key, value: m.Value}
+// decode turns m, read under leader epoch epoch, into a record, decoding its
+// value here, on the partition's reader goroutine: decoding is pure, so the
+// partitions decode in parallel and the run loop only aggregates.
+func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage, epoch int32) record {
+	r := record{tp: tp, offset: m.Offset, epoch: epoch, key: m.Key, value: m.Value}
 	if tp.Topic == s.predTopic {
 		r.pred, r.names, r.derr = aggregate.DecodePredictionNames(m.Value)
 		r.src, r.mergeFinal = replayHeaders(m.Headers, &r.derr)

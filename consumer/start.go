@@ -133,35 +133,61 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.names = aggregate.NewNames() // a resync starts with none: it writes again the names it meets (no-ops)
 	l.stored = map[aggregate.PartitionID]store.Position{}
 
-	for _, tp := range assigned {
-		var logStart, hw int64
-		err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the offsets of "+tp.String(), func() (err error) {
+	// offsets reads tp's log start and high water mark, retrying a broker
+	// connection that fails within --connect-timeout (WaitKafka).
+	offsets := func(tp aggregate.PartitionID) (logStart, hw int64, err error) {
+		err = WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the offsets of "+tp.String(), func() (err error) {
 			logStart, hw, err = src.offsets(tp)
 			return err
 		})
-		if err != nil {
-			return err
+		return logStart, hw, err
+	}
+	type logRange struct{ start, hw int64 }
+	ranges := map[aggregate.PartitionID]logRange{}
+	// KIP-320: a stored offset within the log whose leader epoch the log
+	// no longer holds up to it was truncated below (truncation.go).
+	truncated, err := l.storedTruncations(assigned, stored, func(tp aggregate.PartitionID, next int64) (bool, error) {
+		logStart, hw, err := offsets(tp)
+		ranges[tp] = logRange{logStart, hw}
+		return err == nil && next >= logStart && next <= hw, err
+	})
+	if err != nil {
+		return err
+	}
+	for _, tp := range assigned {
+		r, ok := ranges[tp]
+		if !ok {
+			if r.start, r.hw, err = offsets(tp); err != nil {
+				return err
+			}
 		}
+		logStart, hw := r.start, r.hw
 		var from int64
 		pos, have := stored[tp]
 		switch {
-		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw:
+		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw && truncated[tp] == nil:
 			from = pos.NextOffset
 			l.replayUntil[tp] = pos.ConsumedOffset
 			l.stored[tp] = pos
 		case have:
-			oor := &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
+			var why error = &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
+			msg, epoch := "stored offset out of range: resuming", int32(-1)
 			switch cfg.OnOffsetOutOfRange {
 			case "earliest":
 				from = logStart
 			case "latest":
 				from = hw
-			default:
-				return oor
 			}
-			cfg.Logger.Warn("stored offset out of range: resuming", "partition", tp.String(),
-				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
-			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq}
+			if tr := truncated[tp]; tr != nil {
+				why, msg = tr, "the log was truncated below the stored offset (KIP-320): resuming"
+				from, epoch = resumeAt(cfg.OnOffsetOutOfRange, logStart, hw, tr)
+			}
+			if cfg.OnOffsetOutOfRange == "fail" {
+				return why
+			}
+			cfg.Logger.Warn(msg, "partition", tp.String(),
+				"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from, "err", why)
+			reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq, LeaderEpoch: epoch}
 			if err := l.st.ResetPosition(ctx, cfg.Pipeline, cfg.Owner, l.epoch, reset); err != nil {
 				return err
 			}
@@ -172,6 +198,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 			from = logStart
 		}
 		l.led.Assign(tp, from)
+		floor := int32(-1) // the epoch the records below from were read under
+		if p, ok := l.stored[tp]; ok {
+			floor = p.LeaderEpoch
+			l.led.Epoch(tp, belowStart, floor)
+		}
 		l.wm.Assign(tp)
 		l.highWater[tp] = hw
 		if l.drainTarget[tp] = hw; cfg.Drain {
@@ -184,7 +215,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 			l.sum.Stored[tp] = pos.NextOffset
 		}
 		l.wm.SetCaughtUp(tp, from >= hw)
-		if err := src.start(tp, from); err != nil {
+		if err := src.start(tp, from, floor); err != nil {
 			return err
 		}
 		l.sought(tp)

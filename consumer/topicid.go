@@ -174,7 +174,7 @@ func (l *loop) checkTopics(ctx context.Context, assigned []aggregate.PartitionID
 		}
 		cfg.Logger.Warn("topic recreated: resuming", "partition", tp.String(), "stored_topic_id", old, "topic_id", id,
 			"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from)
-		stored[tp] = store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq}
+		stored[tp] = store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq, LeaderEpoch: -1}
 		resets = append(resets, stored[tp])
 	}
 	if len(set) == 0 {

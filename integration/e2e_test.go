@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -61,7 +63,14 @@ FROM (SELECT ws, dim, id, d + 0 AS v, count(*) AS n FROM dims GROUP BY ws, dim, 
 // loadOracleInput copies every record of topic into oracle_msgs of db.
 func loadOracleInput(t *testing.T, db, addr, topic string) int {
 	t.Helper()
-	msgs := readTopic(t, addr, topic)
+	return loadOracleInputFrom(t, db, addr, topic, 0)
+}
+
+// loadOracleInputFrom is loadOracleInput of the records at offset from and
+// above of each partition.
+func loadOracleInputFrom(t *testing.T, db, addr, topic string, from int64) int {
+	t.Helper()
+	msgs := slices.DeleteFunc(readTopic(t, addr, topic), func(m *sarama.ConsumerMessage) bool { return m.Offset < from })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, db)

@@ -35,42 +35,66 @@ const (
 	saslPassword = "Rk-Scram512-7f3a9c" // searched for in every output
 )
 
-// shared is the single KRaft node the real-broker tests share (a JVM start
-// costs seconds on 2 cores); each test makes topics of its own on it.
-var shared struct {
+// sharedKafkaCluster is a Kafka the real-broker tests share, started on
+// first use (a JVM start costs seconds on 2 cores, a cluster's a minute and
+// more); each test makes topics of its own on it.
+type sharedKafkaCluster struct {
 	once sync.Once
 	c    *realkafka.Cluster
 	err  error
 }
 
-// TestMain stops the shared node when the tests end (its JVM also dies with
-// the test process: realkafka sets Pdeathsig).
+var (
+	// shared is the single KRaft node, with a SASL_SSL listener.
+	shared sharedKafkaCluster
+	// shared3 is the three-node KRaft cluster (each node broker+controller,
+	// 256 MiB heaps) of the cluster tests. A test that stops a node starts it
+	// again before it ends.
+	shared3 sharedKafkaCluster
+)
+
+// TestMain stops the shared node and cluster when the tests end (their JVMs
+// also die with the test process: realkafka sets Pdeathsig).
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.c != nil {
-		shared.c.Close()
+	for _, s := range []*sharedKafkaCluster{&shared, &shared3} {
+		if s.c != nil {
+			s.c.Close()
+		}
 	}
 	os.Exit(code)
 }
 
-// sharedKafka returns the shared node, starting it on first use; a test that
-// fails logs the tail of its log.
-func sharedKafka(t *testing.T) *realkafka.Cluster {
+// get returns the shared Kafka, starting it with opts on first use; a test
+// that fails logs the tail of its nodes' logs.
+func (s *sharedKafkaCluster) get(t *testing.T, opts realkafka.Options) *realkafka.Cluster {
 	t.Helper()
-	shared.once.Do(func() {
+	s.once.Do(func() {
 		began := time.Now()
-		shared.c, shared.err = realkafka.Start(realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}})
-		t.Logf("Kafka %s single node started in %v", realkafka.Version, time.Since(began).Round(time.Millisecond))
+		s.c, s.err = realkafka.Start(opts)
+		t.Logf("Kafka %s, %d node(s), started in %v", realkafka.Version, max(opts.Nodes, 1), time.Since(began).Round(time.Millisecond))
 	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
+	if s.err != nil {
+		t.Fatal(s.err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("Kafka log:\n%s", shared.c.Logs(60))
+			t.Logf("Kafka logs:\n%s", s.c.Logs(60))
 		}
 	})
-	return shared.c
+	return s.c
+}
+
+// sharedKafka returns the shared single node.
+func sharedKafka(t *testing.T) *realkafka.Cluster {
+	t.Helper()
+	return shared.get(t, realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}})
+}
+
+// sharedCluster returns the shared three-node cluster.
+func sharedCluster(t *testing.T) *realkafka.Cluster {
+	t.Helper()
+	return shared3.get(t, realkafka.Options{Nodes: 3, HeapMB: 256, Ready: 3 * time.Minute}) // 2 loaded cores: a start took 100 s
 }
 
 // kafkaTopics creates the test's own predictions (6 partitions) and
@@ -305,9 +329,9 @@ func consumerGroupCommandShowsLag(t *testing.T, c *realkafka.Cluster, db, pred, 
 // it), the node restarts on its log dirs, and rest runs unless it ran.
 // run must ride through (never exit before the SIGTERM that ends it, then
 // exit 0); a drain then finishes, and delay_aggregates must equal the SQL
-// oracle. It returns the rows compared.
+// oracle. It returns the rows compared and the output of the run.
 func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, configs map[string]string,
-	lose func(pred string) *realkafka.Node, whileDown func(rest func())) int {
+	lose func(pred string) *realkafka.Node, whileDown func(rest func())) (int, string) {
 	t.Helper()
 	pred, pos := kafkaTopics(t, c, prefix, configs)
 	db := freshDB(t)
@@ -383,7 +407,7 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	if got, _ := groupOffsets(t, c.Nodes[0].Addr(), pipeline); !maps.Equal(got, stored) || len(stored) != 9 {
 		t.Errorf("consumer group %s holds %v, stream_positions %v", pipeline, got, stored)
 	}
-	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced)
+	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced), run.output()
 }
 
 // sarama's OffsetManager on a group nobody ever used: Kafka answers
@@ -424,7 +448,7 @@ func TestRealKafkaOffsetFetchOfNeverUsedGroup(t *testing.T) {
 // oracle (no record lost, none counted twice).
 func TestRealKafkaBrokerRestartDuringRun(t *testing.T) {
 	c := sharedKafka(t)
-	rows := rideThroughBrokerLoss(t, c, "restart", nil, func(string) *realkafka.Node {
+	rows, _ := rideThroughBrokerLoss(t, c, "restart", nil, func(string) *realkafka.Node {
 		n := c.Nodes[0]
 		n.Kill()
 		return n
@@ -436,17 +460,16 @@ func TestRealKafkaBrokerRestartDuringRun(t *testing.T) {
 // min.insync.replicas 2: the leader of the busiest predictions partition is
 // SIGKILLed during a run, the second half of the sample is produced while it
 // is down (acks=all with 2 in-sync replicas), then it restarts on its log
-// dirs. run rides through the leader elections; the result equals the SQL
-// oracle.
+// dirs. run rides through the leader elections (the partition's reader
+// stops at the change and reads on once OffsetForLeaderEpoch validated its
+// position, KIP-320); the result equals the SQL oracle.
 func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
-	began := time.Now()
-	c := realkafka.StartT(t, realkafka.Options{Nodes: 3, HeapMB: 256})
-	t.Logf("3-node cluster started in %v", time.Since(began).Round(time.Millisecond))
+	c := sharedCluster(t)
 	var pred string
 	var victim *realkafka.Node
 	var busiest int32
 	var epochBefore int32
-	rows := rideThroughBrokerLoss(t, c, "cluster", map[string]string{"min.insync.replicas": "2"}, func(topic string) *realkafka.Node {
+	rows, out := rideThroughBrokerLoss(t, c, "cluster", map[string]string{"min.insync.replicas": "2"}, func(topic string) *realkafka.Node {
 		pred = topic
 		hw := highWaters(t, c.Nodes[0].Addr(), nil, pred)
 		var most int64 = -1
@@ -478,6 +501,11 @@ func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 	t.Logf("%s/%d: leader %d, leader epoch %d -> %d; %d delay_aggregates rows equal the oracle", pred, busiest, leader, epochBefore, epoch, rows)
 	if epoch <= epochBefore {
 		t.Errorf("leader epoch %d -> %d: no election happened", epochBefore, epoch)
+	}
+	// The reader of the partition stopped at the leader change and went on
+	// once its position was validated against the new leader (KIP-320).
+	if want := fmt.Sprintf("reading on\" partition=%s/%d offset=", pred, busiest); !strings.Contains(out, want) {
+		t.Errorf("run output does not say %q:\n%s", want, tail(out, 40))
 	}
 }
 

@@ -19,14 +19,15 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 	positions := map[aggregate.PartitionID]Position{}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		clear(positions)
-		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, watermark, commit_seq
+		rows, err := conn.Query(ctx, `SELECT topic, partition, next_offset, consumed_offset, watermark, commit_seq,
+			COALESCE(CASE WHEN leader_epoch_offset = next_offset THEN leader_epoch END, -1)
 			FROM stream_positions WHERE pipeline = $1 AND next_offset IS NOT NULL`, pipeline)
 		if err != nil {
 			return err
 		}
 		var p Position
 		var wm *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &wm, &p.Seq}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&p.Topic, &p.Partition, &p.NextOffset, &p.ConsumedOffset, &wm, &p.Seq, &p.LeaderEpoch}, func() error {
 			p.Watermark = time.Time{}
 			if wm != nil {
 				p.Watermark = wm.UTC()
@@ -230,6 +231,9 @@ func mergePositions(ps []Position) []Position {
 	merged := map[aggregate.PartitionID]Position{}
 	for _, p := range ps {
 		if m, ok := merged[p.PartitionID]; ok {
+			if m.NextOffset > p.NextOffset || m.NextOffset == p.NextOffset && p.LeaderEpoch < 0 {
+				p.LeaderEpoch = m.LeaderEpoch
+			}
 			p.NextOffset = max(p.NextOffset, m.NextOffset)
 			p.ConsumedOffset = max(p.ConsumedOffset, m.ConsumedOffset)
 		}
@@ -248,16 +252,22 @@ func mergePositions(ps []Position) []Position {
 	return out
 }
 
-// storePositions stores the offsets of ps (never backwards), the watermark
-// wm (never backwards; zero keeps it) and the idle and drained flags in rows
-// fence checked.
+// storePositions stores the offsets of ps (never backwards), the leader
+// epoch with the next offset it belongs to (leader_epoch_offset; an unknown
+// one, -1, never replaces a known one of the same offset), the watermark wm (never
+// backwards; zero keeps it) and the idle and drained flags in rows fence
+// checked.
 func storePositions(ctx context.Context, tx pgx.Tx, pipeline string, wm time.Time, ps []Position) error {
 	topics, parts := make([]string, len(ps)), make([]int32, len(ps))
 	next, consumed := make([]int64, len(ps)), make([]int64, len(ps))
 	idle, drained := make([]bool, len(ps)), make([]bool, len(ps))
+	epochs := make([]*int32, len(ps))
 	for i, p := range ps {
 		topics[i], parts[i], next[i], consumed[i] = p.Topic, p.Partition, p.NextOffset, p.ConsumedOffset
 		idle[i], drained[i] = p.Idle, p.Drained
+		if p.LeaderEpoch >= 0 {
+			epochs[i] = &ps[i].LeaderEpoch
+		}
 	}
 	var w any // NULL keeps the stored watermark
 	if !wm.IsZero() {
@@ -265,14 +275,18 @@ func storePositions(ctx context.Context, tx pgx.Tx, pipeline string, wm time.Tim
 	}
 	_, err := tx.Exec(ctx, `
 UPDATE stream_positions AS t SET
+    leader_epoch = CASE WHEN t.next_offset IS NULL OR u.next_offset > t.next_offset
+        OR u.next_offset = t.next_offset AND u.leader_epoch IS NOT NULL THEN u.leader_epoch ELSE t.leader_epoch END,
+    leader_epoch_offset = CASE WHEN t.next_offset IS NULL OR u.next_offset > t.next_offset
+        OR u.next_offset = t.next_offset AND u.leader_epoch IS NOT NULL THEN u.next_offset ELSE t.leader_epoch_offset END,
     next_offset = GREATEST(t.next_offset, u.next_offset),
     consumed_offset = GREATEST(t.consumed_offset, u.consumed_offset),
     watermark = GREATEST(t.watermark, $6),
     idle = u.idle, drained = u.drained,
     updated_at = now()
-FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::bigint[], $7::boolean[], $8::boolean[])
-    AS u(topic, partition, next_offset, consumed_offset, idle, drained)
+FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::bigint[], $7::boolean[], $8::boolean[], $9::integer[])
+    AS u(topic, partition, next_offset, consumed_offset, idle, drained, leader_epoch)
 WHERE t.pipeline = $1 AND t.topic = u.topic AND t.partition = u.partition`,
-		pipeline, topics, parts, next, consumed, w, idle, drained)
+		pipeline, topics, parts, next, consumed, w, idle, drained, epochs)
 	return err
 }

@@ -63,6 +63,15 @@ type Position struct {
 	// the instance last read or wrote; the commit is fenced by it (a
 	// *BehindError when the database holds another) and stores Seq+1.
 	Seq int64
+	// LeaderEpoch is the Kafka leader epoch stored with NextOffset
+	// (stream_positions.leader_epoch, KIP-320): the epoch of the leader that
+	// served the last record consumed below NextOffset, which bounds that
+	// record's batch epoch from above (consumer/truncation.go); -1 when
+	// unknown (NULL: rows written before migration 11, a broker without
+	// leader epochs, nothing consumed yet, or next_offset moved on without
+	// it: stream_positions.leader_epoch_offset). A commit writes it with
+	// NextOffset; start-up validates it with OffsetForLeaderEpoch.
+	LeaderEpoch int32
 	// Idle and Drained are what a commit of a split pipeline tells the merge
 	// about the partition (stream_positions.idle, .drained): idle = caught
 	// up, quiet, and none of its events in an open window; drained = its

@@ -80,7 +80,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
 	fs.DurationVar(&f.progress, "progress-interval", consumer.DefaultProgressInterval, "time between two progress lines of the log: records/s, lag, watermark, open windows, commits; with --drain the time left (0: none)")
 	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
-	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water], a position the broker lost while running, or a recreated topic (another topic ID): fail|earliest|latest")
+	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water], a position the broker lost while running, a recreated topic (another topic ID), or a log truncated below the position (KIP-320 leader epoch check): fail|earliest|latest")
 	fs.DurationVar(&f.metadataRefresh, "metadata-refresh", time.Minute, "how often the topics' metadata is read while running: added partitions are found, a recreated topic is detected")
 	fs.BoolVar(&f.drain, "drain", false, "stop once every partition reached its high water mark at start; finalize every window; print a summary")
 	fs.BoolVar(&f.migrate, "migrate", false, "apply pending migrations before starting")

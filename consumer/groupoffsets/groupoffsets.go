@@ -99,7 +99,7 @@ func Start(cfg Config) (*Mirror, error) {
 	if cfg.Sarama == nil {
 		cfg.Sarama = sarama.NewConfig()
 	}
-	opts, err := clientOptions(cfg.Sarama)
+	opts, err := ClientOptions(cfg.Sarama)
 	if err != nil {
 		return nil, err
 	}
@@ -222,10 +222,10 @@ func (m *Mirror) commit(offsets map[aggregate.PartitionID]int64) error {
 	return nil
 }
 
-// clientOptions turns the client ID, TLS and SASL settings of c into
+// ClientOptions turns the client ID, TLS and SASL settings of c into
 // franz-go options, so the mirror connects as every other client of the
 // run does.
-func clientOptions(c *sarama.Config) ([]kgo.Opt, error) {
+func ClientOptions(c *sarama.Config) ([]kgo.Opt, error) {
 	id := c.ClientID
 	if id == "" || id == "sarama" {
 		id = "ovstream"
