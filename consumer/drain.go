@@ -25,6 +25,7 @@ func (l *loop) finishDrain(ctx context.Context) error {
 		return err
 	}
 	l.wm.Raise(l.win.LastEnd())
+	l.noteClosable(l.cfg.Now())
 	l.sp.draining = true // a split drain marks its partitions drained
 	if err := l.commitUntilDone(ctx, ctx); err != nil {
 		return err

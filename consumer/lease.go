@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
@@ -44,6 +45,9 @@ type instance struct {
 	role  string
 	parts []aggregate.PartitionID
 	epoch int64 // 0 until claimed
+	// closable is when the oldest closable window not yet written became
+	// closable, Unix ns (0: none), written with each heartbeat (freshness.go).
+	closable atomic.Int64
 
 	kick   chan struct{}
 	cancel context.CancelFunc
@@ -61,6 +65,23 @@ func startInstance(ctx context.Context, cfg Config, st *store.Store) *instance {
 	in.cancel = cancel
 	go in.heartbeat(hctx)
 	return in
+}
+
+// setClosable records when the oldest closable window not yet written
+// became closable (zero: none); a change renews the heartbeat at once, so
+// that status sees it without waiting for the next one.
+func (in *instance) setClosable(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	if in.closable.Swap(ns) == ns {
+		return
+	}
+	select {
+	case in.kick <- struct{}{}:
+	default:
+	}
 }
 
 // set records the role and partitions and renews the heartbeat at once.
@@ -85,7 +106,11 @@ func (in *instance) heartbeat(ctx context.Context) {
 		role, parts := in.role, in.parts
 		in.mu.Unlock()
 		bctx, cancel := context.WithTimeout(ctx, every)
-		err := in.hb.Heartbeat(bctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first)
+		var closable time.Time
+		if ns := in.closable.Load(); ns != 0 {
+			closable = time.Unix(0, ns)
+		}
+		err := in.hb.Heartbeat(bctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first, closable)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:

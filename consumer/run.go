@@ -141,6 +141,7 @@ type loop struct {
 	backoff    time.Duration
 	pending    *pendingCommit                 // the batch in flight, or failed and waiting for its retry
 	paused     map[aggregate.PartitionID]bool // by flowControl: far ahead in event time
+	closable   closable                       // when the windows not yet written became closable (freshness.go)
 	inflight   chan commitResult              // non-nil while a commit runs
 	consumed   int64                          // records consumed by this loop
 	committed  int64                          // of those, the ones a successful commit covered
@@ -198,6 +199,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			now := cfg.Now()
 			l.updateCaughtUp(now)
 			cfg.Metrics.watermark(l.wm.Advance(now))
+			l.noteClosable(now)
 			cfg.Metrics.Uncommitted.Set(float64(l.consumed - l.committed))
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			l.logProgress(now)

@@ -15,6 +15,7 @@ import (
 type record struct {
 	tp     aggregate.PartitionID
 	offset int64
+	ts     int64 // the record's Kafka timestamp (CreateTime or LogAppendTime), Unix ns; 0 when it has none
 	key    []byte
 	value  []byte
 	// Decoded by the partition's reader goroutine, off the run loop:
@@ -276,6 +277,9 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 // and the run loop only aggregates.
 func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage) record {
 	r := record{tp: tp, offset: m.Offset, key: m.Key, value: m.Value}
+	if !m.Timestamp.IsZero() && m.Timestamp.Unix() > 0 {
+		r.ts = m.Timestamp.UnixNano()
+	}
 	if tp.Topic == s.predTopic {
 		r.pred, r.names, r.derr = aggregate.DecodePredictionNames(m.Value)
 	} else {

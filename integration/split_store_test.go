@@ -232,7 +232,7 @@ func TestStoreSplitMergeLeftByTheSlowest(t *testing.T) {
 		b.Split.Holding = true
 		return b
 	}
-	if err := g.sb.Heartbeat(testCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.tb}, true); err != nil {
+	if err := g.sb.Heartbeat(testCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.tb}, true, time.Time{}); err != nil {
 		t.Fatal(err) // B is alive; A never sends one
 	}
 	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
