@@ -146,6 +146,13 @@ func main() {
 	flag.IntVar(&o.live.windows, "live-windows", 1, "closable windows to wait for per live rate (with the default 5m windows, 5 minutes more each)")
 	flag.DurationVar(&o.live.lead, "live-lead", 2*time.Minute+30*time.Second,
 		"from the live producer's start to the first window with data becoming closable (at least the allowed lateness, 2m, plus 10s)")
+	flag.BoolVar(&o.live.sustained, "sustained", false, "also search the highest sustained rate (sustained.go): live runs of --sustained-duration at doubling rates from --sustained-start, then bisection")
+	flag.DurationVar(&o.live.sustainDuration, "sustained-duration", 2*time.Minute, "how long the lag must stay bounded at a rate")
+	flag.IntVar(&o.live.sustainStart, "sustained-start", 10_000, "the first rate of the search, msgs/s")
+	flag.IntVar(&o.live.sustainMax, "sustained-max", 400_000, "the highest rate the search tries, msgs/s")
+	flag.IntVar(&o.live.sustainSteps, "sustained-steps", 2, "bisection steps after the doubling")
+	flag.DurationVar(&o.live.sustainLagBound, "sustained-lag-bound", 15*time.Second, "the lag bound, as input time: rate x this many seconds of records")
+	flag.Float64Var(&o.live.sustainRateShare, "sustained-rate-share", 0.97, "the share of the rate the producer must reach for the rate to count")
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
 	flag.BoolVar(&o.elt, "elt", true, "also run (e): the ELT peer (COPY into a raw table, then one INSERT ... SELECT ... GROUP BY)")
 	flag.Func("burst-keys", "comma-separated key counts N: instead of the phases, measure peak RSS of `ovstream run --drain` when ONE window holds N new station ids, each on fresh data (burst.go)", func(v string) error {
@@ -273,6 +280,11 @@ func run(o options) error {
 		for _, r := range m.live {
 			fmt.Printf("%sfreshness_p99=%s rate=%d\n", prefix, fmtFresh(r.rowFreshness(0.99)), r.rate)
 		}
+		if m.sustained != nil {
+			fmt.Printf("%ssustained_rate=%d\n", prefix, m.sustained.rate())
+		} else {
+			fmt.Printf("%ssustained_rate=n/a (--sustained)\n", prefix)
+		}
 		md := m.medians()
 		fmt.Printf("%sratio=%s\n%slimit_ratio=%s\n%selt_ratio=%s\n%ssplit_ratio=%s\n",
 			prefix, fmtRatio(md.ratio, "--trials"), prefix, fmtRatio(md.limitRatio, "--trials"),
@@ -294,7 +306,9 @@ type measurement struct {
 	trials                 []*trial
 	allocs                 string
 	loadRule               loadRule
-	live                   []*liveResult // the live phase, one per --live-rates
+	live                   []*liveResult    // the live phase, one per --live-rates
+	sustained              *sustainedResult // --sustained, else nil
+	sustainDuration        time.Duration
 }
 
 // trial is one sequence of the phases.
@@ -335,7 +349,7 @@ func (m *measurement) median() *trial {
 }
 
 func measure(ctx context.Context, o options, d *dataset, n int, kind string, logTo io.Writer) (*measurement, error) {
-	m := &measurement{predictions: n, loadRule: o.load, broker: kind}
+	m := &measurement{predictions: n, loadRule: o.load, broker: kind, sustainDuration: o.live.sustainDuration}
 	b, err := startBroker(o.bin, kind, topics)
 	if err != nil {
 		return nil, err
@@ -384,6 +398,11 @@ func measure(ctx context.Context, o options, d *dataset, n int, kind string, log
 			logf("live at %d msgs/s: freshness p50 %s s, p99 %s s, max %s s over %d window(s)", r, fmtFresh(res.rowFreshness(0.5)),
 				fmtFresh(res.rowFreshness(0.99)), fmtFresh(res.rowFreshness(1)), len(res.windows))
 			m.live = append(m.live, res)
+		}
+	}
+	if o.live.sustained {
+		if m.sustained, err = sustainedSearch(ctx, o, d, b, dbs, n, logTo); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
@@ -575,6 +594,7 @@ func (m *measurement) print(w io.Writer) {
 	fmt.Fprintf(w, "load average before -> after each phase: %s\n", t.clock.summary())
 	m.printTrials(w)
 	printLive(w, m.live)
+	m.sustained.print(w, m.sustainDuration)
 }
 
 func (t *trial) tableSummary() string {
