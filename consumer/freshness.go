@@ -97,6 +97,8 @@ func (l *loop) noteClosable(now time.Time) {
 	for _, end := range ends {
 		if _, ok := c.at[end]; !ok {
 			c.at[end] = c.closedAt(end.Add(l.cfg.Lateness()), now)
+			l.cfg.Logger.Debug("window closable", "window_end", end.Format(time.RFC3339), "closable_at", c.at[end].Format(time.RFC3339Nano),
+				"commit_in_flight", l.inflight != nil)
 		}
 	}
 	// Steps below the watermark (+ lateness) decide no window any more.

@@ -182,6 +182,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 		case batch := <-in:
 			l.handleBatch(batch)
 			releaseBatch(batch) // handle copies what it keeps
+			if l.inflight == nil && l.pending == nil && l.closedWaiting() {
+				l.startCommit(ctx) // the batch closed a window: write it now, not at the next tick (freshness)
+			}
 		case res := <-l.inflight:
 			if err := l.finishCommit(res); err != nil {
 				return err
