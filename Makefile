@@ -103,9 +103,13 @@ clean:
 # of the Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain), T_write,
 # T_split (two split drains) and T_elt (the ELT peer) in each of --trials trials (3), each phase
 # on a quiet machine (--max-load 1.5); ends with the medians ratio=, limit_ratio=, elt_ratio=,
-# split_ratio=. BENCHFLAGS e.g. "--predictions 500000 --trials 1", "--scale 1,4,16",
-# "--split=false" or "--elt=false"; "--broker kafka": Apache Kafka (integration/realkafka, one
-# KRaft node, 1 GiB heap; needs java and mvn) instead of the embedded kfake broker.
+# split_ratio=; then the live phase (issue 26): a producer at 10,000 and 50,000 msgs/s, event
+# times on the wall clock, while `ovstream run` runs as a service, one closable window each (about
+# 3 minutes per rate), freshness_p99= per rate. BENCHFLAGS e.g. "--predictions 500000 --trials 1",
+# "--scale 1,4,16", "--split=false", "--elt=false", "--live=false", "--live-windows 3";
+# "--broker kafka": Apache Kafka (integration/realkafka, one KRaft node, 1 GiB heap; needs java
+# and mvn) instead of the embedded kfake broker, "--broker both": each, side by side;
+# "--sustained" (--sustained-duration 2m): the highest sustained rate, sustained_rate=.
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh

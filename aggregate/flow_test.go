@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -56,6 +57,23 @@ func TestWindowerFirstEnd(t *testing.T) {
 	w.Drop(t0.Add(5 * time.Minute))
 	if got := w.FirstEnd(); !got.Equal(t0.Add(10 * time.Minute)) {
 		t.Fatalf("FirstEnd after Drop = %v, want 12:10", got)
+	}
+}
+
+// EndsIn lists each window end once, in order, also in a partitioned
+// windower whose partitions hold the same window.
+func TestWindowerEndsIn(t *testing.T) {
+	w := NewPartitionedWindower(5 * time.Minute)
+	for _, at := range []time.Duration{12 * time.Minute, 2 * time.Minute, 7 * time.Minute, 3 * time.Minute} {
+		w.AddFrom(int32(at/time.Minute), pred("L1", "S1", "OP", 1, t0.Add(at)))
+	}
+	got := w.EndsIn(t0.Add(5*time.Minute), t0.Add(15*time.Minute))
+	want := []time.Time{t0.Add(10 * time.Minute), t0.Add(15 * time.Minute)}
+	if !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Fatalf("EndsIn(12:05, 12:15] = %v, want %v", got, want)
+	}
+	if got := w.EndsIn(time.Time{}, t0.Add(9*time.Minute)); len(got) != 1 || !got[0].Equal(t0.Add(5*time.Minute)) {
+		t.Fatalf("EndsIn(0, 12:09] = %v, want [12:05] once (two partitions hold it)", got)
 	}
 }
 

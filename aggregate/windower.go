@@ -317,3 +317,18 @@ func (w *Windower) LastEnd() time.Time {
 	}
 	return last
 }
+
+// EndsIn returns the distinct ends (UTC) of the open windows in (after,
+// upTo], in increasing order: the windows a watermark moving from after to
+// upTo finalizes.
+func (w *Windower) EndsIn(after, upTo time.Time) []time.Time {
+	var ends []time.Time
+	for _, win := range w.windows {
+		end := win.start.Add(w.size)
+		if end.After(after) && !end.After(upTo) && !slices.ContainsFunc(ends, end.Equal) {
+			ends = append(ends, end)
+		}
+	}
+	slices.SortFunc(ends, time.Time.Compare)
+	return ends
+}

@@ -163,6 +163,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	l.pending = nil
 	l.rej.committed(p.wm, p.batch.Positions, cfg.Window)
 	l.win.Drop(p.wm)
+	l.writtenClosable(p.wm)
 	l.led.Release(p.wm)
 	l.committed = p.records
 	if p.batch.Split != nil {

@@ -28,6 +28,7 @@ func (l *loop) finishDrain(ctx context.Context) error {
 	if !l.sp.on {
 		l.wm.Raise(l.copiesLastEnd()) // the copies' windows are final too
 	}
+	l.noteClosable(l.cfg.Now())
 	l.sp.draining = true // a split drain marks its partitions drained
 	if err := l.commitUntilDone(ctx, ctx); err != nil {
 		return err

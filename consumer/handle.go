@@ -24,6 +24,7 @@ func (l *loop) handleBatch(batch []record) {
 		l.handle(&batch[i], now)
 	}
 	l.wm.Advance(now)
+	l.noteClosable(now)
 	l.flowControl(now)
 }
 
@@ -46,6 +47,7 @@ func (l *loop) handle(r *record, now time.Time) {
 			return
 		}
 		l.wm.Observe(r.tp, p.EventTime, now)
+		l.observeCrossing(r.tp, p.EventTime, r.ts, now)
 		// Names count whatever the verdict below (late, replayed, rejected):
 		// the name of a line is a fact about the line, not about the window.
 		l.names.Observe(&p, r.names)
@@ -81,6 +83,7 @@ func (l *loop) handle(r *record, now time.Time) {
 		return
 	}
 	l.wm.Observe(r.tp, v.EventTime, now)
+	l.observeCrossing(r.tp, v.EventTime, r.ts, now)
 	if l.rejectPosition(r) {
 		return
 	}

@@ -53,6 +53,9 @@ type instance struct {
 	hbMu sync.Mutex   // held while hb is used: by the heartbeat, a standby's poll, spare
 	hb   *store.Store // the lease connection
 	lent atomic.Bool  // hb's connection was taken by st: the run loop renews the heartbeat
+	// closable is when the oldest closable window not yet written became
+	// closable, Unix ns (0: none), written with each heartbeat (freshness.go).
+	closable atomic.Int64
 
 	mu       sync.Mutex
 	role     string
@@ -80,6 +83,23 @@ func startInstance(ctx context.Context, cfg Config, st *store.Store) *instance {
 	in.cancel = cancel
 	go in.heartbeat(hctx)
 	return in
+}
+
+// setClosable records when the oldest closable window not yet written
+// became closable (zero: none); a change renews the heartbeat at once, so
+// that status sees it without waiting for the next one.
+func (in *instance) setClosable(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	if in.closable.Swap(ns) == ns {
+		return
+	}
+	select {
+	case in.kick <- struct{}{}:
+	default:
+	}
 }
 
 // set records the role and partitions and renews the heartbeat at once.
@@ -141,7 +161,11 @@ func (in *instance) beat(ctx context.Context, st *store.Store) error {
 	in.mu.Lock()
 	role, parts, first := in.role, in.parts, in.first
 	in.mu.Unlock()
-	err := st.Heartbeat(ctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first)
+	var closable time.Time
+	if ns := in.closable.Load(); ns != 0 {
+		closable = time.Unix(0, ns)
+	}
+	err := st.Heartbeat(ctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first, closable)
 	if err == nil {
 		in.mu.Lock()
 		in.first, in.lastBeat = false, time.Now()

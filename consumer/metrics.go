@@ -35,6 +35,8 @@ type Metrics struct {
 	MergePending     prometheus.Gauge       // ovstream_merge_pending_windows
 	RetentionDropped prometheus.Counter     // ovstream_retention_dropped_partitions_total
 	RetentionDeleted prometheus.Counter     // ovstream_retention_deleted_dead_letters_total
+	ClosableAge      prometheus.GaugeFunc   // ovstream_closable_window_age_seconds (freshness.go)
+	closableSince    atomic.Int64           // Unix ns the oldest closable window not yet written became closable; 0 = none
 	all              []prometheus.Collector
 }
 
@@ -100,12 +102,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		RetentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_retention_deleted_dead_letters_total",
 			Help: "Dead letters deleted by --dead-letter-retention."}),
 	}
+	m.ClosableAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovstream_closable_window_age_seconds",
+		Help: "Freshness: seconds since the oldest window that is closable (the watermark passed its end) but not yet committed became closable, by its records' Kafka timestamps; 0 when every closable window is written."},
+		func() float64 { return closableAge(m.closableSince.Load(), time.Now()) })
 	for _, r := range []string{FailRetryable, FailAmbiguous, FailRejected, FailBehind, FailMergedPast, FailFenced, FailTerminal} {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
 		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit,
-		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted}
+		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)
@@ -137,6 +142,25 @@ func (m *Metrics) partition(tp aggregate.PartitionID, lag int64, idle bool) {
 		v = 1
 	}
 	m.Idle.WithLabelValues(tp.Topic, p).Set(v)
+}
+
+// closable sets when the oldest closable window not yet written became
+// closable (the zero time: none).
+func (m *Metrics) closable(t time.Time) {
+	if t.IsZero() {
+		m.closableSince.Store(0)
+		return
+	}
+	m.closableSince.Store(t.UnixNano())
+}
+
+// ClosableSince returns when the oldest closable window not yet written
+// became closable, the zero time when every closable window is written.
+func (m *Metrics) ClosableSince() time.Time {
+	if ns := m.closableSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // watermark sets the watermark gauge; the zero time reads 0.

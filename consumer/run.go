@@ -147,6 +147,7 @@ type loop struct {
 	backoff    time.Duration
 	pending    *pendingCommit                 // the batch in flight, or failed and waiting for its retry
 	paused     map[aggregate.PartitionID]bool // by flowControl: far ahead in event time
+	closable   closable                       // when the windows not yet written became closable (freshness.go)
 	inflight   chan commitResult              // non-nil while a commit runs
 	hwPending  chan highWaters                // non-nil while a high water mark poll runs (pollHighWater)
 	consumed   int64                          // records consumed by this loop
@@ -188,6 +189,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 		case batch := <-in:
 			l.handleBatch(batch)
 			releaseBatch(batch) // handle copies what it keeps
+			if l.inflight == nil && l.pending == nil && l.closedWaiting() {
+				l.startCommit(ctx) // the batch closed a window: write it now, not at the next tick (freshness)
+			}
 		case res := <-l.inflight:
 			if err := l.finishCommit(res); err != nil {
 				return err
@@ -208,6 +212,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 			now := cfg.Now()
 			l.updateCaughtUp(now)
 			cfg.Metrics.watermark(l.wm.Advance(now))
+			l.noteClosable(now)
 			cfg.Metrics.Uncommitted.Set(float64(l.consumed - l.committed))
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
 			l.logProgress(now)

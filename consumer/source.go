@@ -17,6 +17,7 @@ type record struct {
 	tp     aggregate.PartitionID
 	offset int64
 	epoch  int32 // the leader epoch its reader read under (truncation.go), -1 unknown
+	ts     int64 // the record's Kafka timestamp (CreateTime or LogAppendTime), Unix ns; 0 when it has none
 	key    []byte
 	value  []byte
 	// Decoded by the partition's reader goroutine, off the run loop:
@@ -366,6 +367,9 @@ func (s *source) read(tp aggregate.PartitionID, pc sarama.PartitionConsumer, nex
 // partitions decode in parallel and the run loop only aggregates.
 func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage, epoch int32) record {
 	r := record{tp: tp, offset: m.Offset, epoch: epoch, key: m.Key, value: m.Value}
+	if !m.Timestamp.IsZero() && m.Timestamp.Unix() > 0 {
+		r.ts = m.Timestamp.UnixNano()
+	}
 	if tp.Topic == s.predTopic {
 		r.pred, r.names, r.derr = aggregate.DecodePredictionNames(m.Value)
 		r.src, r.mergeFinal = replayHeaders(m.Headers, &r.derr)

@@ -152,6 +152,7 @@ func (l *loop) splitCommitted(m store.Merged, wm time.Time, positions []store.Po
 		l.sp.holding = l.sp.holding && !p.Idle && !p.Drained
 	}
 	l.wm.Raise(m.Until)
+	l.noteClosable(l.cfg.Now())
 	l.sum.WindowRows += int64(m.Rows)
 	l.cfg.Metrics.MergePending.Set(float64(m.Pending))
 	l.cfg.Metrics.WindowsFinalized.Add(float64(m.Rows))

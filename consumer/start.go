@@ -120,6 +120,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 		return err
 	}
 	l.win = l.sp.newWindower(cfg.Window)
+	l.resetClosable()
 	l.wm = aggregate.NewWatermark(cfg.Lateness(), cfg.IdleTimeout, seed)
 	l.wm.IdleFinalize(cfg.IdleFinalize)
 	l.led = NewLedger()

@@ -59,6 +59,18 @@ type Instance struct {
 	Partitions    int     `json:"partitions"`
 	HeartbeatAgeS float64 `json:"heartbeat_age_s"`
 	Alive         bool    `json:"alive"`
+	// ClosableAgeS is the age of its oldest window closable but not yet
+	// written, seconds, as of its last heartbeat (store.Instance); 0: none.
+	ClosableAgeS float64 `json:"closable_age_s"`
+}
+
+// Freshness is the health page's freshness card: the oldest window that is
+// closable (the watermark passed its end) but not yet written, over the
+// running instances (pipeline_instances.closable_since).
+type Freshness struct {
+	ClosableAgeS  float64    `json:"closable_age_s"`  // the database's now() - ClosableSince; 0 when none
+	ClosableSince *time.Time `json:"closable_since"`  // null: every closable window is written
+	Owner         string     `json:"owner,omitempty"` // the instance holding it
 }
 
 // Health is GET api/health?pipeline&tz: the pipeline's progress as the
@@ -73,6 +85,7 @@ type Health struct {
 	Merge           Merge         `json:"merge"`
 	DeadLetters     []DeadLetters `json:"dead_letters"` // by reason
 	Instances       []Instance    `json:"instances"`
+	Freshness       Freshness     `json:"freshness"`
 	Run             *Live         `json:"run"` // this instance (run --metrics-addr) when it runs the pipeline shown; else null
 	// Replica is how old what the page shows is when the server read is a
 	// hot standby (store.Replica); null on a primary.
@@ -120,7 +133,10 @@ func (h *Handler) health(ctx context.Context, r *http.Request) (any, error) {
 		}
 		for _, in := range instances {
 			out.Instances = append(out.Instances, Instance{Owner: in.Owner, Role: in.Role, Partitions: len(in.Partitions),
-				HeartbeatAgeS: in.HeartbeatAge.Seconds(), Alive: in.Alive})
+				HeartbeatAgeS: in.HeartbeatAge.Seconds(), Alive: in.Alive, ClosableAgeS: in.ClosableAge.Seconds()})
+			if !in.ClosableSince.IsZero() && (out.Freshness.ClosableSince == nil || in.ClosableSince.Before(*out.Freshness.ClosableSince)) {
+				out.Freshness = Freshness{ClosableAgeS: in.ClosableAge.Seconds(), ClosableSince: at(in.ClosableSince), Owner: in.Owner}
+			}
 		}
 		return nil
 	})

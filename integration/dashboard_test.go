@@ -205,6 +205,8 @@ func TestDashboard(t *testing.T) {
 	if n := eval[int](t, bro, `document.querySelectorAll("#run").length`); n != 0 {
 		t.Error("health under serve shows a running instance's section")
 	}
+	checkCard(t, bro, "h-fresh", "0.0 s", "0") // no instance runs
+	checkFreshCard(t, bro, db, base+"health?"+q.Encode())
 	bro.screenshot(t, "health")
 
 	// The same pages under run --metrics-addr, at /dashboard/: its own
@@ -412,6 +414,32 @@ func checkCard(t *testing.T, b *browser, id, text, v string) {
 		return e ? {text: e.textContent, v: e.dataset.v ?? ""} : {text: "(none)", v: ""}; })()`, id))
 	if got.Text != text || got.V != v {
 		t.Errorf("health card %s: %q (data-v %q), want %q (%q)", id, got.Text, got.V, text, v)
+	}
+}
+
+// checkFreshCard checks the freshness card against pipeline_instances: an
+// instance row whose closable_since is 90 s before the database's now() (as
+// a heartbeat of a run holding a closable window writes it) shows an age
+// between 90 s and 90 s plus the time the page took to load, by the
+// database's clock, and the closable time to the second in the page's time
+// zone; the row is deleted afterwards.
+func checkFreshCard(t *testing.T, b *browser, db, page string) {
+	t.Helper()
+	var since time.Time
+	sqlRow(t, db, `INSERT INTO pipeline_instances (pipeline, owner, role, partitions, closable_since)
+		VALUES ('ovstream', 'fresh@test', 'active', '{arrival_predictions/0}', now() - interval '90 seconds')
+		RETURNING closable_since`, &since)
+	defer execSQL(t, db, `DELETE FROM pipeline_instances WHERE owner = 'fresh@test'`)
+	b.open(t, page)
+	var upper float64
+	sqlRow(t, db, `SELECT extract(epoch FROM now() - closable_since)::float8 FROM pipeline_instances WHERE owner = 'fresh@test'`, &upper)
+	got := eval[cell](t, b, `(() => { const e = document.querySelector("#h-fresh"); return e ?
+		{text: e.querySelector(".s").textContent, v: e.querySelector(".v").dataset.v ?? ""} : {text: "(none)", v: ""}; })()`)
+	age, err := strconv.ParseFloat(got.V, 64)
+	loc, _ := time.LoadLocation(rollupTZ)
+	if wantSub := "a window closable since " + since.In(loc).Format(time.DateTime) + " is not written yet (fresh@test)"; err != nil ||
+		age < 90 || age > upper || got.Text != wantSub {
+		t.Errorf("health card h-fresh: age %q, %q; want an age in [90, %.3f] and %q", got.V, got.Text, upper, wantSub)
 	}
 }
 

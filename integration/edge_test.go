@@ -23,13 +23,23 @@ type rec struct {
 // produceRecords produces recs in order, each to the partition it names.
 func produceRecords(t testing.TB, addr string, recs ...rec) {
 	t.Helper()
+	produceRecordsAt(t, addr, nil, recs...)
+}
+
+// produceRecordsAt is produceRecords with at[i] the timestamp (CreateTime)
+// of recs[i]; nil at: the producer's clock.
+func produceRecordsAt(t testing.TB, addr string, at []time.Time, recs ...rec) {
+	t.Helper()
 	p, err := sarama.NewSyncProducer([]string{addr}, producerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for _, r := range recs {
+	for i, r := range recs {
 		m := &sarama.ProducerMessage{Topic: r.topic, Partition: r.partition}
+		if at != nil {
+			m.Timestamp = at[i]
+		}
 		if r.key != "" {
 			m.Key = sarama.StringEncoder(r.key)
 		}

@@ -162,6 +162,13 @@ type Instance struct {
 	StartedAt    time.Time               // UTC
 	HeartbeatAge time.Duration           // by the database's clock
 	Alive        bool                    // HeartbeatAge < the lease asked for
+	// ClosableSince is when the oldest window the instance holds that is
+	// closable but not yet committed became closable (its records' Kafka
+	// timestamps, consumer/freshness.go), as of its last heartbeat; zero
+	// when it had none. ClosableAge is the database's now() minus it (0 when
+	// zero).
+	ClosableSince time.Time
+	ClosableAge   time.Duration
 }
 
 // Heartbeat records that owner, an instance of pipeline, is alive in role
@@ -170,20 +177,26 @@ type Instance struct {
 // a claim with the same instance id tells whether it still lives. first
 // resets started_at (a new process that reuses an owner string). It is one
 // statement outside any transaction: run it on a connection of its own (see
-// Clone), so that a long commit does not delay it.
-func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, parts []aggregate.PartitionID, first bool) error {
+// Clone), so that a long commit does not delay it. closable is when the
+// instance's oldest closable window not yet written became closable, the
+// zero time for none (column closable_since, NULL).
+func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, parts []aggregate.PartitionID, first bool, closable time.Time) error {
 	names := make([]string, len(parts))
 	for i, p := range parts {
 		names[i] = p.String()
 	}
+	var since *time.Time
+	if !closable.IsZero() {
+		since = &closable
+	}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `
-INSERT INTO pipeline_instances AS i (pipeline, owner, role, partitions, backend_pid, backend_start)
-SELECT $1, $2, $3, $4, pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()
+INSERT INTO pipeline_instances AS i (pipeline, owner, role, partitions, backend_pid, backend_start, closable_since)
+SELECT $1, $2, $3, $4, pid, backend_start, $6 FROM pg_stat_activity WHERE pid = pg_backend_pid()
 ON CONFLICT (pipeline, owner) DO UPDATE SET role = EXCLUDED.role, partitions = EXCLUDED.partitions,
     heartbeat_at = now(), started_at = CASE WHEN $5 THEN now() ELSE i.started_at END,
-    backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start`,
-			pipeline, owner, role, names, first)
+    backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start, closable_since = EXCLUDED.closable_since`,
+			pipeline, owner, role, names, first, since)
 		return err
 	})
 	if err != nil {
@@ -212,17 +225,23 @@ func (s *Store) Instances(ctx context.Context, pipeline string, lease time.Durat
 		out = out[:0]
 		rows, err := conn.Query(ctx, `
 SELECT owner, role, partitions, started_at, (extract(epoch FROM now() - heartbeat_at) * 1e6)::bigint,
-    heartbeat_at > now() - $2 * interval '1 microsecond'
+    heartbeat_at > now() - $2 * interval '1 microsecond', closable_since,
+    coalesce((extract(epoch FROM now() - closable_since) * 1e6)::bigint, 0)
 FROM pipeline_instances WHERE pipeline = $1 ORDER BY role, started_at, owner`, pipeline, micros(lease))
 		if err != nil {
 			return err
 		}
 		var in Instance
 		var names []string
-		var age int64
-		_, err = pgx.ForEachRow(rows, []any{&in.Owner, &in.Role, &names, &in.StartedAt, &age, &in.Alive}, func() error {
+		var age, closableAge int64
+		var since *time.Time
+		_, err = pgx.ForEachRow(rows, []any{&in.Owner, &in.Role, &names, &in.StartedAt, &age, &in.Alive, &since, &closableAge}, func() error {
 			in.StartedAt = in.StartedAt.UTC()
 			in.HeartbeatAge = time.Duration(age) * time.Microsecond
+			in.ClosableSince, in.ClosableAge = time.Time{}, 0
+			if since != nil {
+				in.ClosableSince, in.ClosableAge = since.UTC(), max(0, time.Duration(closableAge)*time.Microsecond)
+			}
 			in.Partitions = nil
 			for _, n := range names {
 				if p, ok := parsePartition(n); ok {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
@@ -153,13 +154,24 @@ func metricsDoc() ([]byte, error) {
 }
 
 func metricKind(c prometheus.Collector) (string, error) {
-	switch c.(type) { // a Gauge has Inc and Add too: ask for it before Counter
+	switch m := c.(type) { // a Gauge has Inc and Add too: ask for it before Counter
 	case *prometheus.HistogramVec, prometheus.Histogram:
 		return "histogram", nil
 	case *prometheus.GaugeVec, prometheus.Gauge:
 		return "gauge", nil
 	case *prometheus.CounterVec, prometheus.Counter:
 		return "counter", nil
+	case prometheus.Metric: // a GaugeFunc or CounterFunc: the same type; its sample says which
+		var s dto.Metric
+		if err := m.Write(&s); err != nil {
+			return "", err
+		}
+		switch {
+		case s.Gauge != nil:
+			return "gauge", nil
+		case s.Counter != nil:
+			return "counter", nil
+		}
 	}
 	return "", fmt.Errorf("a %T: neither counter, gauge nor histogram", c)
 }

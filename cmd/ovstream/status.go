@@ -66,7 +66,9 @@ func newStatusCmd() *cobra.Command {
 		Long: "Per partition: the stored next offset, Kafka's log start and high water mark, the lag\n" +
 			"(high water - next offset) and when it was stored, its owner, fencing epoch and lease\n" +
 			"(alive, expired, released); the running instances (active and standby) and the age of\n" +
-			"their heartbeats; the newest finalized window_end; dead letters per reason; refused merged rows.\n" +
+			"their heartbeats; the newest finalized window_end; freshness: the age of the oldest window\n" +
+			"that is closable but not yet written (as of the instances' heartbeats); dead letters per reason;\n" +
+			"refused merged rows.\n" +
 			"Exit 1 when the database or Kafka cannot be read (what could be read is printed)."}
 	f.register(c.Flags())
 	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
@@ -148,6 +150,10 @@ type InstanceStatus struct {
 	StartedAt     time.Time `json:"started_at"`
 	HeartbeatAgeS float64   `json:"heartbeat_age_s"`
 	Alive         bool      `json:"alive"` // heartbeat younger than the lease
+	// ClosableSince: since when its oldest window that is closable but not
+	// yet written has been closable, as of its last heartbeat (null: none).
+	ClosableSince *time.Time `json:"closable_since"`
+	ClosableAgeS  float64    `json:"closable_age_s"` // the database's now() - closable_since; 0 when null
 }
 
 // StatusReport is `status --json`.
@@ -173,6 +179,10 @@ type StatusReport struct {
 	Unowned []string `json:"unowned_partitions"`
 	// Replica is set when the server read is a hot standby (status_replica.go).
 	Replica *store.Replica `json:"replica"`
+	// ClosableAgeS is freshness: the largest closable_age_s of the running
+	// instances (the age of the oldest closable window not yet written,
+	// seconds); 0 when every closable window is written or none runs.
+	ClosableAgeS float64 `json:"closable_age_s"`
 }
 
 func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) int {
@@ -298,12 +308,31 @@ func addOwnership(r *StatusReport, lease time.Duration, leases []store.Partition
 	r.Instances = []InstanceStatus{}
 	for _, in := range instances {
 		s := InstanceStatus{Owner: in.Owner, Role: in.Role, Partitions: []string{}, StartedAt: in.StartedAt,
-			HeartbeatAgeS: in.HeartbeatAge.Seconds(), Alive: in.Alive}
+			HeartbeatAgeS: in.HeartbeatAge.Seconds(), Alive: in.Alive, ClosableSince: timePtr(in.ClosableSince),
+			ClosableAgeS: in.ClosableAge.Seconds()}
+		r.ClosableAgeS = max(r.ClosableAgeS, s.ClosableAgeS)
 		for _, p := range in.Partitions {
 			s.Partitions = append(s.Partitions, p.String())
 		}
 		r.Instances = append(r.Instances, s)
 	}
+}
+
+// printFreshness prints the status line of freshness: the age of the oldest
+// closable window not yet written, over the running instances.
+func printFreshness(w io.Writer, r *StatusReport) {
+	var oldest *InstanceStatus
+	for i := range r.Instances {
+		if in := &r.Instances[i]; in.ClosableSince != nil && (oldest == nil || in.ClosableSince.Before(*oldest.ClosableSince)) {
+			oldest = in
+		}
+	}
+	if oldest == nil {
+		fmt.Fprintln(w, "freshness: every closable window is written (closable window age 0s)")
+		return
+	}
+	fmt.Fprintf(w, "freshness: closable window age %.1fs: a window closable since %s is not yet written (instance %s)\n",
+		oldest.ClosableAgeS, oldest.ClosableSince.Format(time.RFC3339Nano), oldest.Owner)
 }
 
 func sortPartitions(ps []PartitionStatus) {
@@ -430,6 +459,7 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 		fmt.Fprintf(w, "pipeline %s: never claimed (no run has started)\n", r.Pipeline)
 	}
 	fmt.Fprintf(w, "newest window_end: %s\n", ts(r.NewestWindowEnd))
+	printFreshness(w, r)
 	printMerge(w, r.Merge, ts)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -439,6 +439,10 @@
         card("h-watermark", "watermark (stored)", localTime(d.watermark), "the lowest of its partitions", "", d.watermark),
         card("h-newest", "newest window end", localTime(d.newest_window_end), "of delay_aggregates", "", d.newest_window_end),
         card("h-commit", "last commit", localTime(d.last_commit), "newest stored position", "", d.last_commit),
+        card("h-fresh", "closable window age", `${d.freshness.closable_age_s.toFixed(1)} s`,
+          d.freshness.closable_since ? `a window closable since ${localTime(d.freshness.closable_since)} is not written yet (${d.freshness.owner})`
+            : "every closable window is written",
+          d.freshness.closable_since ? (d.freshness.closable_age_s > 60 ? "bad" : "") : "good", d.freshness.closable_age_s),
         card("h-merge", "merge lag (windows)", String(d.merge.pending_windows),
           d.merge.pending_windows > 0 ? `oldest ${localTime(d.merge.oldest_pending)}, held by ${d.merge.holding.join(", ") || "–"}`
             : d.merge.merged_until ? `merged until ${localTime(d.merge.merged_until)}` : "not split",
@@ -512,6 +516,7 @@
         { title: "role", get: (i) => i.role },
         { title: "partitions", num: 0, get: (i) => i.partitions },
         { title: "heartbeat age (s)", num: 1, get: (i) => i.heartbeat_age_s },
+        { title: "closable window age (s)", num: 1, get: (i) => i.closable_age_s },
         { title: "alive", get: (i) => (i.alive ? "yes" : "no (dead or frozen)") },
       ], d.instances));
     } else {

@@ -168,7 +168,7 @@ func runBursts(ctx context.Context, o options, d *dataset, logTo io.Writer) erro
 
 func measureBurst(ctx context.Context, o options, d *dataset, keys int, logTo io.Writer) (burstResult, error) {
 	r := burstResult{keys: keys, limit: runMemoryLimit(o.runArgs)}
-	b, err := startBroker(o.bin, topics)
+	b, err := startBroker(o.bin, o.brokers[0], topics)
 	if err != nil {
 		return r, err
 	}

@@ -89,6 +89,8 @@ type options struct {
 	burstKeys     []int // --burst-keys: the burst measurement instead of the phases (burst.go)
 	burstAround   int
 	burstNames    bool
+	brokers       []string // --broker: brokerEmbedded, brokerKafka or both, in that order
+	live          liveOptions
 }
 
 func main() {
@@ -115,14 +117,42 @@ func main() {
 		readFetchBytes = int32(n)
 		return err
 	})
-	flag.Func("broker", "the broker: embedded (ovstream broker, the kfake broker) or kafka (Apache Kafka "+realkafka.Version+
-		" from Maven Central, one KRaft node; needs java and mvn)", func(v string) error {
-		if v != "embedded" && v != "kafka" {
-			return fmt.Errorf("want embedded or kafka")
+	o.brokers = []string{brokerEmbedded}
+	flag.Func("broker", "the broker: embedded (ovstream broker, the kfake broker), kafka (Apache Kafka "+realkafka.Version+
+		" from Maven Central, one KRaft node; needs java and mvn) or both (every phase on each, one summary side by side)", func(v string) error {
+		switch v {
+		case brokerEmbedded, brokerKafka:
+			o.brokers = []string{v}
+		case "both":
+			o.brokers = []string{brokerEmbedded, brokerKafka}
+		default:
+			return fmt.Errorf("want embedded, kafka or both")
 		}
-		brokerKind = v
 		return nil
 	})
+	flag.BoolVar(&o.live.on, "live", true, "also run the live phase (live.go): the producer at each --live-rates while `ovstream run` runs as a service; freshness per window row")
+	flag.Func("live-rates", "comma-separated produce rates of the live phase, msgs/s (default 10000,50000)", func(v string) error {
+		o.live.rates = nil
+		for _, s := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || k <= 0 {
+				return fmt.Errorf("want positive integers, e.g. 10000,50000")
+			}
+			o.live.rates = append(o.live.rates, k)
+		}
+		return nil
+	})
+	o.live.rates = []int{10_000, 50_000}
+	flag.IntVar(&o.live.windows, "live-windows", 1, "closable windows to wait for per live rate (with the default 5m windows, 5 minutes more each)")
+	flag.DurationVar(&o.live.lead, "live-lead", 2*time.Minute+30*time.Second,
+		"from the live producer's start to the first window with data becoming closable (at least the allowed lateness, 2m, plus 10s)")
+	flag.BoolVar(&o.live.sustained, "sustained", false, "also search the highest sustained rate (sustained.go): live runs of --sustained-duration at doubling rates from --sustained-start, then bisection")
+	flag.DurationVar(&o.live.sustainDuration, "sustained-duration", 2*time.Minute, "how long the lag must stay bounded at a rate")
+	flag.IntVar(&o.live.sustainStart, "sustained-start", 10_000, "the first rate of the search, msgs/s")
+	flag.IntVar(&o.live.sustainMax, "sustained-max", 400_000, "the highest rate the search tries, msgs/s")
+	flag.IntVar(&o.live.sustainSteps, "sustained-steps", 2, "bisection steps after the doubling")
+	flag.DurationVar(&o.live.sustainLagBound, "sustained-lag-bound", 15*time.Second, "the lag bound, as input time: rate x this many seconds of records")
+	flag.Float64Var(&o.live.sustainRateShare, "sustained-rate-share", 0.97, "the share of the rate the producer must reach for the rate to count")
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
 	flag.BoolVar(&o.elt, "elt", true, "also run (e): the ELT peer (COPY into a raw table, then one INSERT ... SELECT ... GROUP BY)")
 	flag.Func("burst-keys", "comma-separated key counts N: instead of the phases, measure peak RSS of `ovstream run --drain` when ONE window holds N new station ids, each on fresh data (burst.go)", func(v string) error {
@@ -145,6 +175,9 @@ func main() {
 	flag.Parse()
 	if o.trials < 1 {
 		fatalf("--trials %d: want at least 1", o.trials)
+	}
+	if o.live.lead < liveLateness+10*time.Second || o.live.windows < 1 {
+		fatalf("--live-lead %v, --live-windows %d: want at least %v and 1", o.live.lead, o.live.windows, liveLateness+10*time.Second)
 	}
 	if scale != "" {
 		for _, s := range strings.Split(scale, ",") {
@@ -211,26 +244,52 @@ func run(o options) error {
 			sizes = append(sizes, k*o.base)
 		}
 	}
-	var results []*measurement
-	for i, n := range sizes {
-		m, err := measure(ctx, o, d, n, logTo)
-		if err != nil {
-			return err
+	// results[k] are the measurements on o.brokers[k], one per size.
+	results := make([][]*measurement, len(o.brokers))
+	for k, kind := range o.brokers {
+		for i, n := range sizes {
+			m, err := measure(ctx, o, d, n, kind, logTo)
+			if err != nil {
+				return err
+			}
+			m.allocs = allocs
+			if len(o.scales) > 0 {
+				m.label = fmt.Sprintf("%dx", o.scales[i])
+			}
+			results[k] = append(results[k], m)
+			m.print(os.Stdout)
 		}
-		m.allocs = allocs
-		if len(o.scales) > 0 {
-			m.label = fmt.Sprintf("%dx", o.scales[i])
+		if len(results[k]) > 1 {
+			printScaling(os.Stdout, results[k])
 		}
-		results = append(results, m)
-		m.print(os.Stdout)
 	}
-	if len(results) > 1 {
-		printScaling(os.Stdout, results)
+	lasts := make([]*measurement, len(o.brokers))
+	for k := range o.brokers {
+		lasts[k] = results[k][len(results[k])-1]
 	}
-	last := results[len(results)-1].medians()
-	fmt.Printf("ratio=%s\nlimit_ratio=%s\nelt_ratio=%s\nsplit_ratio=%s\n",
-		fmtRatio(last.ratio, "--trials"), fmtRatio(last.limitRatio, "--trials"),
-		fmtRatio(last.eltRatio, "--elt=false"), fmtRatio(last.splitRatio, "--split=false"))
+	if len(lasts) > 1 {
+		printSideBySide(os.Stdout, lasts)
+	}
+	for k, m := range lasts {
+		// The first broker's lines keep their names (ratio=...); the second's
+		// are prefixed with its kind (kafka_ratio=...).
+		prefix := ""
+		if k > 0 {
+			prefix = m.broker + "_"
+		}
+		for _, r := range m.live {
+			fmt.Printf("%sfreshness_p99=%s rate=%d\n", prefix, fmtFresh(r.rowFreshness(0.99)), r.rate)
+		}
+		if m.sustained != nil {
+			fmt.Printf("%ssustained_rate=%d\n", prefix, m.sustained.rate())
+		} else {
+			fmt.Printf("%ssustained_rate=n/a (--sustained)\n", prefix)
+		}
+		md := m.medians()
+		fmt.Printf("%sratio=%s\n%slimit_ratio=%s\n%selt_ratio=%s\n%ssplit_ratio=%s\n",
+			prefix, fmtRatio(md.ratio, "--trials"), prefix, fmtRatio(md.limitRatio, "--trials"),
+			prefix, fmtRatio(md.eltRatio, "--elt=false"), prefix, fmtRatio(md.splitRatio, "--split=false"))
+	}
 	return nil
 }
 
@@ -238,6 +297,7 @@ func run(o options) error {
 // then one or more trials of (a), (b), (c) on it.
 type measurement struct {
 	label                  string
+	broker                 string // brokerEmbedded or brokerKafka
 	predictions, positions int
 	messages               int64
 	bytes                  int64
@@ -246,6 +306,9 @@ type measurement struct {
 	trials                 []*trial
 	allocs                 string
 	loadRule               loadRule
+	live                   []*liveResult    // the live phase, one per --live-rates
+	sustained              *sustainedResult // --sustained, else nil
+	sustainDuration        time.Duration
 }
 
 // trial is one sequence of the phases.
@@ -285,9 +348,9 @@ func (m *measurement) median() *trial {
 	return ts[(len(ts)-1)/2]
 }
 
-func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer) (*measurement, error) {
-	m := &measurement{predictions: n, loadRule: o.load}
-	b, err := startBroker(o.bin, topics)
+func measure(ctx context.Context, o options, d *dataset, n int, kind string, logTo io.Writer) (*measurement, error) {
+	m := &measurement{predictions: n, loadRule: o.load, broker: kind, sustainDuration: o.live.sustainDuration}
+	b, err := startBroker(o.bin, kind, topics)
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +382,28 @@ func measure(ctx context.Context, o options, d *dataset, n int, logTo io.Writer)
 			return nil, err
 		}
 		m.trials = append(m.trials, t)
+	}
+	if o.live.on {
+		for _, r := range o.live.rates {
+			lr := &liveRun{o: o, d: d, b: b, dbs: dbs, rate: r, windows: o.live.windows,
+				tag: fmt.Sprintf("%d_%d_%d", os.Getpid(), n, r), logTo: logTo}
+			before := loadavg()
+			logf("live at %d msgs/s on %s: waiting for %d window(s), about %v", r, brokerName(kind), o.live.windows,
+				(o.live.lead + time.Duration(o.live.windows-1)*liveWindow).Round(time.Second))
+			res, err := lr.run(ctx)
+			if err != nil {
+				return nil, err
+			}
+			res.load = before + " -> " + loadavg()
+			logf("live at %d msgs/s: freshness p50 %s s, p99 %s s, max %s s over %d window(s)", r, fmtFresh(res.rowFreshness(0.5)),
+				fmtFresh(res.rowFreshness(0.99)), fmtFresh(res.rowFreshness(1)), len(res.windows))
+			m.live = append(m.live, res)
+		}
+	}
+	if o.live.sustained {
+		if m.sustained, err = sustainedSearch(ctx, o, d, b, dbs, n, logTo); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -471,12 +556,8 @@ func (m *measurement) print(w io.Writer) {
 	if m.label != "" {
 		label = " [" + m.label + "]"
 	}
-	brokerName := "embedded (kfake)"
-	if brokerKind == "kafka" {
-		brokerName = "Apache Kafka " + realkafka.Version
-	}
 	fmt.Fprintf(w, "\novstream bench%s: %d predictions + %d positions = %d messages (%.0f MB JSON), partitions 6+3, lz4; broker %s; %d CPUs, %s\n",
-		label, m.predictions, m.positions, m.messages, float64(m.bytes)/1e6, brokerName, runtime.NumCPU(), runtime.Version())
+		label, m.predictions, m.positions, m.messages, float64(m.bytes)/1e6, brokerName(m.broker), runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(w, "produce (not timed in R): %v, %.0f msgs/s; broker RSS after produce %d MB\n",
 		m.produce.Round(time.Millisecond), rate(m.messages, m.produce), m.brokerRSS>>20)
 	if len(m.trials) > 1 {
@@ -512,6 +593,8 @@ func (m *measurement) print(w io.Writer) {
 		(t.read + t.write).Seconds(), r.elapsed.Seconds(), t.ratio(), t.limitRatio())
 	fmt.Fprintf(w, "load average before -> after each phase: %s\n", t.clock.summary())
 	m.printTrials(w)
+	printLive(w, m.live)
+	m.sustained.print(w, m.sustainDuration)
 }
 
 func (t *trial) tableSummary() string {

@@ -24,20 +24,33 @@ import (
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
-// broker is `ovstream broker` running as its own process.
+// broker is the broker of one measurement: `ovstream broker` running as its
+// own process, or one Apache Kafka node.
 type broker struct {
-	cmd   *exec.Cmd          // ovstream broker (--broker embedded)
-	kafka *realkafka.Cluster // Apache Kafka (--broker kafka)
+	kind  string             // brokerEmbedded or brokerKafka
+	cmd   *exec.Cmd          // ovstream broker (brokerEmbedded)
+	kafka *realkafka.Cluster // Apache Kafka (brokerKafka)
 	addr  string
 }
 
-// brokerKind is --broker: embedded (ovstream broker, kfake) or kafka
-// (Apache Kafka realkafka.Version, one KRaft node).
-var brokerKind = "embedded"
+// The brokers of --broker.
+const (
+	brokerEmbedded = "embedded" // ovstream broker: franz-go kfake, in memory
+	brokerKafka    = "kafka"    // Apache Kafka realkafka.Version, one KRaft node
+)
 
-// startBroker starts the broker of --broker with topics ("NAME:N,...").
-func startBroker(bin string, topics string) (*broker, error) {
-	if brokerKind == "kafka" {
+// brokerName is how the report names a broker kind.
+func brokerName(kind string) string {
+	if kind == brokerKafka {
+		return "Apache Kafka " + realkafka.Version
+	}
+	return "embedded (kfake)"
+}
+
+// startBroker starts a broker of kind (brokerEmbedded, brokerKafka) with
+// topics ("NAME:N,...").
+func startBroker(bin, kind, topics string) (*broker, error) {
+	if kind == brokerKafka {
 		return startKafka(topics)
 	}
 	cmd := exec.Command(bin, "broker", "--addr", "127.0.0.1:0", "--topics", topics)
@@ -62,7 +75,7 @@ func startBroker(bin string, topics string) (*broker, error) {
 		return nil, fmt.Errorf("broker: unexpected first line %q", line)
 	}
 	go io.Copy(io.Discard, out)
-	return &broker{cmd: cmd, addr: addr}, nil
+	return &broker{kind: brokerEmbedded, cmd: cmd, addr: addr}, nil
 }
 
 // startKafka starts one Apache Kafka node (1 GiB heap, C2 compiler) and
@@ -83,7 +96,7 @@ func startKafka(topics string) (*broker, error) {
 			return nil, fmt.Errorf("broker: topic %q: %w", spec, err)
 		}
 	}
-	return &broker{kafka: c, addr: c.Bootstrap()}, nil
+	return &broker{kind: brokerKafka, kafka: c, addr: c.Bootstrap()}, nil
 }
 
 // pid is the broker's process id.

@@ -99,20 +99,25 @@ func (m *measurement) printTrials(w io.Writer) {
 }
 
 func (m *measurement) printFigures(w io.Writer, name string, load float64, read, run, write, elt, split time.Duration, ratio, limit, eltR, splitR float64) {
-	sec := func(d time.Duration) string {
-		if d < 0 || math.IsNaN(d.Seconds()) {
-			return "-"
-		}
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	}
-	r := func(x float64) string {
-		if math.IsNaN(x) {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f", x)
-	}
+	sec, r := fmtSeconds, fmtFigure
 	fmt.Fprintf(w, "%-7s %9.2f %8s %11s %8s %8s %8s %7s %12s %10s %12s\n", name, load, sec(read), sec(run), sec(write),
 		sec(elt), sec(split), r(ratio), r(limit), r(eltR), r(splitR))
+}
+
+// fmtSeconds formats a phase's time, "-" for one that did not run.
+func fmtSeconds(d time.Duration) string {
+	if d < 0 || math.IsNaN(d.Seconds()) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// fmtFigure formats a ratio of a table, "-" for NaN (its phase did not run).
+func fmtFigure(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x)
 }
 
 // fmtRatio formats a final ratio, or says which flag left its phase out.
@@ -121,4 +126,41 @@ func fmtRatio(x float64, skippedBy string) string {
 		return "n/a (" + skippedBy + ")"
 	}
 	return fmt.Sprintf("%.2f", x)
+}
+
+// printSideBySide prints the medians of one measurement per broker (--broker
+// both) in one table, a column per broker, then each broker's load.
+func printSideBySide(w io.Writer, ms []*measurement) {
+	sec, ratio := fmtSeconds, fmtFigure
+	var mds []medians
+	fmt.Fprintf(w, "\nmedians side by side (%d predictions, %d trials each)\n%-14s", ms[0].predictions, len(ms[0].trials), "")
+	for _, m := range ms {
+		mds = append(mds, m.medians())
+		fmt.Fprintf(w, " %22s", brokerName(m.broker))
+	}
+	fmt.Fprintln(w)
+	rows := []struct {
+		name string
+		f    func(md medians, m *measurement) string
+	}{
+		{"T_read", func(md medians, _ *measurement) string { return sec(md.read) }},
+		{"T_ovstream", func(md medians, _ *measurement) string { return sec(md.run) }},
+		{"T_write", func(md medians, _ *measurement) string { return sec(md.write) }},
+		{"T_split", func(md medians, _ *measurement) string { return sec(md.split) }},
+		{"T_elt", func(md medians, _ *measurement) string { return sec(md.elt) }},
+		{"ratio", func(md medians, _ *measurement) string { return ratio(md.ratio) }},
+		{"limit_ratio", func(md medians, _ *measurement) string { return ratio(md.limitRatio) }},
+		{"elt_ratio", func(md medians, _ *measurement) string { return ratio(md.eltRatio) }},
+		{"split_ratio", func(md medians, _ *measurement) string { return ratio(md.splitRatio) }},
+		{"peak RSS", func(_ medians, m *measurement) string { return fmt.Sprintf("%d MB", m.median().run.maxRSS>>20) }},
+		{"broker RSS", func(_ medians, m *measurement) string { return fmt.Sprintf("%d MB", m.brokerRSS>>20) }},
+		{"max load", func(md medians, _ *measurement) string { return fmt.Sprintf("%.2f", md.load) }},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-14s", r.name)
+		for i, m := range ms {
+			fmt.Fprintf(w, " %22s", r.f(mds[i], m))
+		}
+		fmt.Fprintln(w)
+	}
 }

@@ -1,0 +1,658 @@
+package main
+
+// The live phase (issue 26): a producer writes the archive's predictions and
+// positions at a fixed rate, event times moved onto the wall clock, while
+// `ovstream run` runs as a service with its default flags; the phase measures
+// per finalized window row how long after its window became closable the row
+// was visible in PostgreSQL (freshness), the consumer's lag, and the CPU of
+// the broker, ovstream and PostgreSQL.
+//
+// Definitions (BENCHMARKS.md, "Live"):
+//
+//   - closable(W), for the window ending at W: the latest, over every
+//     partition of both topics (at these rates every one holds the
+//     watermark: none is idle), of the time the broker acknowledged the first
+//     record of that partition with event time >= W + allowed lateness (the
+//     producer's Successes channel: from then on a consumer can read it);
+//   - visible(W): the first time a poll of PostgreSQL every livePoll saw a row
+//     with window_end >= W (`SELECT max(window_end)`: a commit makes all rows
+//     of a window visible at once, and windows are written in order), so
+//     visible is late by at most one poll plus the query;
+//   - freshness of a row of W: visible(W) - closable(W). Every row of one
+//     window has the same freshness; p50, p99 and max are over rows.
+//
+// With the defaults (--window 5m, --allowed-lateness 2m) a window becomes
+// closable once every 5 minutes of wall clock, and a window's rows need
+// event times before W, then the allowed lateness to pass: the producer
+// starts with event time = wall clock - delta, delta chosen so that the first
+// window with data becomes closable --live-lead (2m30s) after the start.
+// --live-windows N waits for N windows (5 minutes more each).
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/feed/produce"
+)
+
+// The defaults of `ovstream run` the live phase depends on.
+const (
+	liveWindow   = 5 * time.Minute
+	liveLateness = 2 * time.Minute
+	livePoll     = 50 * time.Millisecond
+)
+
+// liveOptions are the flags of the live phase.
+type liveOptions struct {
+	on      bool
+	rates   []int
+	windows int           // windows to wait for per rate
+	lead    time.Duration // from the producer's start to the first closable window with data
+	// sustained: the rate search (sustained.go)
+	sustained        bool
+	sustainDuration  time.Duration
+	sustainStart     int
+	sustainMax       int
+	sustainSteps     int
+	sustainLagBound  time.Duration
+	sustainRateShare float64
+}
+
+// liveWindowResult is one window's figures.
+type liveWindowResult struct {
+	end      time.Time
+	closable time.Time
+	visible  time.Time
+	rows     int64
+}
+
+func (w liveWindowResult) freshness() time.Duration { return w.visible.Sub(w.closable) }
+
+// liveResult is one live run at one rate.
+type liveResult struct {
+	rate      int
+	duration  time.Duration // from the producer's start to its stop
+	produced  int64
+	failed    int64
+	windows   []liveWindowResult
+	lag       []lagSample
+	cpu       cpuSplit
+	load      string
+	ovsRSS    int64
+	converged bool // every window asked for was visible
+}
+
+// lagSample is the consumer's lag at one moment: the broker's high water
+// marks minus the consumed offsets stored by the last commit, over every
+// partition.
+type lagSample struct {
+	at  time.Duration // since the producer's start
+	lag int64
+}
+
+// cpuSplit is the CPU time each process used during a live run.
+type cpuSplit struct {
+	broker, ovstream, postgres, bench time.Duration
+	wall                              time.Duration
+}
+
+func (c cpuSplit) String() string {
+	share := func(d time.Duration) float64 { return d.Seconds() / c.wall.Seconds() }
+	return fmt.Sprintf("CPU (cores) broker %.2f, ovstream %.2f, PostgreSQL %.2f (our backends), producer %.2f",
+		share(c.broker), share(c.ovstream), share(c.postgres), share(c.bench))
+}
+
+// achieved is the produce rate the producer reached, msgs/s.
+func (r *liveResult) achieved() float64 { return rate(r.produced, r.duration) }
+
+// rowFreshness returns the p-quantile (nearest rank) of the freshness over
+// the rows of the visible windows.
+func (r *liveResult) rowFreshness(p float64) time.Duration {
+	ws := slices.Clone(r.windows)
+	slices.SortFunc(ws, func(a, b liveWindowResult) int { return cmp.Compare(a.freshness(), b.freshness()) })
+	var total int64
+	for _, w := range ws {
+		total += w.rows
+	}
+	if total == 0 {
+		return -1
+	}
+	rank := int64(p*float64(total) + 0.999999)
+	var seen int64
+	for _, w := range ws {
+		seen += w.rows
+		if seen >= max(rank, 1) {
+			return w.freshness()
+		}
+	}
+	return ws[len(ws)-1].freshness()
+}
+
+// maxLag returns the largest lag sampled at or after from.
+func (r *liveResult) maxLag(from time.Duration) int64 {
+	var m int64
+	for _, s := range r.lag {
+		if s.at >= from {
+			m = max(m, s.lag)
+		}
+	}
+	return m
+}
+
+// liveRun is one live run: fresh topics on b, a fresh database, the service,
+// the producer at rate msgs/s for windows closable windows (or, with
+// duration > 0, for that long: the rate search).
+type liveRun struct {
+	o        options
+	d        *dataset
+	b        *broker
+	dbs      *databases
+	rate     int
+	windows  int
+	duration time.Duration
+	tag      string
+	logTo    io.Writer
+}
+
+var metricsAddrRe = regexp.MustCompile(`msg="serving /metrics, /healthz and /readyz" addr=(\S+)`)
+
+func (lr *liveRun) run(ctx context.Context) (*liveResult, error) {
+	pred, pos := "live_"+lr.tag+"_"+predTopic, "live_"+lr.tag+"_"+posTopic
+	if err := createTopics(ctx, lr.b.addr, map[string]int32{pred: 6, pos: 3}); err != nil {
+		return nil, err
+	}
+	dbURL, err := lr.dbs.fresh(ctx, "ovsbench_live_"+lr.tag)
+	if err != nil {
+		return nil, err
+	}
+	// The service: default flags but the connections, the topics of this run
+	// and a free port for /metrics.
+	args := append([]string{"run", "--database-url", dbURL, "--brokers", lr.b.addr, "--pipeline", "live",
+		"--topics", pred + "," + pos, "--metrics-addr", "127.0.0.1:0"}, lr.o.runArgs...)
+	cmd := exec.Command(lr.o.bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		return cmd.Wait()
+	}
+	defer stop()
+	addrc := make(chan string, 1)
+	var tail []string
+	var tailMu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if lr.logTo != nil {
+				fmt.Fprintln(lr.logTo, line)
+			}
+			if m := metricsAddrRe.FindStringSubmatch(line); m != nil {
+				select {
+				case addrc <- m[1]:
+				default:
+				}
+			}
+			tailMu.Lock()
+			tail = append(tail, line)
+			if len(tail) > 30 {
+				tail = tail[1:]
+			}
+			tailMu.Unlock()
+		}
+	}()
+	fail := func(err error) error {
+		_ = stop()
+		tailMu.Lock()
+		defer tailMu.Unlock()
+		return fmt.Errorf("%w\novstream run's log:\n%s", err, strings.Join(tail, "\n"))
+	}
+	var metricsAddr string
+	select {
+	case metricsAddr = <-addrc:
+	case <-time.After(time.Minute):
+		return nil, fail(errors.New("live: ovstream run logged no metrics address within a minute"))
+	}
+	if err := waitReady(ctx, "http://"+metricsAddr+"/readyz", time.Minute); err != nil {
+		return nil, fail(err)
+	}
+
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fail(err)
+	}
+	defer conn.Close(context.Background())
+
+	// Event times: wall clock - delta, so that the first window with data
+	// (it ends at first) becomes closable lead after the start.
+	began := time.Now()
+	lead := lr.o.live.lead
+	x := began.Add(lead - liveLateness)
+	first := x.Truncate(liveWindow)
+	delta := x.Sub(first)
+	var ends []time.Time
+	for k := range lr.windows {
+		ends = append(ends, first.Add(time.Duration(k)*liveWindow))
+	}
+	if lr.duration > 0 {
+		ends = nil
+	}
+	p, err := newLiveProducer(lr.b.addr, pred, pos, lr.d, delta, ends)
+	if err != nil {
+		return nil, fail(err)
+	}
+	res := &liveResult{rate: lr.rate}
+	c0 := lr.cpuNow(ctx, conn, cmd.Process.Pid)
+	pctx, cancelProduce := context.WithCancel(ctx)
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- p.run(pctx, lr.rate) }()
+
+	// Poll for visible windows and sample the lag until every window is
+	// visible (or the duration passed).
+	visible := map[time.Time]time.Time{}
+	var deadline time.Time // the last window's closable moment (wall clock) plus 2 minutes
+	if len(ends) > 0 {
+		deadline = ends[len(ends)-1].Add(liveLateness + delta + 2*time.Minute)
+	} else {
+		deadline = began.Add(lr.duration)
+	}
+	poll := time.NewTicker(livePoll)
+	defer poll.Stop()
+	nextLag := began
+	var perr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			perr = ctx.Err()
+			break loop
+		case err := <-prodDone:
+			prodDone <- err
+			perr = fmt.Errorf("live producer stopped: %v", err)
+			break loop
+		case now := <-poll.C:
+			var newest *time.Time
+			if err := conn.QueryRow(ctx, `SELECT max(window_end) FROM delay_aggregates WHERE pipeline = 'live'`).Scan(&newest); err != nil {
+				perr = err
+				break loop
+			}
+			seen := time.Now()
+			if newest != nil {
+				for _, e := range ends {
+					if _, ok := visible[e]; !ok && !newest.Before(e) {
+						visible[e] = seen
+					}
+				}
+			}
+			if now.After(nextLag) {
+				nextLag = nextLag.Add(time.Second)
+				lag, err := consumerLag(ctx, conn, lr.b.addr, []string{pred, pos})
+				if err == nil {
+					res.lag = append(res.lag, lagSample{at: now.Sub(began), lag: lag})
+				}
+			}
+			if len(ends) > 0 && len(visible) == len(ends) {
+				res.converged = true
+				break loop
+			}
+			if now.After(deadline) {
+				res.converged = lr.duration > 0
+				break loop
+			}
+		}
+	}
+	cancelProduce()
+	if err := <-prodDone; err != nil && !errors.Is(err, context.Canceled) && perr == nil {
+		perr = err
+	}
+	res.duration = p.elapsed()
+	c1 := lr.cpuNow(ctx, conn, cmd.Process.Pid)
+	res.cpu = c1.minus(c0)
+	res.ovsRSS = procStatusKB(cmd.Process.Pid, "VmHWM:") * 1024
+	res.produced, res.failed = p.counts()
+	if perr != nil {
+		return nil, fail(perr)
+	}
+	if err := stop(); err != nil {
+		return nil, fail(fmt.Errorf("ovstream run after SIGTERM: %v", err))
+	}
+	// Rows per window, and each window's closable time from the producer.
+	rows := map[time.Time]int64{}
+	r, err := conn.Query(ctx, `SELECT window_end, count(*) FROM delay_aggregates WHERE pipeline = 'live' GROUP BY window_end`)
+	if err != nil {
+		return nil, err
+	}
+	var e time.Time
+	var n int64
+	if _, err := pgx.ForEachRow(r, []any{&e, &n}, func() error { rows[e.UTC()] = n; return nil }); err != nil {
+		return nil, err
+	}
+	for _, end := range ends {
+		v, ok := visible[end]
+		if !ok {
+			continue
+		}
+		c, err := p.closable(end.Add(liveLateness))
+		if err != nil {
+			return nil, fmt.Errorf("live: window ending %s: %w", end.Format(time.TimeOnly), err)
+		}
+		res.windows = append(res.windows, liveWindowResult{end: end, closable: c, visible: v, rows: rows[end.UTC()]})
+	}
+	if len(ends) > 0 && !res.converged {
+		return res, fmt.Errorf("live at %d msgs/s: %d of %d windows visible by %s (ovstream fell behind?)", lr.rate,
+			len(res.windows), len(ends), deadline.Format(time.TimeOnly))
+	}
+	return res, nil
+}
+
+// cpuNow samples the CPU time of the broker, the service (pid), our
+// PostgreSQL backends and the bench itself.
+func (lr *liveRun) cpuNow(ctx context.Context, conn *pgx.Conn, pid int) cpuSplit {
+	c := cpuSplit{broker: lr.b.cpu(), ovstream: procCPU(pid), bench: selfCPU(), wall: time.Duration(time.Now().UnixNano())}
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err == nil {
+		var p int
+		_, _ = pgx.ForEachRow(rows, []any{&p}, func() error { c.postgres += procCPU(p); return nil })
+	}
+	return c
+}
+
+// minus returns the CPU used between b and c. PostgreSQL's share counts the
+// backends connected at both samples (ovstream's pool keeps its
+// connections), not the server's shared processes (WAL writer,
+// checkpointer), which other databases use too.
+func (c cpuSplit) minus(b cpuSplit) cpuSplit {
+	return cpuSplit{broker: c.broker - b.broker, ovstream: c.ovstream - b.ovstream, postgres: max(0, c.postgres-b.postgres),
+		bench: c.bench - b.bench, wall: c.wall - b.wall}
+}
+
+// waitReady polls url until it answers 200.
+func waitReady(ctx context.Context, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("live: %s not ready within %v (last: %v)", url, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// createTopics creates topics (name -> partitions, replication factor 1) on
+// the broker at addr, kfake or Kafka alike.
+func createTopics(ctx context.Context, addr string, topics map[string]int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for name, n := range topics {
+		resp, err := adm.CreateTopic(ctx, n, 1, nil, name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// consumerLag is the sum over the partitions of topics of the high water
+// mark minus the consumed offset stored by the last commit (0 for a
+// partition without a stored position).
+func consumerLag(ctx context.Context, conn *pgx.Conn, addr string, topics []string) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return 0, err
+	}
+	var stored int64
+	if err := conn.QueryRow(ctx, `SELECT coalesce(sum(coalesce(consumed_offset, next_offset)), 0)::bigint FROM stream_positions
+		WHERE pipeline = 'live'`).Scan(&stored); err != nil {
+		return 0, err
+	}
+	var hw int64
+	ends.Each(func(o kadm.ListedOffset) { hw += o.Offset })
+	return hw - stored, nil
+}
+
+// liveProducer produces the archive's messages at a fixed rate with event
+// times moved onto the wall clock, and records per partition when the first
+// record at or past each threshold was acknowledged.
+type liveProducer struct {
+	p          sarama.AsyncProducer
+	d          *dataset
+	pred, pos  string
+	delta      time.Duration
+	thresholds []time.Time // window end + allowed lateness of the windows measured
+
+	i, j      int
+	startedAt time.Time
+	stoppedAt time.Time
+
+	mu       sync.Mutex
+	crossed  map[crossKey]time.Time // earliest acknowledgement at or past a threshold
+	parts    map[aggregate.PartitionID]bool
+	produced int64
+	failed   int64
+	firstErr error
+	done     chan struct{}
+}
+
+type crossKey struct {
+	tp        aggregate.PartitionID
+	threshold time.Time
+}
+
+func newLiveProducer(addr, pred, pos string, d *dataset, delta time.Duration, ends []time.Time) (*liveProducer, error) {
+	sc := produce.NewSaramaConfig("ovstream-bench-live")
+	sc.Producer.Compression = sarama.CompressionLZ4
+	sc.Producer.Flush.Frequency = 5 * time.Millisecond
+	sc.ChannelBufferSize = 8192
+	ap, err := sarama.NewAsyncProducer([]string{addr}, sc)
+	if err != nil {
+		return nil, err
+	}
+	lp := &liveProducer{p: ap, d: d, pred: pred, pos: pos, delta: delta, crossed: map[crossKey]time.Time{},
+		parts: map[aggregate.PartitionID]bool{}, done: make(chan struct{})}
+	for _, e := range ends {
+		lp.thresholds = append(lp.thresholds, e.Add(liveLateness))
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for m := range ap.Successes() {
+			acked := time.Now()
+			et := m.Metadata.(time.Time)
+			tp := aggregate.PartitionID{Topic: m.Topic, Partition: m.Partition}
+			lp.mu.Lock()
+			lp.produced++
+			lp.parts[tp] = true
+			for _, th := range lp.thresholds {
+				if !et.Before(th) {
+					k := crossKey{tp, th}
+					if c, ok := lp.crossed[k]; !ok || acked.Before(c) {
+						lp.crossed[k] = acked
+					}
+				}
+			}
+			lp.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for e := range ap.Errors() {
+			lp.mu.Lock()
+			lp.failed++
+			if lp.firstErr == nil {
+				lp.firstErr = e.Err
+			}
+			lp.mu.Unlock()
+		}
+	}()
+	go func() { wg.Wait(); close(lp.done) }()
+	return lp, nil
+}
+
+// next returns the next message of the archive (cycling), event time now - delta.
+func (lp *liveProducer) next(now time.Time) *sarama.ProducerMessage {
+	preds, poss := lp.d.predictions, lp.d.positions
+	if lp.i >= len(preds) && lp.j >= len(poss) {
+		lp.i, lp.j = 0, 0
+	}
+	et := now.Add(-lp.delta).UTC().Truncate(time.Microsecond)
+	if lp.j < len(poss) && (lp.i >= len(preds) || !poss[lp.j].EventTime.After(preds[lp.i].EventTime)) {
+		p := poss[lp.j]
+		lp.j++
+		p.EventTime = et
+		return &sarama.ProducerMessage{Topic: lp.pos, Key: sarama.ByteEncoder(p.VehicleID),
+			Value: sarama.ByteEncoder(produce.EncodePosition(p)), Metadata: et}
+	}
+	p := preds[lp.i]
+	lp.i++
+	p.EventTime = et
+	return &sarama.ProducerMessage{Topic: lp.pred, Key: sarama.ByteEncoder(p.TripID),
+		Value: sarama.ByteEncoder(produce.EncodePrediction(p)), Metadata: et}
+}
+
+// run produces rate messages per second, in slices of 10 ms, until ctx ends;
+// it returns nil then, or the producer's first error.
+func (lp *liveProducer) run(ctx context.Context, rate int) error {
+	const slice = 10 * time.Millisecond
+	lp.startedAt = time.Now()
+	defer func() {
+		lp.stoppedAt = time.Now()
+		lp.p.AsyncClose()
+		<-lp.done
+	}()
+	var sent int64
+	t := time.NewTicker(slice)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			due := int64(now.Sub(lp.startedAt).Seconds() * float64(rate))
+			for ; sent < due; sent++ {
+				select {
+				case lp.p.Input() <- lp.next(time.Now()):
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			lp.mu.Lock()
+			err := lp.firstErr
+			lp.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// elapsed is the time the producer ran.
+func (lp *liveProducer) elapsed() time.Duration { return lp.stoppedAt.Sub(lp.startedAt) }
+
+// counts returns the records acknowledged and failed (after run returned).
+func (lp *liveProducer) counts() (int64, int64) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return lp.produced, lp.failed
+}
+
+// closable returns when every partition the producer wrote to had an
+// acknowledged record at or past threshold: the latest of their first
+// acknowledgements.
+func (lp *liveProducer) closable(threshold time.Time) (time.Time, error) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	var c time.Time
+	for tp := range lp.parts {
+		t, ok := lp.crossed[crossKey{tp, threshold}]
+		if !ok {
+			return time.Time{}, fmt.Errorf("partition %s never got a record at or past %s", tp, threshold.Format(time.TimeOnly))
+		}
+		if t.After(c) {
+			c = t
+		}
+	}
+	if len(lp.parts) < 9 {
+		return time.Time{}, fmt.Errorf("the producer wrote to %d partitions, not 9", len(lp.parts))
+	}
+	return c, nil
+}
+
+// fmtFresh formats a freshness in seconds, "n/a" when no window was measured.
+func fmtFresh(d time.Duration) string {
+	if d < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", d.Seconds())
+}
+
+// printLive prints the live phase's table: one line per rate.
+func printLive(w io.Writer, rs []*liveResult) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nlive: `ovstream run` as a service (default flags), event times on the wall clock; freshness = visible in PostgreSQL (poll every %v) - closable (the last partition's first acknowledged record at or past window end + %v)\n",
+		livePoll, liveLateness)
+	fmt.Fprintf(w, "%9s %9s %8s %8s %8s %8s %7s %10s %10s %-14s %s\n", "rate", "achieved", "windows", "rows", "p50 s", "p99 s", "max s",
+		"max lag", "peak RSS", "load", "CPU")
+	for _, r := range rs {
+		var rows int64
+		for _, x := range r.windows {
+			rows += x.rows
+		}
+		fmt.Fprintf(w, "%9d %9.0f %8d %8d %8s %8s %7s %10d %7d MB %-14s %s\n", r.rate, r.achieved(), len(r.windows), rows,
+			fmtFresh(r.rowFreshness(0.5)), fmtFresh(r.rowFreshness(0.99)), fmtFresh(r.rowFreshness(1)), r.maxLag(0), r.ovsRSS>>20, r.load, r.cpu)
+		for _, x := range r.windows {
+			fmt.Fprintf(w, "          window ending %s: %d rows, closable %s, visible %s: %.3f s\n", x.end.Format(time.TimeOnly), x.rows,
+				x.closable.Format("15:04:05.000"), x.visible.Format("15:04:05.000"), x.freshness().Seconds())
+		}
+	}
+}
