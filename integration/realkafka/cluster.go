@@ -105,9 +105,15 @@ func Start(opts Options) (c *Cluster, err error) {
 			c.Close()
 		}
 	}()
-	var id [16]byte
-	_, _ = rand.Read(id[:])
-	c.ClusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	// A cluster ID as Kafka's Uuid.randomUuid makes it: base64url of 16
+	// random bytes, never starting with '-' (kafka-storage's argument parser
+	// took such an ID for an option: "argument --cluster-id/-t: expected one
+	// argument", every test of a run failed, 1 start in 64).
+	for c.ClusterID == "" || strings.HasPrefix(c.ClusterID, "-") {
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		c.ClusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	}
 	perNode := 2
 	if opts.SASL != nil {
 		perNode = 3
