@@ -27,7 +27,7 @@ test: vet build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' -skip '$(LONG_TESTS)' ./integration/
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^(TestCopyConnectionBroken|TestOutcomeFromCommitSeq)$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
@@ -38,11 +38,12 @@ test: vet build
 
 # The long tier: the crash-injection tests (SIGKILL, SIGSTOP and crash points at every step of the
 # commit, PostgreSQL and broker restarts, lost COMMIT answers, failovers of a replicated
-# PostgreSQL), a reader recovering from a flaky network and a rejection of 100,000 rows; each
+# PostgreSQL, the three-node Kafka cluster's leader kill and unclean election), a reader
+# recovering from a flaky network and a rejection of 100,000 rows; each
 # compared with an uninterrupted run and the SQL oracle. make test keeps one
 # of each kind (TestKillMidStreamThenRestart, TestFailoverAsync, TestCrashPointsKnown); CI
 # (.ci/run) runs this tier after make test. (make crash is the much longer release schedule.)
-LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows)$$
+LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation))$$
 test-long: build
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 20m -run '$(LONG_TESTS)' ./integration/
