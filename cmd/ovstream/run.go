@@ -53,6 +53,7 @@ type runFlags struct {
 	logFormat, logLevel                                 string
 	metricsAddr                                         string
 	dashboard                                           bool
+	pprof                                               bool
 	kafkaCommitOffsets                                  bool
 	maxUncommitted                                      int64
 	fetchBytes                                          int
@@ -92,6 +93,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", defaultMetricsAddr, "`host:port` serving /metrics, /healthz and /readyz (empty: none; port 0: a free port, logged)")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the dashboard under /dashboard/ of --metrics-addr (it has no login: bind --metrics-addr where only operators reach it)")
+	fs.BoolVar(&f.pprof, "pprof", false, "also serve the Go runtime's profiles (net/http/pprof) under /debug/pprof/ of --metrics-addr, for go tool pprof http://ADDR/debug/pprof/profile?seconds=20 (they show the process's internals: bind --metrics-addr where only operators reach it)")
 	fs.BoolVar(&f.kafkaCommitOffsets, "kafka-commit-offsets", true, "after each database commit, commit the same offsets to the Kafka consumer group named after the pipeline (monitoring only, never read back)")
 	fs.Int64Var(&f.maxUncommitted, "max-uncommitted-messages", 2_000_000, "pause fetching while this many consumed records wait for a database commit (bounds memory during an outage)")
 	fs.IntVar(&f.fetchBytes, "fetch-bytes", consumer.DefaultFetchBytes, "bytes one Kafka fetch asks for per partition (max.partition.fetch.bytes); larger records are still read")
@@ -300,7 +302,7 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	}
 	ready := &readiness{health: cfg.Health, flush: flush, databaseURL: f.databaseURL,
 		pingTimeout: 2 * time.Second, secrets: f.secrets(), now: time.Now}
-	ops, err := startOpsServer(f.metricsAddr, reg, ready, runDashboard(f, cfg, reg), cfg.Logger)
+	ops, err := startOpsServer(f.metricsAddr, reg, ready, runDashboard(f, cfg, reg), f.pprof, cfg.Logger)
 	if err != nil && f.metricsAddr == defaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
 		// The default address is taken (another ovstream on this host?):
 		// run without the endpoint rather than not at all. An address given

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -125,8 +126,10 @@ type opsServer struct {
 }
 
 // startOpsServer listens on addr and serves until stop, the dashboard dash
-// (nil: none) under /dashboard/. An empty addr disables it (nil, nil).
-func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, dash *dashboard.Handler, log *slog.Logger) (*opsServer, error) {
+// (nil: none) under /dashboard/, and with profiling the Go runtime's
+// profiles (net/http/pprof) under /debug/pprof/. An empty addr disables it
+// (nil, nil).
+func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, dash *dashboard.Handler, profiling bool, log *slog.Logger) (*opsServer, error) {
 	if addr == "" {
 		if dash != nil {
 			dash.Close()
@@ -162,6 +165,15 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, das
 	if dash != nil {
 		mux.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
 		mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
+	}
+	if profiling {
+		// A CPU profile or trace runs for ?seconds= (at most the
+		// WriteTimeout below: pprof refuses longer ones itself).
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	s := &opsServer{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
