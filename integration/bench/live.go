@@ -276,12 +276,15 @@ func (lr *liveRun) run(ctx context.Context) (*liveResult, error) {
 		return nil, fail(err)
 	}
 	res := &liveResult{rate: lr.rate}
+	profiled := make(chan struct{})
 	if lr.o.live.profile != "" && len(ends) > 0 {
 		// From 3 s before the first window can close (the producer's clock)
-		// for 15 s: its closing, the window commit and the reading meanwhile.
+		// for 10 s: its closing, the window commit and the reading meanwhile.
 		at := ends[0].Add(liveLateness + delta - 3*time.Second)
-		file := filepath.Join(lr.o.live.profile, fmt.Sprintf("live-%s-%d.cpu.pb.gz", brokerName(lr.b.kind), lr.rate))
-		go profileAt(ctx, metricsAddr, at, 15*time.Second, file)
+		file := filepath.Join(lr.o.live.profile, fmt.Sprintf("live-%s-%d.cpu.pb.gz", lr.b.kind, lr.rate))
+		go func() { defer close(profiled); profileAt(ctx, metricsAddr, at, 10*time.Second, file) }()
+	} else {
+		close(profiled)
 	}
 	c0 := lr.cpuNow(ctx, conn, cmd.Process.Pid)
 	pctx, cancelProduce := context.WithCancel(ctx)
@@ -342,6 +345,7 @@ loop:
 			}
 		}
 	}
+	<-profiled // the service and the producer run until the profile is taken
 	cancelProduce()
 	if err := <-prodDone; err != nil && !errors.Is(err, context.Canceled) && perr == nil {
 		perr = err

@@ -146,7 +146,7 @@ func main() {
 	flag.IntVar(&o.live.windows, "live-windows", 1, "closable windows to wait for per live rate (with the default 5m windows, 5 minutes more each)")
 	flag.DurationVar(&o.live.lead, "live-lead", 2*time.Minute+30*time.Second,
 		"from the live producer's start to the first window with data becoming closable (at least the allowed lateness, 2m, plus 10s)")
-	flag.StringVar(&o.live.profile, "live-profile", "", "a `folder` for a 15 s CPU profile of `ovstream run` (run --pprof) around the first window's closing, per live rate and broker")
+	flag.StringVar(&o.live.profile, "live-profile", "", "a `folder` for a 10 s CPU profile of `ovstream run` (run --pprof) around the first window's closing, per live rate and broker")
 	flag.BoolVar(&o.live.sustained, "sustained", false, "also search the highest sustained rate (sustained.go): live runs of --sustained-duration at doubling rates from --sustained-start, then bisection")
 	flag.DurationVar(&o.live.sustainDuration, "sustained-duration", 2*time.Minute, "how long the lag must stay bounded at a rate")
 	flag.IntVar(&o.live.sustainStart, "sustained-start", 10_000, "the first rate of the search, msgs/s")
