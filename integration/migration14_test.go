@@ -1,0 +1,92 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ovstream/ovstream/migrations"
+)
+
+// insertDistributionSQL inserts a station row of the window starting at
+// %[2]s (12:00 UTC) whose distribution (5,000 distinct delays) is large
+// enough to be TOASTed and compressed, under dimension_id %[1]s.
+const insertDistributionSQL = `INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id,
+    event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts)
+SELECT 'p', '%[2]s 12:00:00+00', '%[2]s 12:05:00+00', 'station', '%[1]s', 5000, 0, 0, 0, 4999,
+       array_agg(v::double precision ORDER BY v), array_agg(1::bigint ORDER BY v)
+FROM generate_series(0, 4999) v`
+
+// Migration 14: where the server has lz4, the distributions written from
+// then on are compressed with lz4, by PostgreSQL's own account
+// (pg_column_compression): in a partition that existed before the
+// migration, in one created after it, and in the rows `run` COPYs; the rows
+// compressed with pglz before stay readable; down 13 writes pglz again.
+// Where the server lacks lz4 the migration changes nothing.
+func TestMigration14LZ4Distributions(t *testing.T) {
+	db := emptyDB(t)
+	ctx := testCtx(t)
+	if err := migrations.UpTo(ctx, db, 13); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, db, `SELECT ovs_create_delay_partition('2026-03-02')`)
+	compression := func(id string) string {
+		t.Helper()
+		return query[string](t, db, `SELECT coalesce(pg_column_compression(delay_values), 'none') || '/' || coalesce(pg_column_compression(delay_counts), 'none')
+			FROM delay_aggregates WHERE dimension_id = $1`, id)
+	}
+	insert := func(id, day string) {
+		t.Helper()
+		execSQL(t, db, fmt.Sprintf(insertDistributionSQL, id, day))
+	}
+	insert("before", "2026-03-02")
+	if got := compression("before"); got != "pglz/pglz" {
+		t.Fatalf("at version 13 a 5,000-value distribution is stored %s, want pglz/pglz (the server's default)", got)
+	}
+	if err := migrations.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	lz4 := query[bool](t, db, `SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`)
+	want := "lz4/lz4"
+	if !lz4 {
+		want = "pglz/pglz"
+	}
+	insert("existing partition", "2026-03-02")
+	execSQL(t, db, `SELECT ovs_create_delay_partition('2026-03-03')`)
+	insert("new partition", "2026-03-03")
+	for _, id := range []string{"existing partition", "new partition"} {
+		if got := compression(id); got != want {
+			t.Errorf("after migration 14 (server has lz4: %t) the distribution of %q is stored %s, want %s", lz4, id, got, want)
+		}
+	}
+	if got := query[int64](t, db, `SELECT sum(v) FROM delay_aggregates, unnest(delay_values) v WHERE dimension_id = 'before'`); got != 4999*5000/2 {
+		t.Errorf("the pglz distribution written before migration 14 sums to %d, want %d", got, 4999*5000/2)
+	}
+
+	// What run writes: a window of 3,000 records with 300 distinct delays.
+	addr := startBroker(t)
+	produceLines(t, addr, predictionsTopic, flakyLines(0, 9000)...)
+	drain(t, db, addr, "--topics", predictionsTopic+",", "--pipeline", "run")
+	byMethod := strings.Join(dump(t, db, `SELECT coalesce(pg_column_compression(delay_values), 'inline') AS method, count(*) FROM delay_aggregates
+		WHERE pipeline = 'run' AND dimension = 'network' GROUP BY 1 ORDER BY 1`), " ")
+	wantRows := "[lz4 3]"
+	if !lz4 {
+		wantRows = "[pglz 3]"
+	}
+	if byMethod != wantRows {
+		t.Errorf("network rows of run by compression: %q, want %q", byMethod, wantRows)
+	}
+
+	if err := migrations.DownTo(ctx, db, 13); err != nil {
+		t.Fatal(err)
+	}
+	insert("after down", "2026-03-03")
+	if got := compression("after down"); got != "pglz/pglz" {
+		t.Errorf("after down 13 a distribution is stored %s, want pglz/pglz", got)
+	}
+	if got := query[int64](t, db, `SELECT count(*) FROM delay_aggregates WHERE array_length(delay_values, 1) = 5000`); got != 4 {
+		t.Errorf("%d rows of 5,000 delays readable after down 13, want 4", got)
+	}
+}
