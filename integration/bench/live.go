@@ -13,7 +13,7 @@ package main
 //     partition of both topics (at these rates every one holds the
 //     watermark: none is idle), of the time the broker acknowledged the first
 //     record of that partition with event time >= W + allowed lateness (the
-//     producer's Successes channel: from then on a consumer can read it);
+//     producer's promise, franz-go kgo, acks=all: from then on a consumer can read it);
 //   - visible(W): the first time a poll of PostgreSQL every livePoll saw a row
 //     with window_end >= W (`SELECT max(window_end)`: a commit makes all rows
 //     of a window visible at once, and windows are written in order), so
