@@ -167,8 +167,8 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready *readiness, das
 		mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
 	}
 	if profiling {
-		// A CPU profile or trace runs for ?seconds= (at most the
-		// WriteTimeout below: pprof refuses longer ones itself).
+		// A CPU profile or trace runs for ?seconds= (default 30); pprof
+		// extends the write deadline by as much.
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
