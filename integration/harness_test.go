@@ -300,14 +300,23 @@ func readTopic(t testing.TB, addr, topic string) []*sarama.ConsumerMessage {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The high water marks are read one by one: sarama's Broker.Open marks
+	// the broker opened before it takes the lock the dial holds, so a
+	// concurrent first request on a fresh connection can fail with
+	// ErrNotConnected (sarama v1.61.1 broker.go, Open).
+	hws := make([]int64, len(parts))
+	for i, p := range parts {
+		if hws[i], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			t.Fatalf("high water mark of %s/%d: %v", topic, p, err)
+		}
+	}
 	msgs := make([][]*sarama.ConsumerMessage, len(parts))
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, p := range parts {
 		wg.Go(func() {
-			hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-			if err != nil || hw == 0 {
-				errs[i] = err
+			hw := hws[i]
+			if hw == 0 {
 				return
 			}
 			pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
