@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/store"
 )
 
 // insertDistributionSQL inserts a station row of the window starting at
@@ -88,5 +90,37 @@ func TestMigration14LZ4Distributions(t *testing.T) {
 	}
 	if got := query[int64](t, db, `SELECT count(*) FROM delay_aggregates WHERE array_length(delay_values, 1) = 5000`); got != 4 {
 		t.Errorf("%d rows of 5,000 delays readable after down 13, want 4", got)
+	}
+}
+
+// A window committed again (a replay after an ambiguous COMMIT: the first
+// COPY meets the stored row, 23505, and the rows go through the commit's
+// temporary table, ovs_windows, and INSERT ... ON CONFLICT DO UPDATE) is
+// stored with the compression of delay_aggregates, as the first commit
+// stored it: PostgreSQL copies a compressed value as it is (PostgreSQL docs,
+// "ALTER TABLE ... SET COMPRESSION": existing values are not recompressed),
+// so the temporary table's method is the one the row keeps.
+func TestMigration14ReplayedWindowKeepsLZ4(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	r := row(aggregate.DimStation, "S1", 5000, 2499.5, 4499, 0, 4999)
+	r.Values, r.Counts = make([]float64, 5000), make([]int64, 5000)
+	for i := range r.Values {
+		r.Values[i], r.Counts[i] = float64(i), 1
+	}
+	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{r}, Positions: at0(10)}
+	lz4 := query[bool](t, url, `SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`)
+	want := map[bool]string{true: "lz4/lz4", false: "pglz/pglz"}[lz4]
+	const compression = `SELECT pg_column_compression(delay_values) || '/' || pg_column_compression(delay_counts) FROM delay_aggregates`
+	for _, pass := range []string{"first commit (COPY)", "replay (temporary table, upsert)"} {
+		if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
+			t.Fatal(err)
+		}
+		if got := query[string](t, url, compression); got != want {
+			t.Errorf("after the %s the distribution is stored %s, want %s (server has lz4: %t)", pass, got, want, lz4)
+		}
+	}
+	if got := query[int64](t, url, `SELECT sum(v) FROM delay_aggregates, unnest(delay_values) v`); got != 4999*5000/2 {
+		t.Errorf("the replayed distribution sums to %d, want %d", got, 4999*5000/2)
 	}
 }

@@ -21,7 +21,8 @@
 --
 -- Rows that reach delay_aggregates through the commit's fallback path (a
 -- replayed batch: COPY into a temporary table, then INSERT ... SELECT) keep
--- the temporary table's compression, the server's default.
+-- the temporary table's compression: the commit gives that table
+-- delay_aggregates' (store/commit.go, createTempTables).
 DO $$
 DECLARE
     t regclass;

@@ -179,6 +179,12 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 
 // Temporary tables, created once per connection (outside any transaction, so
 // a rollback cannot drop them) and emptied by every commit or rollback.
+// ovs_windows' distributions take delay_aggregates' compression (lz4 since
+// migration 14 where the server has it): INSERT ... SELECT copies a
+// compressed value as it is, so a row replayed through ovs_windows would
+// otherwise keep the server's default (pglz) and every later read and
+// replay pay for it. to_regclass: on a database not yet migrated the check
+// is skipped (there is no delay_aggregates to copy from yet).
 const createTempTables = `
 CREATE TEMP TABLE IF NOT EXISTS ovs_windows (
     pipeline text, window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
@@ -194,7 +200,13 @@ CREATE TEMP TABLE IF NOT EXISTS ovs_vehicles (
 CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
     pipeline text, trip_id text, line text, stop_id text, operator text, vehicle_id text, stop_sequence bigint,
     delay_s double precision, observed_at timestamptz, kafka_partition integer, kafka_offset bigint
-) ON COMMIT DELETE ROWS;`
+) ON COMMIT DELETE ROWS;
+DO $$
+BEGIN
+    IF (SELECT attcompression FROM pg_attribute WHERE attrelid = to_regclass('delay_aggregates') AND attname = 'delay_values') = 'l' THEN
+        ALTER TABLE pg_temp.ovs_windows ALTER COLUMN delay_values SET COMPRESSION lz4, ALTER COLUMN delay_counts SET COMPRESSION lz4;
+    END IF;
+END $$;`
 
 // windowColumns are the delay_aggregates columns a commit writes, in the
 // order of appendWindow; updated_at takes its default, now().
