@@ -72,10 +72,20 @@ func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, hw := range l.highWater {
 		pos := l.led.ConsumedOffset(tp)
 		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos && !l.paused[tp] && !l.holding() {
-			l.probed[tp] = pos
-			if end, err := l.src.visibleEnd(tp, pos); err == nil && end > pos {
+			end, err := l.src.visibleEnd(tp, pos)
+			switch {
+			case err != nil:
+				// Probed again after another probeAfter: a failed probe
+				// marked probed left a log ending in markers below its high
+				// water mark for ever (a drain that never ended).
+				l.lastSeen[tp] = now
+				l.cfg.Logger.Warn("transaction marker probe", "partition", tp.String(), "offset", pos, "err", err)
+			case end > pos:
+				l.probed[tp] = pos
 				l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
 				pos = l.led.ConsumedOffset(tp)
+			default:
+				l.probed[tp] = pos
 			}
 		}
 		l.wm.SetCaughtUp(tp, pos >= hw)

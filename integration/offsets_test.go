@@ -5,10 +5,14 @@ package integration
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // transactional produces each group of values to predictions partition 0 in
@@ -129,5 +133,60 @@ func TestStoredOffsetOutOfRange(t *testing.T) {
 	drain(t, db, addr, "--on-offset-out-of-range", "latest")
 	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
 		t.Fatalf("stored offset %v, want 30 (latest)", got)
+	}
+}
+
+// A marker probe that fails (the broker answers the probe's fetch with an
+// error) is sent again: the drain of a partition whose log ends in a commit
+// marker still ends, with the stored offset at the high water mark. The
+// failed probe had marked its offset probed, so the partition stayed below
+// its high water mark and the drain waited for ever.
+func TestTrailingMarkerProbeRetried(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr, db := c.ListenAddrs()[0], freshDB(t)
+	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	transactional(t, addr, []struct {
+		commit bool
+		values [][]byte
+	}{{true, [][]byte{v(1), v(2), v(3)}}})
+	var failed atomic.Int32
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.FetchRequest)
+		if req.MaxWaitMillis != 0 || failed.Load() > 0 { // the partition consumers wait; visibleEnd's probe does not
+			return nil, nil, false
+		}
+		failed.Add(1) // only the first probe fails
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.HighWatermark, sp.LastStableOffset = rp.Partition, kerr.UnknownServerError.Code, -1, -1
+				sp.RecordBatches = []byte{}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("run --drain after a failed marker probe exited %d (want 0 within a minute):\n%s", code, p.output())
+	}
+	if n := failed.Load(); n != 1 {
+		t.Fatalf("%d probes answered with an error, want 1: the test did not fail a probe", n)
+	}
+	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	if len(pos) != 1 || pos[0] != "[4 4]" {
+		t.Fatalf("stored position %v, want [4 4] (3 records and the commit marker)", pos)
+	}
+	got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
+	if len(got) != 1 || got[0] != "[3 1 3]" {
+		t.Fatalf("network row %v, want 3 events from 1 to 3", got)
 	}
 }
