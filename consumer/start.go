@@ -207,7 +207,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 		l.wm.Assign(tp)
 		l.highWater[tp] = hw
 		if l.drainTarget[tp] = hw; cfg.Drain {
-			if l.drainTarget[tp], err = src.drainTarget(tp, hw); err != nil {
+			err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the last stable offset of "+tp.String(), func() (err error) {
+				l.drainTarget[tp], err = src.drainTarget(tp, hw)
+				return err
+			})
+			if err != nil {
 				return err
 			}
 		}
@@ -216,7 +220,9 @@ func (l *loop) start(ctx context.Context) (err error) {
 			l.sum.Stored[tp] = pos.NextOffset
 		}
 		l.wm.SetCaughtUp(tp, from >= hw)
-		if err := src.start(tp, from, floor); err != nil {
+		if err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "start reading "+tp.String(), func() error {
+			return src.start(tp, from, floor)
+		}); err != nil {
 			return err
 		}
 		l.sought(tp)

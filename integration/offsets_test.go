@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -136,18 +137,27 @@ func TestStoredOffsetOutOfRange(t *testing.T) {
 	}
 }
 
+// startControlledBroker starts an in-process kfake cluster of one broker
+// with the two topics (6 and 3 partitions), for tests that answer or break
+// its requests with ControlKey, and returns it with its address.
+func startControlledBroker(t *testing.T) (*kfake.Cluster, string) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, c.ListenAddrs()[0]
+}
+
 // A marker probe that fails (the broker answers the probe's fetch with an
 // error) is sent again: the drain of a partition whose log ends in a commit
 // marker still ends, with the stored offset at the high water mark. The
 // failed probe had marked its offset probed, so the partition stayed below
 // its high water mark and the drain waited for ever.
 func TestTrailingMarkerProbeRetried(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addr, db := c.ListenAddrs()[0], freshDB(t)
+	c, addr := startControlledBroker(t)
+	db := freshDB(t)
 	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
 	transactional(t, addr, []struct {
 		commit bool
@@ -188,5 +198,49 @@ func TestTrailingMarkerProbeRetried(t *testing.T) {
 	got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
 	if len(got) != 1 || got[0] != "[3 1 3]" {
 		t.Fatalf("network row %v, want 3 events from 1 to 3", got)
+	}
+}
+
+// A connection that breaks under the start-up requests after the offsets
+// (here the drain target, a ListOffsets read_committed, whose connection
+// the broker closes once) is retried within --connect-timeout like the
+// bootstrap connection: the drain ends with every record counted. It
+// exited 1 at once.
+func TestStartupDrainTargetRetried(t *testing.T) {
+	c, addr := startControlledBroker(t)
+	db := freshDB(t)
+	var recs []rec
+	for i := range 60 {
+		recs = append(recs, rec{predictionsTopic, int32(i % 6), "T", pred("T", "L", "S", "AT", i, "2016-05-18T20:01:00Z")})
+	}
+	produceRecords(t, addr, recs...)
+	var closed atomic.Int32
+	c.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if kreq.(*kmsg.ListOffsetsRequest).IsolationLevel != 1 || closed.Load() > 0 {
+			return nil, nil, false
+		}
+		closed.Add(1)
+		return nil, errors.New("closed by the test"), true // handled with an error: kfake closes the connection
+	})
+	p := startOvstream(t, nil, runArgs(db, addr, "--drain", "--connect-timeout", "30s")...)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("run --drain after a connection closed under the drain target exited %d, want 0:\n%s", code, p.output())
+	}
+	if n := closed.Load(); n != 1 {
+		t.Fatalf("%d connections closed, want 1: the test did not break a start-up request", n)
+	}
+	retries := 0
+	for _, line := range strings.Split(p.output(), "\n") {
+		if strings.Contains(line, "cannot reach Kafka yet; retrying") {
+			retries++
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	if retries == 0 {
+		t.Errorf("the retry is not logged:\n%s", p.output())
+	}
+	got := dump(t, db, `SELECT event_count FROM delay_aggregates WHERE dimension = 'network'`)
+	if len(got) != 1 || got[0] != "[60]" {
+		t.Fatalf("network row %v, want 60 events", got)
 	}
 }

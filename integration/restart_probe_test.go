@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -25,12 +24,7 @@ import (
 // held for 700 ms (less than probeAfter, more than a tick): a restart must
 // send no probe, and its table must equal one uninterrupted drain's.
 func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addr := c.ListenAddrs()[0]
+	c, addr := startControlledBroker(t)
 
 	base := time.Date(2016, 5, 18, 19, 0, 0, 0, time.UTC)
 	var recs []rec
@@ -90,12 +84,7 @@ func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
 // (BENCHMARKS.md "Progress under repeated crashes"). The broker still returns
 // the first record batch whole (KIP-74), so a probe always sees one batch.
 func TestMarkerProbeAsksForOneFetch(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addr := c.ListenAddrs()[0]
+	c, addr := startControlledBroker(t)
 	var (
 		mu    sync.Mutex
 		asked []int32 // per probe: the most it asked for, in total or for its partition
