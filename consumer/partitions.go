@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"context"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -59,6 +61,7 @@ func (l *loop) applyHighWaters(r highWaters) {
 func (l *loop) sought(tp aggregate.PartitionID) {
 	l.lastSeen[tp] = l.cfg.Now()
 	l.probed[tp] = -1
+	delete(l.probeRetry, tp)
 }
 
 // updateCaughtUp tells the watermark which partitions have reached the high
@@ -67,29 +70,52 @@ func (l *loop) sought(tp aggregate.PartitionID) {
 // trailing transaction markers (see visibleEnd). The probe is a synchronous
 // fetch: probing at a restart, before the first fetch could answer, stalled
 // the loop on a slow link at every restart (BENCHMARKS.md "Progress under
-// repeated crashes").
+// repeated crashes"). A probe that fails is sent again after a backoff
+// (probeBackoff); a failed probe once marked its offset probed, and a log
+// ending in markers stayed below its high water mark for ever (a drain that
+// never ended).
 func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, hw := range l.highWater {
 		pos := l.led.ConsumedOffset(tp)
-		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos && !l.paused[tp] && !l.holding() {
-			end, err := l.src.visibleEnd(tp, pos)
-			switch {
-			case err != nil:
-				// Probed again after another probeAfter: a failed probe
-				// marked probed left a log ending in markers below its high
-				// water mark for ever (a drain that never ended).
-				l.lastSeen[tp] = now
-				l.cfg.Logger.Warn("transaction marker probe", "partition", tp.String(), "offset", pos, "err", err)
-			case end > pos:
+		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos && !l.paused[tp] && !l.holding() &&
+			!now.Before(l.probeRetry[tp].at) {
+			if end, err := l.src.visibleEnd(tp, pos); err != nil {
+				l.probeFailed(tp, pos, now, err)
+			} else {
+				delete(l.probeRetry, tp)
 				l.probed[tp] = pos
-				l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
-				pos = l.led.ConsumedOffset(tp)
-			default:
-				l.probed[tp] = pos
+				if end > pos {
+					l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
+					pos = l.led.ConsumedOffset(tp)
+				}
 			}
 		}
 		l.wm.SetCaughtUp(tp, pos >= hw)
 	}
+}
+
+// probeRetry is the backoff of a partition whose marker probes fail.
+type probeRetry struct {
+	fails int       // probes failed in a row
+	at    time.Time // the next probe, not before
+}
+
+// probeFailed schedules tp's next marker probe after a failed one: probeAfter
+// doubling up to probeBackoff, so that a broker that keeps failing (or that
+// does not answer and holds the run loop for its timeout) is not asked every
+// second. The first failure in a row is a warning, the rest debug lines.
+func (l *loop) probeFailed(tp aggregate.PartitionID, pos int64, now time.Time, err error) {
+	r := l.probeRetry[tp]
+	r.fails++
+	wait := min(probeAfter<<min(r.fails, 16), probeBackoff)
+	r.at = now.Add(wait)
+	l.probeRetry[tp] = r
+	level := slog.LevelDebug
+	if r.fails == 1 {
+		level = slog.LevelWarn
+	}
+	l.cfg.Logger.Log(context.Background(), level, "transaction marker probe failed; retrying", "partition", tp.String(),
+		"offset", pos, "failures", r.fails, "retry_in", wait, "err", err)
 }
 
 // SortedPartitions returns m's keys in (topic, partition) order.

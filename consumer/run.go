@@ -46,6 +46,7 @@ const (
 	tickInterval  = 100 * time.Millisecond // watermark, drain check
 	pollInterval  = time.Second            // high water marks
 	probeAfter    = time.Second            // quiet time before probing for trailing transaction markers
+	probeBackoff  = 30 * time.Second       // the longest wait between marker probes that fail
 	maxBackoff    = 5 * time.Second        // commit retries: a database that returns is used within seconds
 	shutdownGrace = 30 * time.Second       // final commit after SIGTERM
 	commitTimeout = 2 * time.Minute        // one commit transaction, then it counts as failed
@@ -132,8 +133,9 @@ type loop struct {
 	sp          splitState                        // split pipeline, stored watermarks (split.go)
 	highWater   map[aggregate.PartitionID]int64
 	drainTarget map[aggregate.PartitionID]int64
-	lastSeen    map[aggregate.PartitionID]time.Time // wall time of the last record, or of the seek
-	probed      map[aggregate.PartitionID]int64     // consumed offset at the last marker probe, -1 for none
+	lastSeen    map[aggregate.PartitionID]time.Time  // wall time of the last record, or of the seek
+	probed      map[aggregate.PartitionID]int64      // consumed offset at the last marker probe, -1 for none
+	probeRetry  map[aggregate.PartitionID]probeRetry // partitions whose last marker probes failed
 
 	trips    *latest[store.Trip]    // newest prediction per trip since the last commit
 	vehicles *latest[store.Vehicle] // newest position per vehicle since the last commit

@@ -129,6 +129,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.drainTarget = map[aggregate.PartitionID]int64{}
 	l.lastSeen = map[aggregate.PartitionID]time.Time{}
 	l.probed = map[aggregate.PartitionID]int64{}
+	l.probeRetry = map[aggregate.PartitionID]probeRetry{}
 	l.trips = newLatest[store.Trip]()
 	l.vehicles = newLatest[store.Vehicle]()
 	l.names = aggregate.NewNames() // a resync starts with none: it writes again the names it meets (no-ops)

@@ -97,9 +97,8 @@ func TestMigration14LZ4Distributions(t *testing.T) {
 // COPY meets the stored row, 23505, and the rows go through the commit's
 // temporary table, ovs_windows, and INSERT ... ON CONFLICT DO UPDATE) is
 // stored with the compression of delay_aggregates, as the first commit
-// stored it: PostgreSQL copies a compressed value as it is (PostgreSQL docs,
-// "ALTER TABLE ... SET COMPRESSION": existing values are not recompressed),
-// so the temporary table's method is the one the row keeps.
+// stored it: PostgreSQL copies a compressed value as it is, so the
+// temporary table's method is the one the row keeps.
 func TestMigration14ReplayedWindowKeepsLZ4(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)

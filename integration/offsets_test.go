@@ -150,8 +150,8 @@ func startControlledBroker(t *testing.T) (*kfake.Cluster, string) {
 	return c, c.ListenAddrs()[0]
 }
 
-// A marker probe that fails (the broker answers the probe's fetch with an
-// error) is sent again: the drain of a partition whose log ends in a commit
+// A marker probe that fails (the broker answers the probe's fetch at the
+// commit marker with an error) is sent again after a backoff: the drain of a partition whose log ends in a commit
 // marker still ends, with the stored offset at the high water mark. The
 // failed probe had marked its offset probed, so the partition stayed below
 // its high water mark and the drain waited for ever.
@@ -166,10 +166,13 @@ func TestTrailingMarkerProbeRetried(t *testing.T) {
 	var failed atomic.Int32
 	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.FetchRequest)
-		if req.MaxWaitMillis != 0 || failed.Load() > 0 { // the partition consumers wait; visibleEnd's probe does not
+		// The partition consumers wait, visibleEnd's probe does not; the
+		// probe that fails is the one at the commit marker (offset 3), once.
+		if req.MaxWaitMillis != 0 || failed.Load() > 0 || len(req.Topics) != 1 || len(req.Topics[0].Partitions) != 1 ||
+			req.Topics[0].Partitions[0].FetchOffset != 3 {
 			return nil, nil, false
 		}
-		failed.Add(1) // only the first probe fails
+		failed.Add(1)
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewFetchResponseTopic()
@@ -190,6 +193,9 @@ func TestTrailingMarkerProbeRetried(t *testing.T) {
 	}
 	if n := failed.Load(); n != 1 {
 		t.Fatalf("%d probes answered with an error, want 1: the test did not fail a probe", n)
+	}
+	if !strings.Contains(p.output(), `msg="transaction marker probe failed; retrying" partition=arrival_predictions/0 offset=3 failures=1`) {
+		t.Errorf("the failed probe is not logged:\n%s", p.output())
 	}
 	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
 	if len(pos) != 1 || pos[0] != "[4 4]" {

@@ -179,12 +179,8 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 
 // Temporary tables, created once per connection (outside any transaction, so
 // a rollback cannot drop them) and emptied by every commit or rollback.
-// ovs_windows' distributions take delay_aggregates' compression (lz4 since
-// migration 14 where the server has it): INSERT ... SELECT copies a
-// compressed value as it is, so a row replayed through ovs_windows would
-// otherwise keep the server's default (pglz) and every later read and
-// replay pay for it. to_regclass: on a database not yet migrated the check
-// is skipped (there is no delay_aggregates to copy from yet).
+// ovs_windows' distributions then take delay_aggregates' compression
+// (matchTempCompression).
 const createTempTables = `
 CREATE TEMP TABLE IF NOT EXISTS ovs_windows (
     pipeline text, window_start timestamptz, window_end timestamptz, dimension text, dimension_id text, operator text,
@@ -200,13 +196,29 @@ CREATE TEMP TABLE IF NOT EXISTS ovs_vehicles (
 CREATE TEMP TABLE IF NOT EXISTS ovs_trips (
     pipeline text, trip_id text, line text, stop_id text, operator text, vehicle_id text, stop_sequence bigint,
     delay_s double precision, observed_at timestamptz, kafka_partition integer, kafka_offset bigint
-) ON COMMIT DELETE ROWS;
-DO $$
-BEGIN
-    IF (SELECT attcompression FROM pg_attribute WHERE attrelid = to_regclass('delay_aggregates') AND attname = 'delay_values') = 'l' THEN
-        ALTER TABLE pg_temp.ovs_windows ALTER COLUMN delay_values SET COMPRESSION lz4, ALTER COLUMN delay_counts SET COMPRESSION lz4;
-    END IF;
-END $$;`
+) ON COMMIT DELETE ROWS;`
+
+// matchTempCompression gives ovs_windows' distributions the compression of
+// delay_aggregates.delay_values when that is lz4 (migration 14, where the
+// server has it). INSERT ... SELECT keeps a compressed value as it is, in
+// the method it was compressed with, so a row replayed through ovs_windows
+// kept the server's default, pglz (TestMigration14ReplayedWindowKeepsLZ4
+// found it so on PostgreSQL 15). Run on each new connection after createTempTables: an
+// instance running while migration 14 is applied takes lz4 at its next
+// connection. On a database without delay_aggregates yet (to_regclass is
+// NULL) nothing changes. Plain SQL, no plpgsql: a hardened database may
+// revoke its USAGE.
+func matchTempCompression(ctx context.Context, conn *pgx.Conn) error {
+	var method string
+	err := conn.QueryRow(ctx, `SELECT coalesce((SELECT attcompression::text FROM pg_attribute
+    WHERE attrelid = to_regclass('delay_aggregates') AND attname = 'delay_values'), '')`).Scan(&method)
+	if err != nil || method != "l" {
+		return err
+	}
+	_, err = conn.Exec(ctx, `ALTER TABLE pg_temp.ovs_windows ALTER COLUMN delay_values SET COMPRESSION lz4,
+    ALTER COLUMN delay_counts SET COMPRESSION lz4`)
+	return err
+}
 
 // windowColumns are the delay_aggregates columns a commit writes, in the
 // order of appendWindow; updated_at takes its default, now().

@@ -215,7 +215,11 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 	// them, and a commit there fails anyway (read-only: Retryable). The
 	// server reports in_hot_standby from PostgreSQL 14 on.
 	if conn.PgConn().ParameterStatus("in_hot_standby") != "on" {
-		if _, err := conn.Exec(ctx, createTempTables); err != nil {
+		_, err := conn.Exec(ctx, createTempTables)
+		if err == nil {
+			err = matchTempCompression(ctx, conn)
+		}
+		if err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("create temporary tables: %w", err)
 		}

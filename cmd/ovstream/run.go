@@ -88,7 +88,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.lease, "lease", consumer.DefaultLease, "a partition whose owner's heartbeat is younger is held: this instance waits as a standby until it is released or the lease expires (use one lease for all instances of a pipeline)")
 	fs.StringVar(&f.instanceID, "instance-id", "", "stable id of this process across restarts (a StatefulSet pod name, a systemd instance name): a restart claims the partitions of its earlier incarnation at once once that process is gone, instead of waiting --lease; give every process its own (empty: none)")
 	fs.BoolVar(&f.takeover, "takeover", false, "claim the partitions at once even while a live instance holds them (it is fenced and exits 3)")
-	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, connectTimeoutUsage+"; so are Kafka's bootstrap brokers")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", time.Minute, connectTimeoutUsage+"; so are Kafka's brokers: the bootstrap connection and each start-up read")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text|json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", defaultMetricsAddr, "`host:port` serving /metrics, /healthz and /readyz (empty: none; port 0: a free port, logged)")
