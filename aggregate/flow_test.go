@@ -32,12 +32,12 @@ func TestWatermarkSlowestAndMaxEvent(t *testing.T) {
 		t.Fatalf("Slowest = %v, %v; want b's 12:03", got, ok)
 	}
 	// A partition that reached its end does not hold the others back.
-	w.SetCaughtUp(b, true)
+	w.SetCaughtUp(b, true, wall)
 	if got, ok := w.Slowest(now); !ok || !got.Equal(t0.Add(10*time.Minute)) {
 		t.Fatalf("Slowest with b caught up = %v, %v; want a's 12:10", got, ok)
 	}
-	w.SetCaughtUp(a, true)
-	w.SetCaughtUp(c, true)
+	w.SetCaughtUp(a, true, wall)
+	w.SetCaughtUp(c, true, wall)
 	if _, ok := w.Slowest(now); ok {
 		t.Fatal("Slowest when every partition is caught up")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/ovstream/ovstream/store"
 )
@@ -21,7 +22,9 @@ import (
 // ErrNotConnected, ErrClosedClient) or a leader moving (LeaderNotAvailable,
 // NotLeaderForPartition). False for what a retry meets again: an
 // authentication or TLS failure the broker answered, an unknown topic, a bad
-// configuration.
+// configuration. A Kafka error code franz-go returns is retryable when the
+// protocol says so (kerr.Error.Retriable); a reading of the end offsets that
+// timed out is too.
 func KafkaRetryable(err error) bool {
 	if err == nil {
 		return false
@@ -33,8 +36,12 @@ func KafkaRetryable(err error) bool {
 			return true
 		}
 	}
+	var kerrErr *kerr.Error
+	if errors.As(err, &kerrErr) {
+		return kerrErr.Retriable
+	}
 	var netErr net.Error
-	return errors.As(err, &netErr) && netErr.Timeout()
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
 }
 
 // WaitKafka runs fn, a first request to the brokers at start-up, until it

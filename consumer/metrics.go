@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -133,11 +134,16 @@ func (m *Metrics) assign(tps []aggregate.PartitionID) {
 	}
 }
 
-// partition sets tp's lag and idle gauges.
-func (m *Metrics) partition(tp aggregate.PartitionID, lag int64, idle bool) {
+// partition sets tp's lag and idle gauges; an unknown lag (its high water
+// mark could not be read) is NaN, never the last value.
+func (m *Metrics) partition(tp aggregate.PartitionID, lag int64, known, idle bool) {
 	p := strconv.Itoa(int(tp.Partition))
-	m.Lag.WithLabelValues(tp.Topic, p).Set(float64(lag))
-	v := 0.0
+	v := math.NaN()
+	if known {
+		v = float64(lag)
+	}
+	m.Lag.WithLabelValues(tp.Topic, p).Set(v)
+	v = 0.0
 	if idle {
 		v = 1
 	}
@@ -175,6 +181,8 @@ func (m *Metrics) watermark(t time.Time) {
 // Health is what /readyz needs from a run, safe for concurrent reads.
 type Health struct {
 	assigned   atomic.Bool
+	hwUnknown  atomic.Int64           // partitions whose high water mark is unknown now
+	hwSince    atomic.Int64           // Unix ns since when some partition's high water mark is unknown; 0 = none
 	lastCommit atomic.Int64           // Unix ns of the last successful commit; 0 = none
 	standby    atomic.Pointer[string] // whom a standby waits for; nil = not waiting
 }
@@ -186,6 +194,28 @@ func (h *Health) Standby() (bool, string) {
 		return true, *s
 	}
 	return false, ""
+}
+
+// HighWatersUnknown returns how many assigned partitions' high water marks
+// cannot be read now (their leader is down, stopped or moving), and since
+// when one has been unknown (zero: all known).
+func (h *Health) HighWatersUnknown() (int, time.Time) {
+	n := int(h.hwUnknown.Load())
+	if ns := h.hwSince.Load(); n > 0 && ns != 0 {
+		return n, time.Unix(0, ns)
+	}
+	return 0, time.Time{}
+}
+
+// highWatersUnknown records n partitions with an unknown high water mark at now.
+func (h *Health) highWatersUnknown(n int, now time.Time) {
+	h.hwUnknown.Store(int64(n))
+	switch {
+	case n == 0:
+		h.hwSince.Store(0)
+	case h.hwSince.Load() == 0:
+		h.hwSince.Store(now.UnixNano())
+	}
 }
 
 // Assigned tells whether every partition was assigned and sought.

@@ -10,23 +10,28 @@ import (
 )
 
 // highWaters is the answer of a high water mark poll: per partition its
-// high water mark, or the error that kept it from being read.
+// high water mark, or the error that kept it from being read; when the
+// requests were sent, and the watermark proposed just before (Watermark
+// .Propose), which the answer may confirm.
 type highWaters struct {
-	hw   map[aggregate.PartitionID]int64
-	errs map[aggregate.PartitionID]error
+	hw       map[aggregate.PartitionID]int64
+	errs     map[aggregate.PartitionID]error
+	sent     time.Time
+	proposal aggregate.Proposal
 }
 
-// pollHighWater starts a refresh of every partition's high water mark on a
-// goroutine of its own, unless one is in flight; the run loop applies the
-// answer (applyHighWaters) when it comes. It asks each leader once for all
-// of its partitions (source.highWaters). It used to ask sarama's GetOffset
-// for one partition after the other on the run loop: each a round trip to
-// the broker, and after a connection reset more than one (sarama's
-// client.getOffset closes the leader's Broker on any error, so the next
-// call connects again, ApiVersions first). On a link adding 300 ms each way
-// a poll of six partitions held the loop for seconds of every second, and
-// after a few resets the instance read 78 records/s where a fresh one read
-// thousands (TestFlakyKafkaRecovers).
+// hwStale is the age past which the last reading of a partition's high water
+// mark no longer tells whether it is caught up: polls go out every
+// pollInterval and each ends within endOffsetsTimeout, so an older one means
+// the polls fail or hang.
+const hwStale = endOffsetsTimeout + 2*pollInterval
+
+// pollHighWater starts a reading of every partition's high water mark on a
+// goroutine of its own (source.highWaters: one ListOffsets request per
+// leader), unless one is in flight; the run loop applies the answer
+// (applyHighWaters) when it comes. Just before, it takes the watermark's
+// proposal of the moment (Watermark.Propose): the answer, read after it,
+// can confirm that the idle partitions it leaves out hold nothing unread.
 func (l *loop) pollHighWater() {
 	if l.hwPending != nil {
 		return
@@ -34,24 +39,62 @@ func (l *loop) pollHighWater() {
 	parts := SortedPartitions(l.highWater)
 	ch := make(chan highWaters, 1) // buffered: the goroutine never waits for a loop that ended
 	l.hwPending = ch
-	src := l.src
-	go func() { ch <- src.highWaters(parts) }()
+	src, now := l.src, l.cfg.Now()
+	proposal := l.wm.Propose(now)
+	go func() {
+		r := src.highWaters(parts)
+		r.sent, r.proposal = now, proposal
+		ch <- r
+	}()
 }
 
-// applyHighWaters records a poll's answer.
+// applyHighWaters records a poll's answer: a partition it has no high water
+// mark for is unknown (never caught up, never idle, lag unknown) until a
+// later poll reads one; then the proposal the poll carried is confirmed when
+// every partition it leaves out was found caught up.
 func (l *loop) applyHighWaters(r highWaters) {
 	l.hwPending = nil
 	for _, tp := range SortedPartitions(r.errs) {
-		l.cfg.Logger.Warn("high water mark", "partition", tp.String(), "err", r.errs[tp])
+		if _, assigned := l.highWater[tp]; !assigned {
+			continue
+		}
+		if _, known := l.hwAt[tp]; known {
+			l.cfg.Logger.Warn("high water mark unknown: the partition holds the watermark until it is read",
+				"partition", tp.String(), "err", r.errs[tp])
+		} else {
+			l.cfg.Logger.Debug("high water mark still unknown", "partition", tp.String(), "err", r.errs[tp])
+		}
+		delete(l.hwAt, tp)
+		delete(l.sum.HighWater, tp)
 	}
 	for tp, hw := range r.hw {
 		if _, assigned := l.highWater[tp]; !assigned {
 			continue
 		}
-		l.highWater[tp] = hw
-		l.sum.HighWater[tp] = hw
-		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, l.wm.Idle(tp, l.cfg.Now()))
+		l.highWater[tp], l.hwAt[tp], l.sum.HighWater[tp] = hw, r.sent, hw
 	}
+	now := l.cfg.Now()
+	l.updateCaughtUp(now)
+	l.wm.Confirm(r.proposal)
+	unknown := 0
+	for tp := range l.highWater {
+		hw, known := l.knownHighWater(tp, now)
+		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, known, l.wm.Idle(tp, now))
+		if !known {
+			unknown++
+		}
+	}
+	l.cfg.Health.highWatersUnknown(unknown, now)
+}
+
+// knownHighWater returns tp's high water mark, false when it is unknown: the
+// last reading failed, or it is older than hwStale.
+func (l *loop) knownHighWater(tp aggregate.PartitionID, now time.Time) (int64, bool) {
+	at, ok := l.hwAt[tp]
+	if !ok || now.Sub(at) > hwStale {
+		return 0, false
+	}
+	return l.highWater[tp], true
 }
 
 // sought starts tp's marker-probe state at its seek: quiet counts from now,
@@ -64,16 +107,16 @@ func (l *loop) sought(tp aggregate.PartitionID) {
 	delete(l.probeRetry, tp)
 }
 
-// updateCaughtUp tells the watermark which partitions have reached the high
-// water mark. A partition whose position stays below it with nothing
-// arriving for probeAfter since its last record or its seek is probed for
-// trailing transaction markers (see visibleEnd). The probe is a synchronous
-// fetch: probing at a restart, before the first fetch could answer, stalled
-// the loop on a slow link at every restart (BENCHMARKS.md "Progress under
-// repeated crashes"). A probe that fails is sent again after a backoff
-// (probeBackoff); a failed probe once marked its offset probed, and a log
-// ending in markers stayed below its high water mark for ever (a drain that
-// never ended).
+// updateCaughtUp tells the watermark which partitions the last reading of
+// their high water marks found caught up, and when that reading was sent: a
+// partition whose high water mark is unknown is not caught up. A partition
+// whose position stays below it with nothing arriving for probeAfter since
+// its last record or its seek is probed for trailing transaction markers
+// (see visibleEnd). The probe is a synchronous fetch: probing at a restart,
+// before the first fetch could answer, stalled the loop on a slow link at
+// every restart (BENCHMARKS.md "Progress under repeated crashes"). A probe
+// that fails is sent again after a backoff (probeBackoff), so that a log
+// ending in markers does not stay below its high water mark for ever.
 func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, hw := range l.highWater {
 		pos := l.led.ConsumedOffset(tp)
@@ -90,7 +133,8 @@ func (l *loop) updateCaughtUp(now time.Time) {
 				}
 			}
 		}
-		l.wm.SetCaughtUp(tp, pos >= hw)
+		_, known := l.knownHighWater(tp, now)
+		l.wm.SetCaughtUp(tp, known && pos >= hw, l.hwAt[tp])
 	}
 }
 

@@ -16,7 +16,8 @@ type progress struct {
 // logProgress logs one info line "progress" every cfg.ProgressInterval:
 // records per second since the previous line, records consumed in all,
 // the lag (records between each partition's position and its high water
-// mark, summed), the watermark, the open windows, the commits and failed
+// mark, summed; "unknown" while a partition's high water mark cannot be
+// read), the watermark, the open windows, the commits and failed
 // commits, the records waiting for a commit; a split pipeline adds the
 // windows waiting for the merge and the end of the last merged window, and
 // a drain the records left to its end and an estimated time to it (records
@@ -39,9 +40,18 @@ func (l *loop) logProgress(now time.Time) {
 	elapsed := now.Sub(p.last).Seconds()
 	rate := float64(consumed-p.consumed) / elapsed
 	p.last, p.consumed = now, consumed
-	var lag int64
-	for tp, hw := range l.highWater {
-		lag += max(0, hw-l.led.ConsumedOffset(tp))
+	var lag any
+	var sum int64
+	for tp := range l.highWater {
+		hw, known := l.knownHighWater(tp, now)
+		if !known {
+			lag = "unknown" // a partition's high water mark could not be read
+			break
+		}
+		sum += max(0, hw-l.led.ConsumedOffset(tp))
+	}
+	if lag == nil {
+		lag = sum
 	}
 	attrs := []any{"records_per_s", int64(rate + 0.5), "consumed", consumed, "lag", lag,
 		"watermark", formatTime(l.wm.Current()), "open_windows", l.win.OpenWindows(),

@@ -128,10 +128,11 @@ type loop struct {
 	win         *aggregate.Windower
 	wm          *aggregate.Watermark
 	led         *Ledger
-	replayUntil map[aggregate.PartitionID]int64   // stored consumed_offset
-	deadBefore  map[aggregate.PartitionID][]int64 // dead letters in [next_offset, consumed_offset) (replay.go)
-	sp          splitState                        // split pipeline, stored watermarks (split.go)
-	highWater   map[aggregate.PartitionID]int64
+	replayUntil map[aggregate.PartitionID]int64     // stored consumed_offset
+	deadBefore  map[aggregate.PartitionID][]int64   // dead letters in [next_offset, consumed_offset) (replay.go)
+	sp          splitState                          // split pipeline, stored watermarks (split.go)
+	highWater   map[aggregate.PartitionID]int64     // the last high water mark read
+	hwAt        map[aggregate.PartitionID]time.Time // when the reading of highWater was sent; absent: the last one failed
 	drainTarget map[aggregate.PartitionID]int64
 	lastSeen    map[aggregate.PartitionID]time.Time  // wall time of the last record, or of the seek
 	probed      map[aggregate.PartitionID]int64      // consumed offset at the last marker probe, -1 for none

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer/groupoffsets"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -95,6 +97,7 @@ type source struct {
 	brokers             []string      // bootstrap addresses, for topic IDs (topicid.go)
 	topo                topology      // the run loop's view of the topics (discover.go); only the loop touches it
 	client              sarama.Client // metadata and offsets for the run loop
+	admin               *kgo.Client   // end offsets (endoffsets.go)
 	fetches             sarama.Client // the partition consumers' own
 	consumer            sarama.Consumer
 	pcs                 map[aggregate.PartitionID]sarama.PartitionConsumer
@@ -158,9 +161,21 @@ func openSource(brokers []string, base *sarama.Config, fetchBytes int32) (*sourc
 		client.Close()
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
+	opts, err := groupoffsets.ClientOptions(client.Config())
+	var admin *kgo.Client
+	if err == nil {
+		admin, err = newAdminClient(opts, brokers)
+	}
+	if err != nil {
+		cons.Close()
+		fetches.Close()
+		client.Close()
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
 	return &source{
 		brokers:  brokers,
 		client:   client,
+		admin:    admin,
 		fetches:  fetches,
 		consumer: cons,
 		pcs:      map[aggregate.PartitionID]sarama.PartitionConsumer{},
@@ -190,89 +205,6 @@ func (s *source) offsets(tp aggregate.PartitionID) (logStart, highWater int64, e
 		return 0, 0, fmt.Errorf("consumer: high water mark of %s: %w", tp, err)
 	}
 	return logStart, highWater, nil
-}
-
-// highWaters reads the high water marks of parts: one ListOffsets request
-// (the latest offset, read_uncommitted, as sarama's GetOffset asks) per
-// leader, the leaders asked at the same time, so a poll costs one round trip
-// to the brokers however many partitions there are. A leader that fails is
-// closed, so that sarama connects again at the next request (as GetOffset
-// does). Safe to call from any goroutine (sarama.Client is).
-func (s *source) highWaters(parts []aggregate.PartitionID) highWaters {
-	out := highWaters{hw: map[aggregate.PartitionID]int64{}, errs: map[aggregate.PartitionID]error{}}
-	byLeader := map[*sarama.Broker][]aggregate.PartitionID{}
-	for _, tp := range parts {
-		b, err := s.client.Leader(tp.Topic, tp.Partition)
-		if err != nil {
-			out.errs[tp] = err
-			continue
-		}
-		byLeader[b] = append(byLeader[b], tp)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for b, tps := range byLeader {
-		wg.Go(func() {
-			req := sarama.NewOffsetRequest(s.client.Config().Version)
-			for _, tp := range tps {
-				req.AddBlock(tp.Topic, tp.Partition, sarama.OffsetNewest, 1)
-			}
-			resp, err := b.GetAvailableOffsets(req)
-			if err != nil {
-				_ = b.Close()
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, tp := range tps {
-				if err != nil {
-					out.errs[tp] = err
-					continue
-				}
-				switch block := resp.GetBlock(tp.Topic, tp.Partition); {
-				case block == nil:
-					out.errs[tp] = sarama.ErrIncompleteResponse
-				case !errors.Is(block.Err, sarama.ErrNoError):
-					out.errs[tp] = block.Err
-				case len(block.Offsets) != 1:
-					out.errs[tp] = sarama.ErrOffsetOutOfRange
-				default:
-					out.hw[tp] = block.Offsets[0]
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// stableOffset returns tp's last stable offset: the end of what this
-// read_committed reader can read now. It is the first offset of the oldest
-// transaction still open on tp, else the high water mark (ListOffsets of
-// the latest offset with isolation level read_committed, v2+; KIP-98). A
-// drain ends there: on Kafka the read_committed fetches never go past it, so
-// a drain targeting the high water mark waited for every open transaction
-// to end (up to transaction.max.timeout.ms, 15 min by default). kfake had no
-// last stable offset until recently and hid the difference.
-func (s *source) stableOffset(tp aggregate.PartitionID) (int64, error) {
-	b, err := s.client.Leader(tp.Topic, tp.Partition)
-	if err != nil {
-		return 0, fmt.Errorf("consumer: last stable offset of %s: %w", tp, err)
-	}
-	req := sarama.NewOffsetRequest(s.client.Config().Version)
-	req.IsolationLevel = sarama.ReadCommitted
-	req.AddBlock(tp.Topic, tp.Partition, sarama.OffsetNewest, 1)
-	resp, err := b.GetAvailableOffsets(req)
-	if err != nil {
-		return 0, fmt.Errorf("consumer: last stable offset of %s: %w", tp, err)
-	}
-	block := resp.GetBlock(tp.Topic, tp.Partition)
-	if block == nil {
-		return 0, fmt.Errorf("consumer: last stable offset of %s: no block in the ListOffsets answer", tp)
-	}
-	if !errors.Is(block.Err, sarama.ErrNoError) {
-		return 0, fmt.Errorf("consumer: last stable offset of %s: %w", tp, block.Err)
-	}
-	return block.Offset, nil
 }
 
 // drainTarget is where a drain of tp ends: its last stable offset (see
@@ -446,6 +378,7 @@ func (s *source) close() {
 			s.consumer.Close()
 			s.fetches.Close()
 			s.client.Close()
+			s.admin.Close()
 			return
 		}
 	}

@@ -126,6 +126,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.led = NewLedger()
 	l.replayUntil = map[aggregate.PartitionID]int64{}
 	l.highWater = map[aggregate.PartitionID]int64{}
+	l.hwAt = map[aggregate.PartitionID]time.Time{}
 	l.drainTarget = map[aggregate.PartitionID]int64{}
 	l.lastSeen = map[aggregate.PartitionID]time.Time{}
 	l.probed = map[aggregate.PartitionID]int64{}
@@ -220,7 +221,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 		if _, ok := l.sum.Stored[tp]; !ok && have {
 			l.sum.Stored[tp] = pos.NextOffset
 		}
-		l.wm.SetCaughtUp(tp, from >= hw)
+		l.wm.SetCaughtUp(tp, false, time.Time{}) // until the first poll's reading
 		if err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "start reading "+tp.String(), func() error {
 			return src.start(tp, from, floor)
 		}); err != nil {

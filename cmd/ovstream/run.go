@@ -398,7 +398,11 @@ func printSummary(w io.Writer, s *consumer.Summary) {
 		fmt.Fprintf(w, "  watermark               %s\n", s.Watermark.UTC().Format(time.RFC3339))
 	}
 	for _, tp := range consumer.SortedPartitions(s.Stored) {
-		fmt.Fprintf(w, "  stored offset %-24s %d (high water %d)\n", tp.String(), s.Stored[tp], s.HighWater[tp])
+		hw := "unknown" // the last reading of the run failed
+		if h, ok := s.HighWater[tp]; ok {
+			hw = strconv.FormatInt(h, 10)
+		}
+		fmt.Fprintf(w, "  stored offset %-24s %d (high water %s)\n", tp.String(), s.Stored[tp], hw)
 	}
 }
 

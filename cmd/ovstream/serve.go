@@ -25,7 +25,9 @@ const defaultMetricsAddr = "127.0.0.1:9464"
 
 // readiness decides /readyz: the database answers a ping on a connection of
 // its own (not the one the run loop commits on), every partition is assigned,
-// and the last successful commit is younger than three flush intervals. A
+// the last successful commit is younger than three flush intervals, and no
+// partition's high water mark has been unknown (its leader does not answer)
+// for three flush intervals. A
 // standby (waiting for partitions a live instance holds) answers 503
 // "standby" without asking the database.
 type readiness struct {
@@ -78,6 +80,16 @@ func (r *readiness) check(ctx context.Context) (bool, []string) {
 		lines = append(lines, fmt.Sprintf("last commit: %s ago, older than 3 flush intervals (%s)", age.Round(time.Millisecond), limit))
 	default:
 		lines = append(lines, fmt.Sprintf("last commit: %s ago", age.Round(time.Millisecond)))
+	}
+	switch n, since := r.health.HighWatersUnknown(); {
+	case n > 0 && r.now().Sub(since) >= limit:
+		ok = false
+		lines = append(lines, fmt.Sprintf("kafka: the high water marks of %d partitions unknown for %s (their leaders do not answer; they hold the watermark)",
+			n, r.now().Sub(since).Round(time.Millisecond)))
+	case n > 0:
+		lines = append(lines, fmt.Sprintf("kafka: the high water marks of %d partitions unknown for %s", n, r.now().Sub(since).Round(time.Millisecond)))
+	case !standby:
+		lines = append(lines, "kafka: ok")
 	}
 	return ok, lines
 }

@@ -1,0 +1,311 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ovstream/ovstream/integration/realkafka"
+)
+
+// liveProducer writes one prediction per predictions partition and one
+// position per positions partition every 20 ms while it runs, event times on
+// the wall clock (UTC), acks=all, idempotent: what a live feed does. It
+// counts the predictions the brokers acknowledged.
+type liveProducer struct {
+	t        *testing.T
+	cl       *kgo.Client
+	pred     string
+	pos      string
+	running  atomic.Bool
+	acked    atomic.Int64
+	failed   atomic.Int64
+	stop     chan struct{}
+	done     chan struct{}
+	trips    atomic.Int64
+	inflight sync.WaitGroup
+	mu       sync.Mutex // guards cl
+}
+
+func startLiveProducer(t *testing.T, c *realkafka.Cluster, pred, pos string) *liveProducer {
+	t.Helper()
+	p := &liveProducer{t: t, pred: pred, pos: pos, stop: make(chan struct{}), done: make(chan struct{})}
+	p.connect(c.Nodes...)
+	go p.loop()
+	t.Cleanup(func() { p.close() })
+	return p
+}
+
+// connect gives the producer a new client seeded with nodes, once the
+// records of the one before are acknowledged: a client that knows the new
+// leaders at once, so that no record waits in the producer for a leader that
+// is gone (such a record arrives later than its event time by the producer's
+// timeouts, and may be late by definition).
+func (p *liveProducer) connect(nodes ...*realkafka.Node) {
+	p.t.Helper()
+	p.inflight.Wait()
+	var seeds []string
+	for _, n := range nodes {
+		seeds = append(seeds, n.Addr())
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.RecordDeliveryTimeout(5*time.Minute))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := cl.Ping(context.Background()); err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	old := p.cl
+	p.cl = cl
+	p.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+func (p *liveProducer) loop() {
+	defer close(p.done)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		if !p.running.Load() {
+			continue
+		}
+		now := time.Now().UTC().Format(time.RFC3339Nano)
+		for part := range int32(6) {
+			n := p.trips.Add(1)
+			v := pred(fmt.Sprintf("t%d", n), fmt.Sprintf("L%d", n%7), fmt.Sprintf("S%d", n%11), "AT", int(n%600)-120, now)
+			p.send(&kgo.Record{Topic: p.pred, Partition: part, Value: v}, true)
+		}
+		for part := range int32(3) {
+			p.send(&kgo.Record{Topic: p.pos, Partition: part, Value: pos(fmt.Sprintf("v%d", part), -36.8, now)}, false)
+		}
+	}
+}
+
+func (p *liveProducer) send(r *kgo.Record, count bool) {
+	p.inflight.Add(1)
+	p.mu.Lock()
+	cl := p.cl
+	p.mu.Unlock()
+	cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+		defer p.inflight.Done()
+		switch {
+		case err != nil:
+			p.failed.Add(1)
+		case count:
+			p.acked.Add(1)
+		}
+	})
+}
+
+// produceFor produces for d, then pauses.
+func (p *liveProducer) produceFor(d time.Duration) {
+	p.running.Store(true)
+	time.Sleep(d)
+	p.running.Store(false)
+}
+
+// finish stops producing and waits until every record was acknowledged or
+// failed; it fails the test when one failed (the oracle counts acknowledged
+// records only, and a failed one may still be in the log).
+func (p *liveProducer) finish() int {
+	p.t.Helper()
+	p.running.Store(false)
+	p.inflight.Wait()
+	if n := p.failed.Load(); n > 0 {
+		p.t.Fatalf("%d records failed to produce", n)
+	}
+	return int(p.acked.Load())
+}
+
+func (p *liveProducer) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	p.inflight.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cl.Close()
+}
+
+// busiestLeader returns the node leading the most partitions of topic, and
+// those partitions with their leader epochs.
+func busiestLeader(t *testing.T, c *realkafka.Cluster, topic string, n int32) (*realkafka.Node, map[int32]int32) {
+	t.Helper()
+	by := map[int32]map[int32]int32{}
+	for p := range n {
+		leader, epoch, err := c.Leader(topic, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if by[leader] == nil {
+			by[leader] = map[int32]int32{}
+		}
+		by[leader][p] = epoch
+	}
+	var best int32 = -1
+	for id, ps := range by {
+		if best < 0 || len(ps) > len(by[best]) {
+			best = id
+		}
+	}
+	return c.Node(best), by[best]
+}
+
+// A Kafka leader change while a live feed is quiet for longer than the idle
+// timeout must not turn on-time records into late ones. A split pipeline
+// (two instances and a standby of the first) reads a live feed on a
+// three-node cluster (replication factor 3, min.insync.replicas 2); the
+// producer pauses longer than --idle-timeout, the leader of the most
+// predictions partitions is SIGKILLed (or its JVM SIGSTOPped) during the
+// pause, and the feed resumes while that broker is away. The partitions that
+// moved must hold the watermark until their records are read: 0 `late` dead
+// letters, and the windows equal the SQL oracle over every record produced.
+// The allowed lateness (2 s) and window (10 s) are short so that a partition
+// wrongly left out of the watermark for a few seconds shows at once.
+func TestRealKafkaLeaderChangeNoLateRecords(t *testing.T) {
+	c := sharedCluster(t)
+	for _, fault := range []string{"kill", "stop"} {
+		t.Run(fault, func(t *testing.T) { leaderChangeDuringQuiet(t, c, fault) })
+	}
+}
+
+func leaderChangeDuringQuiet(t *testing.T, c *realkafka.Cluster, fault string) {
+	pred, pos := kafkaTopics(t, c, fmt.Sprintf("lc%s%d", fault, rand.IntN(1e6)), map[string]string{"min.insync.replicas": "2"})
+	db := freshDB(t)
+	pipeline := "lc_" + fault
+	split := []string{
+		fmt.Sprintf("%[1]s:0,%[1]s:1,%[1]s:2,%[2]s:0", pred, pos),
+		fmt.Sprintf("%[1]s:3,%[1]s:4,%[1]s:5,%[2]s:1,%[2]s:2", pred, pos),
+	}
+	flags := []string{"--pipeline", pipeline, "--topics", pred + "," + pos, "--window", "10s",
+		"--allowed-lateness", "2s", "--idle-timeout", "3s", "--lease", "5s"}
+	start := func(parts string, extra ...string) *proc {
+		return startOvstream(t, nil, runArgs(db, c.Bootstrap(), append(append([]string{"--partitions", parts}, flags...), extra...)...)...)
+	}
+	prod := startLiveProducer(t, c, pred, pos)
+	a, b := start(split[0]), start(split[1])
+	standby := start(split[0])
+
+	prod.produceFor(10 * time.Second)
+	time.Sleep(4 * time.Second) // quiet longer than the idle timeout: every partition idle
+	victim, moved := busiestLeader(t, c, pred, 6)
+	t.Logf("%s node %d, leader of %s partitions %v (partition: leader epoch)", fault, victim.ID, pred, moved)
+	switch fault {
+	case "kill":
+		victim.Kill()
+	case "stop":
+		if err := syscall.Kill(-victim.Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := false
+	resume := func() {
+		if fault == "stop" && !resumed {
+			resumed = true
+			_ = syscall.Kill(-victim.Pid(), syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	waitFor(t, time.Minute, "new leaders elected", func() bool {
+		for p, epoch := range moved {
+			l, e, err := c.Leader(pred, p)
+			if err != nil || l < 0 || l == victim.ID || e <= epoch {
+				return false
+			}
+		}
+		return true
+	})
+	// The feed resumes while the old leader is away, then after it is back.
+	var others []*realkafka.Node
+	for _, n := range c.Nodes {
+		if n != victim {
+			others = append(others, n)
+		}
+	}
+	prod.connect(others...)
+	prod.produceFor(20 * time.Second)
+	switch fault {
+	case "kill":
+		if err := c.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+	case "stop":
+		resume()
+	}
+	prod.produceFor(10 * time.Second)
+	produced := prod.finish()
+
+	other := c.Nodes[0]
+	if other == victim {
+		other = c.Nodes[1]
+	}
+	hw := highWaters(t, other.Addr(), nil, pred, pos)
+	waitFor(t, 2*time.Minute, "the instances consumed every record", func() bool {
+		consumed := storedConsumedOf(t, db, pipeline)
+		for k, h := range hw {
+			if consumed[k] < h {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range []*proc{a, b, standby} {
+		select {
+		case <-p.done:
+			t.Fatalf("an instance exited during the fault (exit %d):\n%s", p.cmd.ProcessState.ExitCode(), tail(p.output(), 40))
+		default:
+		}
+		_ = p.cmd.Process.Signal(sigterm)
+	}
+	for _, p := range []*proc{a, b, standby} {
+		if code := p.wait(t, time.Minute); code != 0 {
+			t.Fatalf("SIGTERM: exit %d\n%s", code, tail(p.output(), 40))
+		}
+	}
+	// The last windows: a split drain of both halves.
+	drains := []*proc{start(split[0], "--drain"), start(split[1], "--drain")}
+	for _, p := range drains {
+		if code := p.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("run --drain exited %d:\n%s", code, tail(p.output(), 40))
+		}
+	}
+	late := dump(t, db, `SELECT topic || '/' || partition, count(*) FROM dead_letters WHERE reason = 'late' GROUP BY 1`)
+	if len(late) > 0 {
+		t.Errorf("records dead-lettered late after the leader change (topic/partition, count): %v", late)
+	}
+	if all := dump(t, db, `SELECT count(*) FROM dead_letters`); all[0] != "[0]" {
+		t.Errorf("dead letters: %v, want none", all)
+	}
+	if n := loadOracleInput(t, db, other.Addr(), pred); n != produced {
+		t.Fatalf("topic %s holds %d records, %d were acknowledged", pred, n, produced)
+	}
+	got := dump(t, db, dumpAggregates)
+	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, strings.ReplaceAll(oracleAggregates, "300", "10")))
+	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions),
+		dump(t, db, strings.ReplaceAll(oracleDistributions, "300", "10")))
+	rows := len(got)
+	t.Logf("%s: %d predictions produced, 0 late, %d delay_aggregates rows equal the oracle", fault, produced, rows)
+}
