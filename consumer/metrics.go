@@ -85,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		OpenWindows: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_open_windows",
 			Help: "Tumbling windows held in memory (not yet finalized and committed)."}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_lag_messages",
-			Help: "High water mark minus the stored next offset, per partition."}, []string{"topic", "partition"}),
+			Help: "High water mark minus the stored next offset, per partition; NaN while the high water mark cannot be read."}, []string{"topic", "partition"}),
 		Idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_idle",
 			Help: "1 when the partition is idle and does not hold the watermark, else 0."}, []string{"topic", "partition"}),
 		Fenced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_fenced",
@@ -120,7 +120,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// assign creates the zero series of every label set of the assignment.
+// assign creates the series of every label set of the assignment: zero,
+// the lags unknown (NaN).
 func (m *Metrics) assign(tps []aggregate.PartitionID) {
 	for _, tp := range tps {
 		m.Consumed.WithLabelValues(tp.Topic)
@@ -129,7 +130,7 @@ func (m *Metrics) assign(tps []aggregate.PartitionID) {
 			m.DeadLetters.WithLabelValues(tp.Topic, r)
 		}
 		p := strconv.Itoa(int(tp.Partition))
-		m.Lag.WithLabelValues(tp.Topic, p)
+		m.Lag.WithLabelValues(tp.Topic, p).Set(math.NaN()) // unknown until the first reading of its high water mark
 		m.Idle.WithLabelValues(tp.Topic, p)
 	}
 }

@@ -236,6 +236,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.lostSinceBefore(stored)
 	cfg.Metrics.assign(assigned)
 	cfg.Metrics.watermark(seed)
+	cfg.Health.highWatersUnknown(len(assigned), cfg.Now()) // until the first poll reads them
 	cfg.Health.assigned.Store(true)
 	cfg.Logger.Info("watermark seeded", "watermark", seed.UTC().Format(time.RFC3339))
 	ok = true
