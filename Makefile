@@ -38,15 +38,16 @@ test: vet build
 
 # The long tier: the crash-injection tests (SIGKILL, SIGSTOP and crash points at every step of the
 # commit, PostgreSQL and broker restarts, lost COMMIT answers, failovers of a replicated
-# PostgreSQL, the three-node Kafka cluster's leader kill and unclean election), a reader
+# PostgreSQL, the three-node Kafka cluster's leader kill, unclean election and a seeded schedule
+# of leader kills, JVM pauses and quorum loss under a live feed), a reader
 # recovering from a flaky network and a rejection of 100,000 rows; each
 # compared with an uninterrupted run and the SQL oracle. make test keeps one
 # of each kind (TestKillMidStreamThenRestart, TestFailoverAsync, TestCrashPointsKnown); CI
 # (.ci/run) runs this tier after make test. (make crash is the much longer release schedule.)
-LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation))$$
+LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation|LeaderChangesLong))$$
 test-long: build
 	@bash .ci/postgres.sh
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 20m -run '$(LONG_TESTS)' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 30m -run '$(LONG_TESTS)' ./integration/
 
 # The real-broker tier alone (Apache Kafka 4.3.1 on 127.0.0.1; the jars are copied once into
 # ~/.cache/ovstream/kafka-<version>).

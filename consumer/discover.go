@@ -178,9 +178,10 @@ func (l *loop) assignAdded(tp aggregate.PartitionID) error {
 	l.led.Assign(tp, from)
 	l.wm.Assign(tp)
 	l.wm.SetCaughtUp(tp, false, time.Time{}) // until the next poll's reading
-	l.highWater[tp], l.drainTarget[tp], l.sum.HighWater[tp] = hw, hw, hw
+	p := l.assign(tp, hw)
+	l.sum.HighWater[tp] = hw
 	if cfg.Drain {
-		if l.drainTarget[tp], err = l.src.drainTarget(tp, hw); err != nil {
+		if p.drainTarget, err = l.src.drainTarget(tp, hw); err != nil {
 			return &restartError{why: err.Error()}
 		}
 	}

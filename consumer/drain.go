@@ -10,8 +10,8 @@ import (
 
 // drained tells whether every partition reached its high water mark at start.
 func (l *loop) drained() bool {
-	for tp, target := range l.drainTarget {
-		if l.led.ConsumedOffset(tp) < target {
+	for tp, p := range l.parts {
+		if l.led.ConsumedOffset(tp) < p.drainTarget {
 			return false
 		}
 	}

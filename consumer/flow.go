@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"time"
-
-	"github.com/ovstream/ovstream/aggregate"
 )
 
 // maxPendingRows bounds the window rows the loop holds while a commit is in
@@ -32,22 +30,19 @@ func (l *loop) closedWaiting() bool {
 // so its open windows, and its memory, are bounded by the spread, not by the
 // backlog. Live, every partition is near the wall clock and none is paused.
 func (l *loop) flowControl(now time.Time) {
-	if l.paused == nil {
-		l.paused = map[aggregate.PartitionID]bool{}
-	}
 	base, ok := l.wm.Slowest(now)
 	var pause, resume map[string][]int32
-	for tp := range l.highWater {
+	for tp, p := range l.parts {
 		t, has := l.wm.MaxEvent(tp)
 		switch ahead := has && ok && t.Sub(base) > maxSpread; {
-		case ahead && !l.paused[tp]:
-			l.paused[tp] = true
+		case ahead && !p.paused:
+			p.paused = true
 			if pause == nil {
 				pause = map[string][]int32{}
 			}
 			pause[tp.Topic] = append(pause[tp.Topic], tp.Partition)
-		case l.paused[tp] && (!ok || !has || t.Sub(base) <= maxSpread/2):
-			delete(l.paused, tp)
+		case p.paused && (!ok || !has || t.Sub(base) <= maxSpread/2):
+			p.paused = false
 			if resume == nil {
 				resume = map[string][]int32{}
 			}

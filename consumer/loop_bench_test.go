@@ -82,13 +82,14 @@ func BenchmarkLoop(b *testing.B) {
 		l := &loop{cfg: cfg, sum: &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 			Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}},
 			rej: (&rejects{}).forLoop(), led: NewLedger(), win: aggregate.NewWindower(cfg.Window),
-			wm:          aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, time.Time{}),
-			replayUntil: map[aggregate.PartitionID]int64{}, lastSeen: map[aggregate.PartitionID]time.Time{},
+			wm:    aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, time.Time{}),
+			parts: map[aggregate.PartitionID]*partState{},
 			trips: newLatest[store.Trip](), vehicles: newLatest[store.Vehicle](), names: aggregate.NewNames(),
 			stored: map[aggregate.PartitionID]store.Position{}}
 		for _, tp := range tps {
 			l.led.Assign(tp, 0)
 			l.wm.Assign(tp)
+			l.assign(tp, 0)
 		}
 		commit := func() {
 			l.pending = l.takeBatch()

@@ -145,7 +145,7 @@ func (l *loop) lost(e *readerEnded) error {
 // broker that lost its data also gives its topics new IDs, and the range
 // says more about what happened.
 func (l *loop) outOfRange(topic string) *OffsetOutOfRangeError {
-	for _, tp := range SortedPartitions(l.highWater) {
+	for _, tp := range SortedPartitions(l.parts) {
 		if tp.Topic != topic {
 			continue
 		}

@@ -36,7 +36,7 @@ func (l *loop) pollHighWater() {
 	if l.hwPending != nil {
 		return
 	}
-	parts := SortedPartitions(l.highWater)
+	parts := SortedPartitions(l.parts)
 	ch := make(chan highWaters, 1) // buffered: the goroutine never waits for a loop that ended
 	l.hwPending = ch
 	src, now := l.src, l.cfg.Now()
@@ -55,29 +55,29 @@ func (l *loop) pollHighWater() {
 func (l *loop) applyHighWaters(r highWaters) {
 	l.hwPending = nil
 	for _, tp := range SortedPartitions(r.errs) {
-		if _, assigned := l.highWater[tp]; !assigned {
+		p, assigned := l.parts[tp]
+		if !assigned {
 			continue
 		}
-		if _, known := l.hwAt[tp]; known {
+		if !p.hwAt.IsZero() {
 			l.cfg.Logger.Warn("high water mark unknown: the partition holds the watermark until it is read",
 				"partition", tp.String(), "err", r.errs[tp])
 		} else {
 			l.cfg.Logger.Debug("high water mark still unknown", "partition", tp.String(), "err", r.errs[tp])
 		}
-		delete(l.hwAt, tp)
+		p.hwAt = time.Time{}
 		delete(l.sum.HighWater, tp)
 	}
 	for tp, hw := range r.hw {
-		if _, assigned := l.highWater[tp]; !assigned {
-			continue
+		if p, assigned := l.parts[tp]; assigned {
+			p.highWater, p.hwAt, l.sum.HighWater[tp] = hw, r.sent, hw
 		}
-		l.highWater[tp], l.hwAt[tp], l.sum.HighWater[tp] = hw, r.sent, hw
 	}
 	now := l.cfg.Now()
 	l.updateCaughtUp(now)
 	l.wm.Confirm(r.proposal)
 	unknown := 0
-	for tp := range l.highWater {
+	for tp := range l.parts {
 		hw, known := l.knownHighWater(tp, now)
 		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, known, l.wm.Idle(tp, now))
 		if !known {
@@ -90,11 +90,11 @@ func (l *loop) applyHighWaters(r highWaters) {
 // knownHighWater returns tp's high water mark, false when it is unknown: the
 // last reading failed, or it is older than hwStale.
 func (l *loop) knownHighWater(tp aggregate.PartitionID, now time.Time) (int64, bool) {
-	at, ok := l.hwAt[tp]
-	if !ok || now.Sub(at) > hwStale {
+	p := l.parts[tp]
+	if p.hwAt.IsZero() || now.Sub(p.hwAt) > hwStale {
 		return 0, false
 	}
-	return l.highWater[tp], true
+	return p.highWater, true
 }
 
 // sought starts tp's marker-probe state at its seek: quiet counts from now,
@@ -102,9 +102,8 @@ func (l *loop) knownHighWater(tp aggregate.PartitionID, now time.Time) (int64, b
 // probed yet, also at offset 0 (a log that starts with an aborted
 // transaction delivers nothing and must be probed).
 func (l *loop) sought(tp aggregate.PartitionID) {
-	l.lastSeen[tp] = l.cfg.Now()
-	l.probed[tp] = -1
-	delete(l.probeRetry, tp)
+	p := l.parts[tp]
+	p.lastSeen, p.probed, p.probeRetry = l.cfg.Now(), -1, probeRetry{}
 }
 
 // updateCaughtUp tells the watermark which partitions the last reading of
@@ -118,15 +117,14 @@ func (l *loop) sought(tp aggregate.PartitionID) {
 // that fails is sent again after a backoff (probeBackoff), so that a log
 // ending in markers does not stay below its high water mark for ever.
 func (l *loop) updateCaughtUp(now time.Time) {
-	for tp, hw := range l.highWater {
-		pos := l.led.ConsumedOffset(tp)
-		if pos < hw && now.Sub(l.lastSeen[tp]) >= probeAfter && l.probed[tp] != pos && !l.paused[tp] && !l.holding() &&
-			!now.Before(l.probeRetry[tp].at) {
+	for tp, p := range l.parts {
+		hw, pos := p.highWater, l.led.ConsumedOffset(tp)
+		if pos < hw && now.Sub(p.lastSeen) >= probeAfter && p.probed != pos && !p.paused && !l.holding() &&
+			!now.Before(p.probeRetry.at) {
 			if end, err := l.src.visibleEnd(tp, pos); err != nil {
 				l.probeFailed(tp, pos, now, err)
 			} else {
-				delete(l.probeRetry, tp)
-				l.probed[tp] = pos
+				p.probeRetry, p.probed = probeRetry{}, pos
 				if end > pos {
 					l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
 					pos = l.led.ConsumedOffset(tp)
@@ -134,7 +132,7 @@ func (l *loop) updateCaughtUp(now time.Time) {
 			}
 		}
 		_, known := l.knownHighWater(tp, now)
-		l.wm.SetCaughtUp(tp, known && pos >= hw, l.hwAt[tp])
+		l.wm.SetCaughtUp(tp, known && pos >= hw, p.hwAt)
 	}
 }
 
@@ -149,11 +147,10 @@ type probeRetry struct {
 // does not answer and holds the run loop for its timeout) is not asked every
 // second. The first failure in a row is a warning, the rest debug lines.
 func (l *loop) probeFailed(tp aggregate.PartitionID, pos int64, now time.Time, err error) {
-	r := l.probeRetry[tp]
+	r := &l.parts[tp].probeRetry
 	r.fails++
 	wait := min(probeAfter<<min(r.fails, 16), probeBackoff)
 	r.at = now.Add(wait)
-	l.probeRetry[tp] = r
 	level := slog.LevelDebug
 	if r.fails == 1 {
 		level = slog.LevelWarn

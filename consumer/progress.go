@@ -42,7 +42,7 @@ func (l *loop) logProgress(now time.Time) {
 	p.last, p.consumed = now, consumed
 	var lag any
 	var sum int64
-	for tp := range l.highWater {
+	for tp := range l.parts {
 		hw, known := l.knownHighWater(tp, now)
 		if !known {
 			lag = "unknown" // a partition's high water mark could not be read
@@ -61,8 +61,8 @@ func (l *loop) logProgress(now time.Time) {
 	}
 	if l.cfg.Drain {
 		var left int64
-		for tp, target := range l.drainTarget {
-			left += max(0, target-l.led.ConsumedOffset(tp))
+		for tp, p := range l.parts {
+			left += max(0, p.drainTarget-l.led.ConsumedOffset(tp))
 		}
 		eta := "unknown"
 		if avg := float64(consumed) / now.Sub(p.began).Seconds(); avg > 0 {

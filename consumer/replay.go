@@ -25,9 +25,9 @@ import (
 // dead letters in [next_offset, consumed_offset).
 func (l *loop) loadReplay(ctx context.Context) error {
 	var ranges []store.OffsetRange
-	for tp, until := range l.replayUntil {
-		if from := l.stored[tp].NextOffset; from < until {
-			ranges = append(ranges, store.OffsetRange{PartitionID: tp, From: from, To: until})
+	for tp, p := range l.parts {
+		if from := l.stored[tp].NextOffset; from < p.replayUntil {
+			ranges = append(ranges, store.OffsetRange{PartitionID: tp, From: from, To: p.replayUntil})
 		}
 	}
 	l.deadBefore = nil
@@ -43,7 +43,7 @@ func (l *loop) loadReplay(ctx context.Context) error {
 // replaying tells whether r was consumed before the restart: its offset is
 // below the stored consumed_offset.
 func (l *loop) replaying(r *record) bool {
-	return r.offset < l.replayUntil[r.tp]
+	return r.offset < l.parts[r.tp].replayUntil
 }
 
 // deadLetteredBefore tells whether the replayed record at offset of tp was

@@ -125,18 +125,12 @@ type loop struct {
 
 	lastHeld *store.HeldError // what a standby waits for, said again while a poll fails
 
-	win         *aggregate.Windower
-	wm          *aggregate.Watermark
-	led         *Ledger
-	replayUntil map[aggregate.PartitionID]int64     // stored consumed_offset
-	deadBefore  map[aggregate.PartitionID][]int64   // dead letters in [next_offset, consumed_offset) (replay.go)
-	sp          splitState                          // split pipeline, stored watermarks (split.go)
-	highWater   map[aggregate.PartitionID]int64     // the last high water mark read
-	hwAt        map[aggregate.PartitionID]time.Time // when the reading of highWater was sent; absent: the last one failed
-	drainTarget map[aggregate.PartitionID]int64
-	lastSeen    map[aggregate.PartitionID]time.Time  // wall time of the last record, or of the seek
-	probed      map[aggregate.PartitionID]int64      // consumed offset at the last marker probe, -1 for none
-	probeRetry  map[aggregate.PartitionID]probeRetry // partitions whose last marker probes failed
+	win        *aggregate.Windower
+	wm         *aggregate.Watermark
+	led        *Ledger
+	deadBefore map[aggregate.PartitionID][]int64    // dead letters in [next_offset, consumed_offset) (replay.go)
+	sp         splitState                           // split pipeline, stored watermarks (split.go)
+	parts      map[aggregate.PartitionID]*partState // the assigned partitions (partstate.go)
 
 	trips    *latest[store.Trip]    // newest prediction per trip since the last commit
 	vehicles *latest[store.Vehicle] // newest position per vehicle since the last commit
@@ -148,13 +142,12 @@ type loop struct {
 
 	nextCommit time.Time
 	backoff    time.Duration
-	pending    *pendingCommit                 // the batch in flight, or failed and waiting for its retry
-	paused     map[aggregate.PartitionID]bool // by flowControl: far ahead in event time
-	closable   closable                       // when the windows not yet written became closable (freshness.go)
-	inflight   chan commitResult              // non-nil while a commit runs
-	hwPending  chan highWaters                // non-nil while a high water mark poll runs (pollHighWater)
-	consumed   int64                          // records consumed by this loop
-	committed  int64                          // of those, the ones a successful commit covered
+	pending    *pendingCommit    // the batch in flight, or failed and waiting for its retry
+	closable   closable          // when the windows not yet written became closable (freshness.go)
+	inflight   chan commitResult // non-nil while a commit runs
+	hwPending  chan highWaters   // non-nil while a high water mark poll runs (pollHighWater)
+	consumed   int64             // records consumed by this loop
+	committed  int64             // of those, the ones a successful commit covered
 }
 
 func (l *loop) run(ctx context.Context) (err error) {

@@ -322,7 +322,12 @@ func (s *source) decode(tp aggregate.PartitionID, m *sarama.ConsumerMessage, epo
 // the run loop waits for the answer, and a probe of a partition that only
 // looked quiet reads visible records it throws away; the broker returns the
 // first batch whole however small the request (KIP-74).
-func (s *source) visibleEnd(tp aggregate.PartitionID, from int64) (int64, error) {
+func (s *source) visibleEnd(tp aggregate.PartitionID, from int64) (end int64, err error) {
+	defer func() {
+		if err != nil { // the leader moved or is gone: the next probe asks the one of the moment
+			s.refreshMetadata(map[aggregate.PartitionID]error{tp: err})
+		}
+	}()
 	b, err := s.client.Leader(tp.Topic, tp.Partition)
 	if err != nil {
 		return from, err
@@ -344,7 +349,7 @@ func (s *source) visibleEnd(tp aggregate.PartitionID, from int64) (int64, error)
 	for _, a := range block.AbortedTransactions {
 		aborted[a.ProducerID] = a.FirstOffset
 	}
-	end := from
+	end = from
 	for _, recs := range block.RecordsSet {
 		rb := recs.RecordBatch
 		if rb == nil {

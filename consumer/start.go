@@ -124,13 +124,7 @@ func (l *loop) start(ctx context.Context) (err error) {
 	l.wm = aggregate.NewWatermark(cfg.Lateness(), cfg.IdleTimeout, seed)
 	l.wm.IdleFinalize(cfg.IdleFinalize)
 	l.led = NewLedger()
-	l.replayUntil = map[aggregate.PartitionID]int64{}
-	l.highWater = map[aggregate.PartitionID]int64{}
-	l.hwAt = map[aggregate.PartitionID]time.Time{}
-	l.drainTarget = map[aggregate.PartitionID]int64{}
-	l.lastSeen = map[aggregate.PartitionID]time.Time{}
-	l.probed = map[aggregate.PartitionID]int64{}
-	l.probeRetry = map[aggregate.PartitionID]probeRetry{}
+	l.parts = map[aggregate.PartitionID]*partState{}
 	l.trips = newLatest[store.Trip]()
 	l.vehicles = newLatest[store.Vehicle]()
 	l.names = aggregate.NewNames() // a resync starts with none: it writes again the names it meets (no-ops)
@@ -165,12 +159,12 @@ func (l *loop) start(ctx context.Context) (err error) {
 			}
 		}
 		logStart, hw := r.start, r.hw
-		var from int64
+		var from, replayUntil int64
 		pos, have := stored[tp]
 		switch {
 		case have && pos.NextOffset >= logStart && pos.NextOffset <= hw && truncated[tp] == nil:
 			from = pos.NextOffset
-			l.replayUntil[tp] = pos.ConsumedOffset
+			replayUntil = pos.ConsumedOffset
 			l.stored[tp] = pos
 		case have:
 			var why error = &OffsetOutOfRangeError{PartitionID: tp, Offset: pos.NextOffset, LogStart: logStart, HighWater: hw}
@@ -207,10 +201,11 @@ func (l *loop) start(ctx context.Context) (err error) {
 			l.led.Epoch(tp, belowStart, floor)
 		}
 		l.wm.Assign(tp)
-		l.highWater[tp] = hw
-		if l.drainTarget[tp] = hw; cfg.Drain {
+		p := l.assign(tp, hw)
+		p.replayUntil = replayUntil
+		if cfg.Drain {
 			err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the last stable offset of "+tp.String(), func() (err error) {
-				l.drainTarget[tp], err = src.drainTarget(tp, hw)
+				p.drainTarget, err = src.drainTarget(tp, hw)
 				return err
 			})
 			if err != nil {

@@ -280,7 +280,7 @@ func (l *loop) leaderChanges(ctx context.Context) error {
 			l.cfg.Logger.Warn("leader change: starting the reader again failed; trying again", "partition", c.tp.String(), "err", err)
 			return nil
 		}
-		if l.paused[c.tp] { // flow control paused the partition (flow.go): its new consumer too
+		if l.parts[c.tp].paused { // flow control paused the partition (flow.go): its new consumer too
 			l.src.consumer.Pause(map[string][]int32{c.tp.Topic: {c.tp.Partition}})
 		}
 		l.cfg.Logger.Info("leader changed: position validated against the new leader (KIP-320); reading on",
