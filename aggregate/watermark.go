@@ -3,7 +3,7 @@ package aggregate
 import "time"
 
 // Watermark tracks event-time progress over the assigned partitions of both
-// topics (DESIGN.md "Watermark and lateness"):
+// topics (docs/design.md "Watermark and lateness"):
 //
 //	watermark = min over non-idle partitions of their max event time - allowed lateness
 //
@@ -19,7 +19,7 @@ import "time"
 // With IdleFinalize on (meant for live feeds whose event times follow the
 // wall clock), when every partition is idle the candidate is also wall clock
 // - allowed lateness: a processing-time watermark, so the last window of a
-// quiet feed is finalized instead of waiting for newer events (DESIGN.md
+// quiet feed is finalized instead of waiting for newer events (docs/design.md
 // "Watermark and lateness", last bullet). The trade-off: an event that
 // arrives after that with an event time more than the allowed lateness
 // behind the wall clock finds its window finalized and is late.
@@ -174,7 +174,8 @@ func (w *Watermark) MaxEvent(p PartitionID) (time.Time, bool) {
 // with an event time seen), false when there is none. A backfill can pause
 // the partitions far ahead of it, so that it reads the partitions in step by
 // event time and its open windows stay few whatever the backlog
-// (BENCHMARKS.md, "flow control by event time").
+// (docs/benchmarks-history.md "5. The run loop", flow control by event
+// time).
 func (w *Watermark) Slowest(now time.Time) (time.Time, bool) {
 	var slowest time.Time
 	ok := false

@@ -69,8 +69,8 @@ func (l *loop) sought(tp aggregate.PartitionID) {
 // arriving for probeAfter since its last record or its seek is probed for
 // trailing transaction markers (see visibleEnd). The probe is a synchronous
 // fetch: probing at a restart, before the first fetch could answer, stalled
-// the loop on a slow link at every restart (BENCHMARKS.md "Progress under
-// repeated crashes"). A probe that fails is sent again after a backoff
+// the loop on a slow link at every restart (docs/benchmarks-history.md
+// "Progress under repeated crashes"). A probe that fails is sent again after a backoff
 // (probeBackoff); a failed probe once marked its offset probed, and a log
 // ending in markers stayed below its high water mark for ever (a drain that
 // never ended).

@@ -2,7 +2,8 @@
 
 package integration
 
-// The crash-injection and oracle suite (issue 3, DESIGN.md G1-G6): the
+// The crash-injection and oracle suite (G1-G6, docs/design.md "Guarantees the
+// tests assert"): the
 // ovstream binary, built with -tags crashpoints, runs as a subprocess against
 // the embedded broker (TCP) and the real PostgreSQL while the test breaks it in
 // the ways production breaks: SIGKILL at every crash point and at seeded
@@ -971,7 +972,9 @@ var crashPlan = map[string]func(rng *rand.Rand, round int) int{
 // by the test named.
 var drivenElsewhere = map[string]string{"replay_acked": "TestDLQReplayKilledAndRerun"}
 
-// requiredCrashPoints are the points issue 3 asks for.
+// requiredCrashPoints are the points the suite must cover: after
+// a record is consumed, before BEGIN, in the middle of the commit, before
+// and after COMMIT, and at shutdown.
 var requiredCrashPoints = []string{"after_consume", "before_begin", "mid_commit", "before_commit", "after_commit", "shutdown"}
 
 // binaryCrashPoints lists the crash points the test binary knows.

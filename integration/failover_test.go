@@ -2,7 +2,7 @@
 
 package integration
 
-// PostgreSQL failover under a running service (issue 22): `ovstream run`
+// PostgreSQL failover under a running service: `ovstream run`
 // is given a multi-host URL (both nodes of a replicated private cluster,
 // target_session_attrs=read-write); the primary is SIGKILLed while commits
 // flow, the hot standby promoted, and the service must carry on by itself.

@@ -11,7 +11,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// A live feed goes quiet (issue 11, item 6). Without --idle-finalize its last
+// A live feed goes quiet. Without --idle-finalize its last
 // window stays open however long the quiet lasts; with it, once the
 // partition is idle the watermark follows the wall clock - allowed lateness,
 // and the window is written, equal to the SQL oracle. An event arriving

@@ -24,7 +24,7 @@ import (
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
-// The real-broker tier (issue 23): Apache Kafka (realkafka.Version, KRaft,
+// The real-broker tier: Apache Kafka (realkafka.Version, KRaft,
 // from Maven Central) under the claims the kfake tests make. Every test is
 // named TestRealKafka*: go test -tags integration -run TestRealKafka ./integration/
 

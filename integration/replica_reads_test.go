@@ -2,7 +2,7 @@
 
 package integration
 
-// Reads from a replica (issue 22, step 4): `report`, `status` and `serve`
+// Reads from a replica: `report`, `status` and `serve`
 // against the hot standby of a replicated private cluster work read-only,
 // attempt no write (the standby's server log holds no read-only error), and
 // give what they give on the primary once the standby replayed it.

@@ -2,7 +2,7 @@
 
 package integration
 
-// G7 (DESIGN.md "Pipelines, instances and partitions", Split windows and
+// G7 (docs/design.md "Pipelines, instances and partitions", Split windows and
 // Draining a split pipeline): instances of one pipeline on disjoint
 // partitions write partial aggregates, merged once every partition passed a
 // window; together they end with the tables of one uninterrupted instance
