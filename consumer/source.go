@@ -441,9 +441,9 @@ func (s *source) close() {
 	for {
 		select {
 		case <-s.out:
-		case <-s.errs:
+		case <-s.errs: //nolint:errcheck // drained on close so the readers can exit; the run is over
 		case <-done:
-			s.consumer.Close()
+			_ = s.consumer.Close()
 			s.fetches.Close()
 			s.client.Close()
 			return

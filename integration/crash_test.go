@@ -442,8 +442,8 @@ func checkOracle(t *testing.T, db, addr string, ds *dataset) {
 	counted := dump(t, db, `SELECT coalesce(sum(event_count), 0)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
 	dead := dump(t, db, `SELECT count(*) FROM dead_letters WHERE topic = 'arrival_predictions'`)
 	var c, d int
-	fmt.Sscanf(counted[0], "[%d]", &c)
-	fmt.Sscanf(dead[0], "[%d]", &d)
+	scan(t, counted[0], "[%d]", &c)
+	scan(t, dead[0], "[%d]", &d)
 	if c+d != n {
 		t.Errorf("%d events counted + %d dead letters = %d, want every record of the topic exactly once: %d", c, d, c+d, n)
 	}
@@ -762,7 +762,7 @@ func (r *rig) storedConsumed() map[aggregate.PartitionID]int64 {
 	for _, row := range rows {
 		var tp aggregate.PartitionID
 		var off int64
-		fmt.Sscanf(row, "%s %d %d", &tp.Topic, &tp.Partition, &off)
+		scan(r.t, row, "%s %d %d", &tp.Topic, &tp.Partition, &off)
 		out[tp] = off
 	}
 	return out
@@ -1115,11 +1115,9 @@ func TestCrashRandomKills(t *testing.T) {
 	r := newRig(t, rng, ds, startBroker(t), chunks)
 	t.Logf("%d kills; %d predictions in %d chunks, one every %v", kills, len(ds.predictions), chunks, interval)
 	r.feed.paced(interval)
-	lives := []time.Duration{}
 	for r.kills < kills || !r.feed.finished() {
 		p := r.start()
 		life := time.Duration(100+rng.IntN(900)) * time.Millisecond
-		lives = append(lives, life)
 		r.sleepOrExit(p, life, fmt.Sprintf("in incarnation %d before its kill", r.incarnations))
 		r.kill(p)
 		if r.kills%50 == 0 {

@@ -24,7 +24,7 @@ func TestIdleFinalizeQuietLiveFeed(t *testing.T) {
 	windowRows := func(start time.Time) int {
 		rows := dump(t, db, fmt.Sprintf(`SELECT count(*) FROM delay_aggregates WHERE window_start = '%s'`, rfc(start)))
 		var n int
-		fmt.Sscanf(rows[0], "[%d]", &n)
+		scan(t, rows[0], "[%d]", &n)
 		return n
 	}
 	produceToZero(t, addr,

@@ -197,7 +197,7 @@ func killsFiles(t *testing.T) []string {
 	}
 	stamp := func(p string) int64 {
 		var ts int64
-		fmt.Sscanf(filepath.Base(p), "tripUpdates_%d.pb", &ts)
+		scan(t, filepath.Base(p), "tripUpdates_%d.pb", &ts)
 		return ts
 	}
 	slices.SortFunc(files, func(a, b string) int { return cmp.Compare(stamp(a), stamp(b)) })

@@ -122,7 +122,7 @@ func TestReplicaReads(t *testing.T) {
 			t.Errorf("api/health on %s: %s, %v", url, resp.Status, err)
 		}
 		resp.Body.Close()
-		srv.cmd.Process.Signal(sigterm)
+		_ = srv.cmd.Process.Signal(sigterm)
 		srv.wait(t, 20*time.Second)
 		t.Logf("serve on %s:\n%s", url, tail(srv.output(), 10))
 		return strings.Join(all, "\n"), string(h.Replica)

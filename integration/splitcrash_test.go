@@ -148,7 +148,7 @@ func (r *rig) mergeState() (until string, pending int) {
 	r.t.Helper()
 	s := scalar[string](r.t, r.db, `SELECT coalesce((SELECT to_char(merged_until AT TIME ZONE 'UTC', 'HH24:MI:SS') FROM pipelines
 		WHERE name = 'ovstream'), '-') || ' ' || (SELECT count(DISTINCT window_start) FROM delay_partial_windows)`)
-	fmt.Sscanf(s, "%s %d", &until, &pending)
+	scan(r.t, s, "%s %d", &until, &pending)
 	return until, pending
 }
 

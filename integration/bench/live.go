@@ -206,7 +206,7 @@ func (lr *liveRun) run(ctx context.Context) (*liveResult, error) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		return cmd.Wait()
 	}
-	defer stop()
+	defer func() { _ = stop() }()
 	addrc := make(chan string, 1)
 	var tail []string
 	var tailMu sync.Mutex

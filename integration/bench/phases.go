@@ -74,7 +74,7 @@ func startBroker(bin, kind, topics string) (*broker, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("broker: unexpected first line %q", line)
 	}
-	go io.Copy(io.Discard, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
 	return &broker{kind: brokerEmbedded, cmd: cmd, addr: addr}, nil
 }
 
