@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/ovstream
 PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./cmd/...
 
-.PHONY: build run test test-long unit integration fuzz vet clean check-unit check-docker screenshots realkafka
+.PHONY: build run test test-long unit integration fuzz vet lint clean check-unit check-docker screenshots realkafka
 
 # .ci/postgres.sh may start a private PostgreSQL cluster and write its
 # DATABASE_URL into .ci/local.env; every command that needs the database reads
@@ -19,11 +19,11 @@ run: build
 	@$(PGENV) ./$(BIN) demo
 
 # Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), the real-broker
-# tier (TestRealKafka*: Apache Kafka from Maven Central, README "Tested against Apache Kafka";
+# tier (TestRealKafka*: Apache Kafka from Maven Central, docs/getting-started.md "Tested against Apache Kafka";
 # its own step and timeout, ~3 min on 2 cores; fails without java/mvn), a COPY whose
 # connection breaks mid-way and the outcome of a lost COMMIT, under the race detector (store), short fuzzing,
 # the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
-test: vet build
+test: vet lint build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
@@ -55,7 +55,7 @@ realkafka:
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
 
-# A PNG of each dashboard page (README "Dashboard") in screenshots/ (not committed), taken by
+# A PNG of each dashboard page (docs/dashboard.md "Dashboard") in screenshots/ (not committed), taken by
 # the browser test (headless Chromium, Debian's chromium) on the Auckland and Halifax samples.
 screenshots:
 	@bash .ci/postgres.sh
@@ -76,6 +76,21 @@ check-docker:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration,crashpoints ./...
+
+# golangci-lint (.golangci.yml), pinned: installed from the Go module proxy into
+# ~/.cache/ovstream on first use (a few minutes of compiling, once). The config lints
+# with the integration and crashpoints tags; the second run covers the crash points'
+# no-op build, which those tags leave out.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT_DIR     := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ovstream/golangci-lint-$(GOLANGCI_LINT_VERSION)
+GOLANGCI_LINT         := $(GOLANGCI_LINT_DIR)/golangci-lint
+
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --build-tags integration ./consumer/crashpoint/...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(GOLANGCI_LINT_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 2m ./aggregate/
@@ -101,11 +116,11 @@ crash:
 clean:
 	rm -rf bin
 
-# Performance (issues 6 and 14, BENCHMARKS.md): ovstream broker as its own process, 5M predictions
+# Performance (BENCHMARKS.md): ovstream broker as its own process, 5M predictions
 # of the Auckland 48 h archive plus positions, then T_read, T_ovstream (run --drain), T_write,
 # T_split (two split drains) and T_elt (the ELT peer) in each of --trials trials (3), each phase
 # on a quiet machine (--max-load 1.5); ends with the medians ratio=, limit_ratio=, elt_ratio=,
-# split_ratio=; then the live phase (issue 26): a producer at 10,000 and 50,000 msgs/s, event
+# split_ratio=; then the live phase: a producer at 10,000 and 50,000 msgs/s, event
 # times on the wall clock, while `ovstream run` runs as a service, one closable window each (about
 # 3 minutes per rate), freshness_p99= per rate. BENCHFLAGS e.g. "--predictions 500000 --trials 1",
 # "--scale 1,4,16", "--split=false", "--elt=false", "--live=false", "--live-windows 3";

@@ -12,7 +12,7 @@ import (
 )
 
 // MaxAbsDelayS is the largest accepted |delay_s|, in seconds (one day), from
-// the data contract in DESIGN.md.
+// docs/design.md "Decoding rules".
 const MaxAbsDelayS = 86400
 
 // Reasons of a DecodeError. The text of a DecodeError is "FIELD: REASON", or
@@ -40,20 +40,20 @@ const (
 )
 
 // MaxNameBytes bounds line_name, line_short_name and stop_name, in bytes of
-// UTF-8 (DESIGN.md "Decoding rules" bounds ids the same way): a name is
+// UTF-8 (docs/design.md "Decoding rules" bounds ids the same way): a name is
 // something a person reads next to an id, and a producer's mistake must not
 // fill the names table with megabytes.
 const MaxNameBytes = 256
 
 // MaxIDBytes bounds the ids (trip_id, line, stop_id, operator, vehicle_id),
-// in bytes of UTF-8 (DESIGN.md "Decoding rules"): they are keys of
+// in bytes of UTF-8 (docs/design.md "Decoding rules"): they are keys of
 // PostgreSQL's indexes, which cannot hold unbounded ones, and real ids are
 // short. A longer one makes the record a dead letter decode.
 const MaxIDBytes = 256
 
 // DecodePrediction decodes one message value of topic arrival_predictions.
 //
-// The value must be a JSON object (DESIGN.md "Data contract"):
+// The value must be a JSON object (docs/design.md "Data contract"):
 //
 //	{"trip_id": "t1", "line": "L1", "stop_id": "S1", "operator": "OP",
 //	 "delay_s": -30, "event_time": "2026-05-04T10:00:00+02:00",
@@ -167,7 +167,7 @@ func decodePrediction(value []byte, p *Prediction, n *RawNames) (err error) {
 
 // DecodePosition decodes one message value of topic vehicle_positions.
 //
-// The value must be a JSON object (DESIGN.md "Data contract"):
+// The value must be a JSON object (docs/design.md "Data contract"):
 //
 //	{"vehicle_id": "V7", "lat": 52.37, "lon": 4.89,
 //	 "event_time": "2026-05-04T10:00:00Z", "trip_id": "t1", "line": "L1",
@@ -599,7 +599,7 @@ func isNumber(raw json.RawMessage) bool {
 // "+02:00") and returns it in UTC, truncated to a whole microsecond (towards
 // the past): PostgreSQL's timestamptz holds microseconds, and pgx truncates
 // the same way when it writes one, so a tie in memory is a tie in the
-// database (DESIGN.md "Decoding rules").
+// database (docs/design.md "Decoding rules").
 func requiredTime(obj *members, field string) (time.Time, error) {
 	raw, plain := obj.getString(field)
 	if !present(raw) {

@@ -168,7 +168,7 @@ func TestDecodePredictionNames(t *testing.T) {
 	}
 }
 
-// Ids of exactly 256 bytes are taken (DESIGN.md "Decoding rules": longer
+// Ids of exactly 256 bytes are taken (docs/design.md "Decoding rules": longer
 // ones are dead letters), in both topics.
 func TestDecodeIDsOf256Bytes(t *testing.T) {
 	id := strings.Repeat("€", 85) + "x" // 256 bytes
@@ -215,7 +215,7 @@ func TestDecodeEventTimeUTC(t *testing.T) {
 }
 
 // Event times are truncated to whole microseconds, PostgreSQL's precision
-// (DESIGN.md "Decoding rules"), towards the past, as pgx does when it writes
+// (docs/design.md "Decoding rules"), towards the past, as pgx does when it writes
 // a timestamptz; so two events of one key that differ below a microsecond
 // tie in memory as they do in the database.
 func TestDecodeEventTimeMicroseconds(t *testing.T) {
@@ -322,7 +322,7 @@ func TestDecodePredictionErrors(t *testing.T) {
 		{"event_time offset -05:60", set("event_time", `"2026-05-04T10:00:00.5-05:60"`), "event_time: not RFC 3339 with offset"},
 		{"event_time offset escaped", set("event_time", `"2026-05-04T10:00:00+24\u003a00"`), "event_time: not RFC 3339 with offset"},
 
-		// Ids are at most 256 bytes (DESIGN.md "Decoding rules").
+		// Ids are at most 256 bytes (docs/design.md "Decoding rules").
 		{"trip_id too long", set("trip_id", `"`+strings.Repeat("t", MaxIDBytes+1)+`"`), "trip_id: too long: more than 256 bytes"},
 		{"line too long", set("line", `"`+strings.Repeat("l", 1000)+`"`), "line: too long: more than 256 bytes"},
 		{"stop_id too long in bytes", set("stop_id", `"`+strings.Repeat("€", 86)+`"`), "stop_id: too long: more than 256 bytes"},

@@ -46,7 +46,7 @@ func newer(t time.Time, name, short []byte, cur time.Time, curName, curShort str
 
 // Names keeps the names of one instance's lines and stations: the newest
 // one handed to a commit per key, and those that changed since, which the
-// next commit writes (DESIGN.md "Data contract": line_name,
+// next commit writes (docs/design.md "Data contract": line_name,
 // line_short_name, stop_name). Only a name that differs from the one last
 // handed over for its key is kept, so commits write names only when they
 // change, and Observe makes no string (allocates nothing) for a name it has

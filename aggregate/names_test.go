@@ -215,7 +215,9 @@ func TestNamesTakeBurstInKeyOrder(t *testing.T) {
 	}
 	for _, nm := range got[50:] {
 		var i int
-		fmt.Sscanf(nm.ID, "S%d", &i)
+		if _, err := fmt.Sscanf(nm.ID, "S%d", &i); err != nil {
+			t.Fatalf("name id %q: %v", nm.ID, err)
+		}
 		if nm.Dimension != DimStation || nm.Name != fmt.Sprint("Stop ", i) ||
 			!nm.EventTime.Equal(t0.Add(time.Duration(i)*time.Millisecond+time.Second)) {
 			t.Fatalf("%+v", nm)

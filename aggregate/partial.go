@@ -12,7 +12,7 @@ import (
 )
 
 // PartialWindow is the partial aggregate of ONE window over the events of ONE
-// source partition of the predictions topic (DESIGN.md "Pipelines, instances
+// source partition of the predictions topic (docs/design.md "Pipelines, instances
 // and partitions", Split windows): every row of that window and partition,
 // each with its operator and exact distribution, encoded in Data. An
 // instance of a split pipeline writes one per (window, partition) its

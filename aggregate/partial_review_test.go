@@ -258,10 +258,9 @@ func refMerge(ws []PartialWindow) ([]Row, error) {
 		id    string
 	}
 	type acc struct {
-		end      time.Time
-		ops      []*string
-		dist     map[float64]*big.Int
-		sawParts map[int32]bool
+		end  time.Time
+		ops  []*string
+		dist map[float64]*big.Int
 	}
 	byKey := map[key]*acc{}
 	seen := map[[2]int64]bool{}

@@ -44,7 +44,7 @@ func scanObject(b []byte, m *members) bool {
 		if end < 0 {
 			return false
 		}
-		idx := -1
+		var idx int
 		if escaped {
 			idx = m.index(key)
 		} else {
@@ -234,7 +234,9 @@ func scanNumber(b []byte, i int) int {
 	case b[i] == '0':
 		i++
 	case b[i] >= '1' && b[i] <= '9':
-		for i++; i < len(b) && isDigit(b[i]); i++ {
+		i++
+		for i < len(b) && isDigit(b[i]) {
+			i++
 		}
 	default:
 		return -1

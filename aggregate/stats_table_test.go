@@ -15,7 +15,7 @@ func TestStatsManyDistinctValues(t *testing.T) {
 	for range 20000 {
 		v := float64(r.IntN(6001)-3000) + float64(r.IntN(4))*0.25
 		if r.IntN(10) == 0 {
-			v = -0.0 // one key with +0
+			v = 0 // one key with +0
 		}
 		s.Add(v, "OP")
 		if v == 0 {

@@ -3,7 +3,8 @@ package aggregate
 import "time"
 
 // Watermark tracks event-time progress over the assigned partitions of both
-// topics (docs/windows.md "Idle partitions"):
+// topics (docs/design.md "Watermark and lateness"; docs/windows.md "Idle
+// partitions"):
 //
 //	watermark = min over non-idle partitions of their max event time - allowed lateness
 //

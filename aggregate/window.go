@@ -14,7 +14,7 @@ const (
 
 // WindowStart returns the start of the tumbling window of the given size that
 // holds t: floor(t / size) * size, aligned to the Unix epoch, in UTC
-// (DESIGN.md "Windows"). The window is [start, start+size): an event at exactly
+// (docs/design.md "Windows"). The window is [start, start+size): an event at exactly
 // 12:05:00 belongs to [12:05, 12:10). Before 1970 it rounds down too (floor,
 // not truncation toward zero). The offset of t plays no part: 02:30+02:00 and
 // 02:30+01:00 are an hour apart and fall in different windows.

@@ -51,12 +51,12 @@ type Config struct {
 	// when every assigned partition is idle, the watermark advances to wall
 	// clock - AllowedLateness, so the last window of a quiet feed is written
 	// without waiting for newer events. An event arriving later for a window
-	// so finalized is dead-lettered late. Off by default (DESIGN.md
+	// so finalized is dead-lettered late. Off by default (docs/design.md
 	// "Watermark and lateness").
 	IdleFinalize bool
 	// MetadataRefresh is how often the topics' metadata is read while
 	// running: partitions added to a topic are found, and a topic deleted and
-	// recreated is told by its topic ID (DESIGN.md "Start-up"); default 1m.
+	// recreated is told by its topic ID (docs/design.md "Start-up"); default 1m.
 	MetadataRefresh time.Duration
 	// ConnectTimeout bounds the wait for Kafka's brokers at each start of
 	// the run loop (WaitKafka: a connection refused or reset is retried);
@@ -100,8 +100,9 @@ type Config struct {
 	// max.partition.fetch.bytes). A larger record is still read: the broker
 	// returns the first record batch whole even when it is larger (KIP-74,
 	// Fetch v3 and later), and sarama doubles the request for older brokers.
-	// Default 128 KiB: sarama's own 1 MiB measured slower end to end and
-	// larger (BENCHMARKS.md, proposal C).
+	// Default 128 KiB: sarama's own 1 MiB was slower end to end and used
+	// more memory (measured, docs/benchmarks-history.md "Results at 5M
+	// predictions", proposal C).
 	FetchBytes int32
 	// ProgressInterval is the time between two "progress" info lines of the
 	// log (progress.go); default DefaultProgressInterval, negative = none.

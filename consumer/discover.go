@@ -48,7 +48,7 @@ func (l *loop) poll(ctx context.Context) error {
 	return nil
 }
 
-// discover reads the topics' metadata (DESIGN.md "Start-up"). A topic whose
+// discover reads the topics' metadata (docs/design.md "Start-up"). A topic whose
 // ID is no longer the one at start-up was deleted and recreated: the run
 // stops with *TopicIDChangedError (*OffsetOutOfRangeError when a position
 // of it lies outside the new log), or restarts from the stored state under

@@ -6,7 +6,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// closable tracks, for freshness (issue 26), when each open window became
+// closable tracks, for freshness, when each open window became
 // closable: when every partition holding the watermark had delivered a
 // record with event time at or past window end + allowed lateness, that is
 // the latest over the partitions of the Kafka timestamp (the producer's

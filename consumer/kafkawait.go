@@ -48,8 +48,8 @@ func KafkaRetryable(err error) bool {
 // succeeds, fails for another reason than KafkaRetryable, or timeout
 // (--connect-timeout) passes, as store.WaitConnect waits for PostgreSQL:
 // with capped exponential backoff (200 ms doubling to 5 s), each retry
-// logged. A bootstrap connection reset by a flaky network no longer ends the
-// run (issue 27: `kafka: cannot connect: ... connection reset by peer`).
+// logged. So a bootstrap connection reset by a flaky network does not end the
+// run with `kafka: cannot connect: ... connection reset by peer`.
 func WaitKafka(ctx context.Context, timeout time.Duration, log *slog.Logger, what string, fn func() error) error {
 	return store.Wait(ctx, timeout, KafkaRetryable, func(err error, retryIn time.Duration) {
 		log.Warn("cannot reach Kafka yet; retrying", "what", what, "err", err, "retry_in", retryIn)

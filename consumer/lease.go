@@ -30,7 +30,7 @@ const (
 // claimed nothing and wrote nothing, and Run returns nil.
 var errStandbyStopped = errors.New("consumer: stopped while waiting as a standby")
 
-// instance is this process as one instance of the pipeline (DESIGN.md
+// instance is this process as one instance of the pipeline (docs/design.md
 // "Pipelines, instances and partitions"): its pipeline_instances row,
 // renewed every lease/3 by a goroutine on a connection of its own (the
 // lease connection), outside the commit transaction, so a long commit never
@@ -261,7 +261,7 @@ func (in *instance) stop(err error) {
 // lease connection alone (its commit connection closed: a standby holds no
 // connection it does not need, docs/operations.md "Connections") and saying
 // whom it waits for every standbyLogEvery, until they are released or their
-// lease expires (DESIGN.md "Standby, not ping-pong"); then it connects for
+// lease expires (docs/design.md "Standby, not ping-pong"); then it connects for
 // commits again and claims.
 func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) error {
 	cfg := l.cfg

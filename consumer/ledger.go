@@ -8,7 +8,7 @@ import (
 
 // Ledger tracks, per partition, what was consumed but is not yet durable, and
 // from that the committable offset: one past the longest durable prefix of
-// the partition (a commit is a prefix, not a set; DESIGN.md "Offset ledger").
+// the partition (a commit is a prefix, not a set; docs/design.md "Offset ledger").
 //
 // A record is durable once its rows are in a committed transaction. A
 // prediction in an open window becomes durable when its window is finalized;

@@ -7,7 +7,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// dequeModel is the ledger written the plain way DESIGN.md "Offset ledger"
+// dequeModel is the ledger written the plain way docs/design.md "Offset ledger"
 // defines it: per partition, a deque of every consumed record not yet
 // released, in offset order, each either in a window (durable once the
 // watermark reaches the window's end) or not (durable at the next commit).

@@ -96,7 +96,7 @@ func (l *loop) sourceError(err error) {
 	}
 }
 
-// lost decides what a reader that ended means (DESIGN.md "Start-up": a
+// lost decides what a reader that ended means (docs/design.md "Start-up": a
 // partition reader never ends silently). Its position outside the log's range
 // now, or a topic ID that changed, is an *OffsetOutOfRangeError or a
 // *TopicIDChangedError: returned as it is under --on-offset-out-of-range=fail,

@@ -113,7 +113,7 @@ func (l *loop) sought(tp aggregate.PartitionID) {
 // its last record or its seek is probed for trailing transaction markers
 // (see visibleEnd). The probe is a synchronous fetch: probing at a restart,
 // before the first fetch could answer, stalled the loop on a slow link at
-// every restart (BENCHMARKS.md "Progress under repeated crashes"). A probe
+// every restart (docs/benchmarks-history.md "Progress under repeated crashes"). A probe
 // that fails is sent again after a backoff (probeBackoff), so that a log
 // ending in markers does not stay below its high water mark for ever.
 func (l *loop) updateCaughtUp(now time.Time) {

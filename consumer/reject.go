@@ -17,7 +17,7 @@ import (
 // row). The bound is a safety net.
 const maxRejectRounds = 100
 
-// rejects is what PostgreSQL refused during this run (DESIGN.md "The
+// rejects is what PostgreSQL refused during this run (docs/design.md "The
 // commit", G9, G10). Run keeps it across the loop's resyncs: a refused batch
 // was not committed, so every record that fed it is read again, and the
 // records of its refused rows are then dead-lettered with reason rejected

@@ -9,7 +9,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Replay after a restart (DESIGN.md "Replay after a restart", G9). Every
+// Replay after a restart (docs/design.md "Replay after a restart", G9). Every
 // partition is sought to its stored next_offset; the records in
 // [next_offset, consumed_offset) were consumed before the restart, and each
 // got one verdict then, committed with consumed_offset in one transaction:

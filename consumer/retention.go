@@ -143,7 +143,7 @@ func retentionRound(ctx context.Context, cfg Config, rs *store.Store) error {
 		if err == nil && floor.IsZero() {
 			// Said at info, every round: retention that never runs must
 			// not be silent (a pipeline whose partitions never committed
-			// holds it back; README "Retention").
+			// holds it back; docs/operations.md "Retention").
 			cfg.Logger.Info("retention: no partition dropped: a partition of some pipeline of the database has no stored watermark yet (never committed)")
 		}
 		errs = append(errs, err)

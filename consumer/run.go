@@ -11,7 +11,7 @@ import (
 )
 
 // ErrFenced is returned by Run when another instance claimed the pipeline:
-// this one wrote nothing after the claim and must exit (DESIGN.md G6).
+// this one wrote nothing after the claim and must exit (G6, docs/design.md "Guarantees the tests assert").
 var ErrFenced = store.ErrFenced
 
 // errResync asks Run to rebuild its state from the database: a COMMIT failed
@@ -25,7 +25,7 @@ type Summary struct {
 	Consumed       map[string]int64 // records read per topic
 	Predictions    int64            // predictions aggregated into windows
 	Positions      int64            // positions applied to vehicle_latest
-	Skipped        int64            // replayed events of windows written before (DESIGN.md "Replay")
+	Skipped        int64            // replayed events of windows written before (docs/design.md "Replay after a restart")
 	DeadLetters    map[string]int64 // new dead letters per reason; ReplayedDead: the earlier ones met again
 	WindowRows     int64            // delay_aggregates rows written
 	Commits        int64

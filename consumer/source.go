@@ -39,8 +39,8 @@ const maxBatch = 512
 
 // batches recycles the readers' batches: a batch of maxBatch records is
 // about 180 KB, and growing a new one per hand-over (each growth a zeroed
-// large allocation) took 2.4% of CPU at 5M predictions (perf, BENCHMARKS.md
-// section 6), plus the garbage collector's share.
+// large allocation) cost CPU, plus the garbage collector's share (measured,
+// docs/benchmarks-history.md "6. Fetch size, garbage collector, batches").
 var batches = sync.Pool{New: func() any { return new([]record) }}
 
 // newBatch returns an empty batch with room for maxBatch records.
@@ -112,7 +112,7 @@ type source struct {
 // for data (Kafka's fetch.max.wait.ms; sarama Consumer.MaxWaitTime, 500 ms
 // by default, 100 ms the least it advises). Closing a reader waits for its
 // fetch in flight (sarama), so every stop and the end of every drain waited
-// for up to 500 ms: measured 190-440 ms at the end of `run --drain`. Data
+// for up to 500 ms (docs/benchmarks-history.md "The drain's tail"). Data
 // ends a fetch at once, so it costs latency nothing; a caught-up instance
 // sends at most ten empty fetches a second per broker.
 const fetchMaxWait = 100 * time.Millisecond
@@ -378,9 +378,9 @@ func (s *source) close() {
 	for {
 		select {
 		case <-s.out:
-		case <-s.errs:
+		case <-s.errs: //nolint:errcheck // drained on close so the readers can exit; the run is over
 		case <-done:
-			s.consumer.Close()
+			_ = s.consumer.Close()
 			s.fetches.Close()
 			s.client.Close()
 			s.admin.Close()

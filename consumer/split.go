@@ -11,7 +11,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Split pipelines (DESIGN.md "Pipelines, instances and partitions", Split
+// Split pipelines (docs/design.md "Pipelines, instances and partitions", Split
 // windows and Draining a split pipeline). An instance that does not own
 // every partition of its pipeline, or that finds partials of an earlier
 // split run waiting, keeps its rows per source partition and writes them as

@@ -14,7 +14,7 @@ import (
 // errStoppedStarting ends a run stopped (ctx cancelled: SIGTERM) during its
 // start-up, before it consumed anything: like a standby stopped while it
 // waited, it wrote nothing, releases what it claimed, and Run returns nil
-// (DESIGN.md "Shutdown and drain": SIGTERM ends the run with exit 0).
+// (docs/design.md "Shutdown and drain": SIGTERM ends the run with exit 0).
 var errStoppedStarting = errors.New("consumer: stopped during start-up")
 
 // stoppedEarly tells whether err is a stop before the run consumed anything.

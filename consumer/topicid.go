@@ -15,7 +15,7 @@ import (
 // TopicIDChangedError says a topic was deleted and recreated: the stored
 // offsets belong to a topic of the same name with another Kafka topic ID
 // (KIP-516), so they say nothing about the new log, even when its range
-// covers them (DESIGN.md "Start-up").
+// covers them (docs/design.md "Start-up").
 type TopicIDChangedError struct {
 	Topic   string
 	Stored  string // the topic ID the stored offsets belong to

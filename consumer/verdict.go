@@ -11,7 +11,7 @@ const (
 	late                       // its window was written before it first arrived: dead letter "late"
 )
 
-// classify applies DESIGN.md "Watermark and lateness" and "Replay after a
+// classify applies docs/design.md "Watermark and lateness" and "Replay after a
 // restart" to an event of a partition whose stored consumed_offset (one past
 // the last offset consumed before the restart) is consumedOffset and whose
 // stored watermark is stored (zero: none). An event whose window ends at or

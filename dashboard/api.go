@@ -285,7 +285,7 @@ type LineChoice struct {
 // Line is GET api/line?pipeline&line&from&to&tz: one line's delay by hour
 // of day over the range (its windows grouped by the hour of their
 // window_start in tz), exact: ovs_summary over the merged distributions
-// (README "Analysing the numbers", example 2). Lines lists the lines with
+// (docs/analysing.md "Analysing the numbers", example 2). Lines lists the lines with
 // events in the range, busiest first (at most 500); the busiest is the
 // default line. Line is the line shown (query.line) with its names and
 // events in the range (0 when it is not among Lines); the names of all of

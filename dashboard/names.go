@@ -12,7 +12,7 @@ import (
 
 // Named is the name of a line or station from the pipeline's names table
 // (migration 7, filled from the records' line_name, line_short_name and
-// stop_name: README "Data contract" and "Tables"). Both are null when the id
+// stop_name: docs/data-contract.md and docs/tables.md). Both are null when the id
 // has none; ids stay the key, names only label them.
 type Named struct {
 	// Name is a line's line_name (else its line_short_name) or a station's

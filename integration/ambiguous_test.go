@@ -17,7 +17,7 @@ import (
 
 // pgProxy forwards PostgreSQL connections and, when armed, breaks the next
 // COMMIT of any of them at the exact point that makes it ambiguous for the
-// client (DESIGN.md "The commit", step 4):
+// client (docs/design.md "The commit", step 4):
 //
 //   - dropAfter: COMMIT reaches the server, which commits and answers; the
 //     answer is swallowed and both connections are closed. The transaction

@@ -2,7 +2,8 @@
 
 package integration
 
-// The crash-injection and oracle suite (issue 3, DESIGN.md G1-G6): the
+// The crash-injection and oracle suite (G1-G6, docs/design.md "Guarantees the
+// tests assert"): the
 // ovstream binary, built with -tags crashpoints, runs as a subprocess against
 // the embedded broker (TCP) and the real PostgreSQL while the test breaks it in
 // the ways production breaks: SIGKILL at every crash point and at seeded
@@ -441,8 +442,8 @@ func checkOracle(t *testing.T, db, addr string, ds *dataset) {
 	counted := dump(t, db, `SELECT coalesce(sum(event_count), 0)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
 	dead := dump(t, db, `SELECT count(*) FROM dead_letters WHERE topic = 'arrival_predictions'`)
 	var c, d int
-	fmt.Sscanf(counted[0], "[%d]", &c)
-	fmt.Sscanf(dead[0], "[%d]", &d)
+	scan(t, counted[0], "[%d]", &c)
+	scan(t, dead[0], "[%d]", &d)
 	if c+d != n {
 		t.Errorf("%d events counted + %d dead letters = %d, want every record of the topic exactly once: %d", c, d, c+d, n)
 	}
@@ -761,7 +762,7 @@ func (r *rig) storedConsumed() map[aggregate.PartitionID]int64 {
 	for _, row := range rows {
 		var tp aggregate.PartitionID
 		var off int64
-		fmt.Sscanf(row, "%s %d %d", &tp.Topic, &tp.Partition, &off)
+		scan(r.t, row, "%s %d %d", &tp.Topic, &tp.Partition, &off)
 		out[tp] = off
 	}
 	return out
@@ -971,7 +972,9 @@ var crashPlan = map[string]func(rng *rand.Rand, round int) int{
 // by the test named.
 var drivenElsewhere = map[string]string{"replay_acked": "TestDLQReplayKilledAndRerun"}
 
-// requiredCrashPoints are the points issue 3 asks for.
+// requiredCrashPoints are the points the suite must cover: after
+// a record is consumed, before BEGIN, in the middle of the commit, before
+// and after COMMIT, and at shutdown.
 var requiredCrashPoints = []string{"after_consume", "before_begin", "mid_commit", "before_commit", "after_commit", "shutdown"}
 
 // binaryCrashPoints lists the crash points the test binary knows.
@@ -1112,11 +1115,9 @@ func TestCrashRandomKills(t *testing.T) {
 	r := newRig(t, rng, ds, startBroker(t), chunks)
 	t.Logf("%d kills; %d predictions in %d chunks, one every %v", kills, len(ds.predictions), chunks, interval)
 	r.feed.paced(interval)
-	lives := []time.Duration{}
 	for r.kills < kills || !r.feed.finished() {
 		p := r.start()
 		life := time.Duration(100+rng.IntN(900)) * time.Millisecond
-		lives = append(lives, life)
 		r.sleepOrExit(p, life, fmt.Sprintf("in incarnation %d before its kill", r.incarnations))
 		r.kill(p)
 		if r.kills%50 == 0 {

@@ -80,8 +80,8 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 }
 
 // demoFeedsApart checks that each bundled feed went into a pipeline and
-// topics of its own (issue 27 item 10: one pipeline of three feeds from
-// 2014, 2016 and 2025 opened on an empty last 24 hours): each pipeline's
+// topics of its own (with one pipeline for three feeds from 2014, 2016
+// and 2025, the dashboard opened on an empty last 24 hours): each pipeline's
 // network rows count exactly the records stored in its own predictions
 // topic, all in its feed's year, and the dashboard address the demo printed
 // for the feed (demo output out) opens on points of that year.

@@ -2,7 +2,7 @@
 
 package integration
 
-// Issue 11, item 4: partitions added to a topic while run is running are
+// Partitions added to a topic while run is running are
 // found by the metadata refresh. An instance that owns every partition
 // claims and consumes them; one with a manual --partitions assignment logs
 // them, and `status` shows them as owned by no instance.

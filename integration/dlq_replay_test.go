@@ -16,7 +16,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Issue 24 item 5: `dlq replay` of rejected records after the fix counts
+// `dlq replay` of rejected records after the fix counts
 // each of them once, merged into the final windows' stored rows, whatever
 // copies a killed replay left in the topic and whatever kills the run.
 

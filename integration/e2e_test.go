@@ -150,8 +150,8 @@ func TestDrainEqualsSQLOracle(t *testing.T) {
 		t.Fatalf("counted %v, dead %v", counted, dead)
 	}
 	var c, d int
-	fmt.Sscanf(counted[0], "[%d]", &c)
-	fmt.Sscanf(dead[0], "[%d]", &d)
+	scan(t, counted[0], "[%d]", &c)
+	scan(t, dead[0], "[%d]", &d)
 	if c+d != n {
 		t.Fatalf("counted %d + dead letters %d = %d, want every record once: %d", c, d, c+d, n)
 	}

@@ -229,7 +229,7 @@ func TestLatestStateSameKeyOneCommit(t *testing.T) {
 // Event times 100 ns apart are one microsecond in PostgreSQL, so they tie and
 // the later offset wins, in memory (both in one commit) as in the database
 // (one commit each): the record at the earlier offset, with the later
-// nanosecond, does not win in either (DESIGN.md "Decoding rules").
+// nanosecond, does not win in either (docs/design.md "Decoding rules").
 func TestLatestStateSubMicrosecondTie(t *testing.T) {
 	recs := []rec{
 		{positionsTopic, 0, "V1", pos("V1", -36.1, "2016-05-18T20:02:00.0000001Z")},

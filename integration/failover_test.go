@@ -2,7 +2,7 @@
 
 package integration
 
-// PostgreSQL failover under a running service (issue 22): `ovstream run`
+// PostgreSQL failover under a running service: `ovstream run`
 // is given a multi-host URL (both nodes of a replicated private cluster,
 // target_session_attrs=read-write); the primary is SIGKILLed while commits
 // flow, the hot standby promoted, and the service must carry on by itself.
@@ -42,7 +42,7 @@ func (n *pgNode) state() dbState {
 		|| ' ' || commit_seq), '{}') FROM stream_positions WHERE next_offset IS NOT NULL`) {
 		var tp aggregate.PartitionID
 		var next, consumed, seq int64
-		fmt.Sscanf(row, "%s %d %d %d %d", &tp.Topic, &tp.Partition, &next, &consumed, &seq)
+		scan(n.t, row, "%s %d %d %d %d", &tp.Topic, &tp.Partition, &next, &consumed, &seq)
 		s.positions[tp] = [3]int64{next, consumed, seq}
 	}
 	s.lastCommit = scalar[time.Time](n.t, db, `SELECT coalesce(max(updated_at), 'epoch') FROM stream_positions`)
@@ -238,7 +238,7 @@ func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, 
 					if _, n, ok := strings.Cut(l, "commits_lost="); ok && strings.Contains(l, lostLine) {
 						if lines++; lines > logged[i] {
 							var c int64
-							fmt.Sscanf(n, "%d", &c)
+							scan(t, n, "%d", &c)
 							f.loggedLost = max(f.loggedLost, c)
 							parts++
 						}

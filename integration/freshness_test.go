@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Freshness (issue 26): ovstream_closable_window_age_seconds, status and the
+// Freshness: ovstream_closable_window_age_seconds, status and the
 // instance's row say since when the oldest window that is closable but not
 // yet written has been closable, computed from the records produced: the
 // latest, over the 9 partitions, of the Kafka timestamp of each one's first

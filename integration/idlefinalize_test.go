@@ -11,7 +11,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// A live feed goes quiet (issue 11, item 6). Without --idle-finalize its last
+// A live feed goes quiet. Without --idle-finalize its last
 // window stays open however long the quiet lasts; with it, once the
 // partition is idle the watermark follows the wall clock - allowed lateness,
 // and the window is written, equal to the SQL oracle. An event arriving
@@ -24,7 +24,7 @@ func TestIdleFinalizeQuietLiveFeed(t *testing.T) {
 	windowRows := func(start time.Time) int {
 		rows := dump(t, db, fmt.Sprintf(`SELECT count(*) FROM delay_aggregates WHERE window_start = '%s'`, rfc(start)))
 		var n int
-		fmt.Sscanf(rows[0], "[%d]", &n)
+		scan(t, rows[0], "[%d]", &n)
 		return n
 	}
 	produceToZero(t, addr,

@@ -132,7 +132,7 @@ func storedConsumed(t *testing.T, db string) int64 {
 	rows := dump(t, db, `SELECT coalesce(max(consumed_offset), -1) FROM stream_positions
 		WHERE pipeline = 'ovstream' AND topic = 'arrival_predictions' AND partition = 0`)
 	var n int64
-	fmt.Sscanf(rows[0], "[%d]", &n)
+	scan(t, rows[0], "[%d]", &n)
 	return n
 }
 
@@ -160,7 +160,7 @@ func checkOnce(t *testing.T, db, addr string, want map[int64]string) {
 	sameRows(t, "dead letters (offset, reason) vs wanted", dump(t, db, `SELECT "offset", reason FROM dead_letters`), wantDead)
 	counted := dump(t, db, `SELECT coalesce(sum(event_count), 0)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
 	var c int
-	fmt.Sscanf(counted[0], "[%d]", &c)
+	scan(t, counted[0], "[%d]", &c)
 	if c+len(want) != n {
 		t.Errorf("counted %d + dead letters %d = %d, want every record once: %d", c, len(want), c+len(want), n)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Issue 24, item 4 (static membership, as KIP-345's group.instance.id): a
+// Static membership (, as KIP-345's group.instance.id): a
 // process restarted at once after SIGKILL (an OOM kill; systemd or
 // Kubernetes restarts it) is a new owner, and without --instance-id it waits
 // its dead predecessor's whole lease (15 s by default) while the pipeline

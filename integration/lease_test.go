@@ -14,7 +14,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Claims against the real PostgreSQL (DESIGN.md "Pipelines, instances and
+// Claims against the real PostgreSQL (docs/design.md "Pipelines, instances and
 // partitions"): a live owner's partitions are held (*HeldError naming it),
 // whether its liveness comes from pipeline_instances or, without an
 // instance row, from stream_positions.heartbeat_at; a released or expired

@@ -2,7 +2,7 @@
 
 package integration
 
-// Issue 11, item 3: the broker lost the log. A partition reader never ends
+// The broker lost the log. A partition reader never ends
 // silently, and a topic that was deleted and recreated is told apart from the
 // one the offsets were stored for by its Kafka topic ID (KIP-516), even when
 // its new range covers the stored offset.

@@ -48,7 +48,7 @@ func ovstreamCmd(t *testing.T, args ...string) (code int, stderr string) {
 }
 
 // A migration that fails half-way says its version, that the schema is now
-// dirty, and the runbook's repair (README "Dirty migration"), from `migrate
+// dirty, and the runbook's repair (docs/runbook.md "Dirty migration"), from `migrate
 // up` and from `run --migrate` alike, whether the failure happens now or was
 // left by an earlier run; and the repair it prints works.
 func TestMigrateFailureSaysRepair(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// What operators who already run Prometheus and Grafana get (README.md
-// "Operations"): deploy/prometheus/alerts.yml and two dashboards in
+// What operators who already run Prometheus and Grafana get (docs/operations.md
+// "Alerts and Grafana dashboards"): deploy/prometheus/alerts.yml and two dashboards in
 // deploy/grafana. The checks here need promtool (Debian package prometheus,
 // installed by .ci/run); without it they fail, they never skip.
 

@@ -2,7 +2,7 @@
 
 package integration
 
-// Names of lines and stations (issue 15 part 2): records carry line_name,
+// Names of lines and stations: records carry line_name,
 // line_short_name and stop_name; `run` writes the names that changed into
 // the names table in its commit transaction; `report` shows them.
 

@@ -20,7 +20,7 @@ const (
 	slotGiveUp = "no PostgreSQL connection slot free for"
 )
 
-// Issue 27, item 1: a crowded database. A private cluster; ovstream runs as
+// A crowded database. A private cluster; ovstream runs as
 // the role ovs, whose CONNECTION LIMIT the test sets (SQLSTATE 53300 "too
 // many connections for role", the code max_connections gives), while the
 // test's own sessions are the superuser's.

@@ -94,7 +94,7 @@ func saramaRate(t *testing.T, addr string, n int) float64 {
 	return float64(n-1) / time.Since(began).Seconds()
 }
 
-// Issue 27, item 2, first half: the bootstrap connections through a proxy
+// A flaky network, at start: the bootstrap connections through a proxy
 // that resets the first ones it accepts. run retries them within
 // --connect-timeout, logging each, and drains to the SQL oracle's result
 // (before: exit 1 at once, "kafka: cannot connect: ... connection reset by
@@ -119,7 +119,7 @@ func TestFlakyKafkaBootstrap(t *testing.T) {
 	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
 }
 
-// Issue 27, item 2, second half: after a network fault the reading rate
+// A flaky network, while reading: after a network fault the reading rate
 // recovers. Through a proxy adding 300 ms each way, instance A reads a
 // backlog while the proxy resets every connection every 2-5 s for 12 s;
 // 3 s after the resets stopped its reading rate is measured over 8 s, then a fresh instance's (another pipeline) and a plain sarama

@@ -90,7 +90,7 @@ func TestOpsLiveGTFSRTPolling(t *testing.T) {
 			body := files[idx]
 			mu.Unlock()
 			w.Header().Set("ETag", etag)
-			w.Write(body)
+			_, _ = w.Write(body)
 		case "/vp":
 			vpReqs++
 			mu.Unlock()
@@ -103,7 +103,7 @@ func TestOpsLiveGTFSRTPolling(t *testing.T) {
 				return
 			}
 			w.Header().Set("Last-Modified", lastModified)
-			w.Write(vp)
+			_, _ = w.Write(vp)
 		default:
 			mu.Unlock()
 			http.NotFound(w, r)

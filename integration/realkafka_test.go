@@ -24,7 +24,7 @@ import (
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
-// The real-broker tier (issue 23): Apache Kafka (realkafka.Version, KRaft,
+// The real-broker tier: Apache Kafka (realkafka.Version, KRaft,
 // from Maven Central) under the claims the kfake tests make. Every test is
 // named TestRealKafka*: go test -tags integration -run TestRealKafka ./integration/
 
@@ -197,7 +197,7 @@ func killsFiles(t *testing.T) []string {
 	}
 	stamp := func(p string) int64 {
 		var ts int64
-		fmt.Sscanf(filepath.Base(p), "tripUpdates_%d.pb", &ts)
+		scan(t, filepath.Base(p), "tripUpdates_%d.pb", &ts)
 		return ts
 	}
 	slices.SortFunc(files, func(a, b string) int { return cmp.Compare(stamp(a), stamp(b)) })

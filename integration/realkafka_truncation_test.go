@@ -18,7 +18,7 @@ import (
 )
 
 // An unclean leader election truncates the log below the stored offset
-// (issue 23, KIP-320), on the shared three-node cluster: predictions topic
+// (KIP-320), on the shared three-node cluster: predictions topic
 // of one partition, replication factor 2, min.insync.replicas 1,
 // unclean.leader.election.enable. Half the Auckland peak is produced to
 // both replicas (d records), the follower is SIGKILLed, the rest produced

@@ -11,7 +11,7 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// Issue 24, item 2: a large rejection must not crash. A CHECK refuses every
+// A large rejection must not crash. A CHECK refuses every
 // station whose id starts with 7 (most of Auckland's stops) over the real 2 h
 // slice: the search for the refused rows used a savepoint per probe and kept
 // each accepted one, whose subtransaction lock lives until the transaction
@@ -58,7 +58,7 @@ func TestRejectManyRows(t *testing.T) {
 	countedOnceOrDead(t, db, n)
 }
 
-// Issue 24, item 2, at the size the issue asks for: 110,000 predictions of
+// A large rejection at the size of a real incident: 110,000 predictions of
 // 110,000 stations over six windows; a CHECK refuses the station rows of
 // 100,000 of them (ids R*), on the private cluster with 16 locks per
 // transaction. The drain exits 0; the 100,000 refused rows' records are

@@ -14,7 +14,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// DESIGN.md "The commit", G9 and G10: a batch PostgreSQL refuses for a value
+// docs/design.md "The commit", G9 and G10: a batch PostgreSQL refuses for a value
 // it holds (SQLSTATE classes 22 and 23, 54000) does not stop the run. The
 // records whose rows it refuses become dead letters with reason rejected and
 // the database's message, they count nowhere else, and the rest commits.

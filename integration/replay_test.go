@@ -57,7 +57,7 @@ func (c clockCase) run(t *testing.T) {
 	}
 }
 
-// The repro of issue 11 item 1: offset 0 an event 60 s old (its window stays
+// Verdicts kept across a restart while the clock moves: offset 0 an event 60 s old (its window stays
 // open), offset 1 an event 25 s ahead with max future skew 10 s
 // (dead-lettered future), offset 2 undecodable; SIGTERM; the clock moves 20
 // s; run --drain. The event at offset 1 is no longer ahead of the clock, but

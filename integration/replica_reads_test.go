@@ -2,7 +2,7 @@
 
 package integration
 
-// Reads from a replica (issue 22, step 4): `report`, `status` and `serve`
+// Reads from a replica: `report`, `status` and `serve`
 // against the hot standby of a replicated private cluster work read-only,
 // attempt no write (the standby's server log holds no read-only error), and
 // give what they give on the primary once the standby replayed it.
@@ -122,7 +122,7 @@ func TestReplicaReads(t *testing.T) {
 			t.Errorf("api/health on %s: %s, %v", url, resp.Status, err)
 		}
 		resp.Body.Close()
-		srv.cmd.Process.Signal(sigterm)
+		_ = srv.cmd.Process.Signal(sigterm)
 		srv.wait(t, 20*time.Second)
 		t.Logf("serve on %s:\n%s", url, tail(srv.output(), 10))
 		return strings.Join(all, "\n"), string(h.Replica)

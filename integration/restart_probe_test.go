@@ -19,7 +19,7 @@ import (
 // quiet for probeAfter; quiet must count from the seek. It counted from the
 // zero time, so every partition sought past offset 0 was probed at the first
 // tick, before its first fetch could answer: on a slow link each probe
-// (1 MiB) stalled the loop for seconds, at every restart (BENCHMARKS.md
+// (1 MiB) stalled the loop for seconds, at every restart (docs/benchmarks-history.md
 // "Progress under repeated crashes"). Here the consumer's first fetches are
 // held for 700 ms (less than probeAfter, more than a tick): a restart must
 // send no probe, and its table must equal one uninterrupted drain's.
@@ -81,7 +81,7 @@ func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
 // MiB. The run loop waits for it; on a slow link a 1 MiB probe of a partition
 // that merely looked quiet blocked the loop for seconds, the partitions it
 // did not read meanwhile looked quiet in turn, and probes crowded out reading
-// (BENCHMARKS.md "Progress under repeated crashes"). The broker still returns
+// (docs/benchmarks-history.md "Progress under repeated crashes"). The broker still returns
 // the first record batch whole (KIP-74), so a probe always sees one batch.
 func TestMarkerProbeAsksForOneFetch(t *testing.T) {
 	c, addr := startControlledBroker(t)

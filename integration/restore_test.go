@@ -89,7 +89,7 @@ func restoreTables(t *testing.T, db string) {
 	}
 }
 
-// Issue 22: the database goes back under a running service (a restore from
+// The database goes back under a running service (a restore from
 // a backup; a failover to an asynchronous replica is the same to ovstream):
 // the commits made after the backup are gone, with their offsets. The
 // instance must notice at its next commit (the commit sequence checked by

@@ -19,7 +19,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Partitioned delay_aggregates and retention (migration 6, README "Retention").
+// Partitioned delay_aggregates and retention (migration 6, docs/operations.md "Retention").
 
 // Fingerprints of delay_aggregates: its rows (every column, updated_at
 // included, as text, md5 over all in key order), its columns and its

@@ -18,7 +18,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Review 2, item 5: the refused-row search now rolls back every probe, so a
+// The refused-row search rolls back every probe, so a
 // row is judged without the rows of the batch's other parts. A NOT
 // DEFERRABLE foreign key from trip_delay_latest to vehicle_latest is
 // satisfied in the commit (vehicles are written before trips) by a vehicle
@@ -26,8 +26,8 @@ import (
 // was rolled back before the trips are probed): the search names the trip
 // row refused although the commit accepts it, and the consumer would
 // dead-letter its prediction (reason rejected: counted in no window).
-// Before 4349bc1 an accepted probe was released, not rolled back, and the
-// vehicle was there when the trips were probed.
+// A search that released an accepted probe instead of rolling it back had
+// the vehicle there when the trips were probed.
 func TestReviewRefusedSearchNamesRowTheCommitAccepts(t *testing.T) {
 	ctx := testCtx(t)
 	s, url, epoch := openStore(t)
@@ -73,7 +73,7 @@ ALTER TABLE trip_delay_latest ADD CONSTRAINT trip_vehicle FOREIGN KEY (pipeline,
 	}
 }
 
-// Review 2, item 3: two first claims of a pipeline whose settings are not
+// Two first claims of a pipeline whose settings are not
 // recorded yet (pipelines.window_size NULL: a pipeline migration 10 found
 // without windows) with different --window both succeed: the second's
 // UPDATE ... coalesce(window_size, $2) waits for the first's row lock, then
@@ -156,7 +156,7 @@ func TestReviewSettingsRaceFirstClaims(t *testing.T) {
 	}
 }
 
-// Review 2, item 1: a database that lost the FIRST claim of a partition (a
+// A database that lost the FIRST claim of a partition (a
 // restore from a backup taken before the pipeline ran, or a failover to an
 // asynchronous replica that had not received the claim's INSERT; equally a
 // partition added while running, whose row ClaimAdded inserted) holds no
@@ -191,7 +191,7 @@ func TestReviewRestoreBeforeFirstClaim(t *testing.T) {
 	stopDrainCompare(t, p, db, addr, "restore0", total, "delay_aggregates after a restore to before the first claim vs SQL oracle")
 }
 
-// Review 2, item 2: restartedOwners compares pg_stat_activity.backend_start
+// restartedOwners compares pg_stat_activity.backend_start
 // with the one the holder's heartbeat recorded. For a session of another
 // role, a claimer without pg_read_all_stats reads backend_start as NULL, so
 // NOT EXISTS holds and a LIVE holder with the same --instance-id counts as
@@ -249,7 +249,7 @@ GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO %[1]s;`, role))
 	}
 }
 
-// Review 2, item 3: `pipeline set --window` checks that no instance is live
+// `pipeline set --window` checks that no instance is live
 // but not that a split pipeline has partials of the old size waiting for the
 // merge (instances stopped with SIGTERM leave them). Started again with the
 // new size, the merge of a window start holding partials of both sizes
@@ -300,11 +300,11 @@ func TestReviewPipelineSetWithPendingPartials(t *testing.T) {
 	}
 }
 
-// Review 2, item 5, the other way: a constraint two rows of the batch break
+// The refused-row search the other way: a constraint two rows of the batch break
 // together (here a unique index: one trip per vehicle) refuses neither row
 // alone, so the search, which rolls back every probe, names nothing: the
-// commit's refusal comes back as it is, terminal (run exits 1). Before
-// 4349bc1 the first half was kept and the second row was named (rejected,
+// commit's refusal comes back as it is, terminal (run exits 1). A search that kept
+// accepted probes kept the first half, named the second row (rejected,
 // dead-lettered) and the pipeline went on.
 func TestReviewRefusedSearchCrossRowConstraint(t *testing.T) {
 	ctx := testCtx(t)

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Issue 24, item 3: every instance of a pipeline must share its window size
+// Every instance of a pipeline must share its window size
 // and topics. Before, pipelines.window_size was never written: a second split
 // instance with --window 10m was not refused (the merger then exited 1 with
 // "partials of the window ... partition 3 twice or ends differ" and the

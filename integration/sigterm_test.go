@@ -17,7 +17,7 @@ import (
 )
 
 // SIGTERM during start-up ends the run with exit 0, as it does once the
-// service runs (DESIGN.md "Shutdown and drain"): nothing was claimed or
+// service runs (docs/design.md "Shutdown and drain"): nothing was claimed or
 // written yet, and stopping is what was asked. A supervisor that stops an
 // instance it has just started (a rolling deploy, the crash suite's
 // TestSplitCrashRandomKills) must not see a failure. Two moments: PostgreSQL

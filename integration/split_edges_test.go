@@ -48,7 +48,7 @@ func TestSplitSeedWaitsForUncommittedPartitions(t *testing.T) {
 	waitFor(t, time.Minute, "partition 0's watermark stored", func() bool {
 		return dump(t, db, `SELECT count(*) FROM stream_positions WHERE partition = 0 AND watermark >= '2016-05-18T20:29:00Z'`)[0] == "[1]"
 	})
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	if code := a.wait(t, time.Minute); code != 0 {
 		t.Fatalf("split instance: exit %d\n%s", code, tail(a.output(), 20))
 	}
@@ -73,7 +73,7 @@ func TestSplitStoppedDrainHoldsTheMerge(t *testing.T) {
 	waitFor(t, time.Minute, "the drain of partition 0 waiting for the merge", func() bool {
 		return strings.Contains(a.output(), "drained: waiting for the other instances")
 	})
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	a.wait(t, time.Minute)
 	produceRecords(t, addr, minutePreds(0, 20, 40)...) // partition 0 goes on; nobody reads it yet
 	b := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "p", "--topics", predictionsTopic+",",
@@ -85,7 +85,7 @@ func TestSplitStoppedDrainHoldsTheMerge(t *testing.T) {
 	if got := dump(t, db, `SELECT merged_until > '2016-05-18T20:20:00Z' FROM pipelines WHERE name = 'p'`)[0]; got == "[true]" {
 		t.Errorf("the merge passed partition 0's stored watermark (20:20) although nobody drains or reads it")
 	}
-	b.cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	if code := b.wait(t, time.Minute); code != 0 {
 		t.Fatalf("b: exit %d\n%s", code, tail(b.output(), 20))
 	}

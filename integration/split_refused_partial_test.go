@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Issue 24, item 1, the partial-windows table: with a CHECK on
+// G10 for split pipelines, the partial-windows table: with a CHECK on
 // delay_partial_windows that refuses every partial of one partition, the
 // instance that owns it used to exit 1 at every start (`write partials: copy:
 // ... violates check constraint`, the refused-row search looked at no

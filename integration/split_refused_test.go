@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Issue 24, item 1 (G10 for split pipelines): with a CHECK on
+// G10 for split pipelines, the merged rows: with a CHECK on
 // delay_aggregates that one real station violates, two split --drain
 // instances over the Auckland peak sample used to fail for good: the merging
 // instance exited 1 (`merge: write merged windows: copy: ... violates check

@@ -2,7 +2,7 @@
 
 package integration
 
-// G7 (DESIGN.md "Pipelines, instances and partitions", Split windows and
+// G7 (docs/design.md "Pipelines, instances and partitions", Split windows and
 // Draining a split pipeline): instances of one pipeline on disjoint
 // partitions write partial aggregates, merged once every partition passed a
 // window; together they end with the tables of one uninterrupted instance
@@ -282,12 +282,12 @@ func TestSplitCrashRestart(t *testing.T) {
 func TestSplitIdlePartitionDoesNotHoldTheMerge(t *testing.T) {
 	addr := startBroker(t)
 	db := freshDB(t)
-	at := func(min int) string { return fmt.Sprintf("2016-05-18T20:%02d:00Z", min) }
+	at := func(minute int) string { return fmt.Sprintf("2016-05-18T20:%02d:00Z", minute) }
 	var recs []rec
-	for min := 0; min <= 40; min++ {
+	for minute := 0; minute <= 40; minute++ {
 		for part := int32(0); part < 5; part++ {
 			trip := fmt.Sprintf("T%d", part)
-			recs = append(recs, rec{predictionsTopic, part, trip, pred(trip, "L1", fmt.Sprintf("S%d", min%4), "AT", 10*min+int(part), at(min))})
+			recs = append(recs, rec{predictionsTopic, part, trip, pred(trip, "L1", fmt.Sprintf("S%d", minute%4), "AT", 10*minute+int(part), at(minute))})
 		}
 	}
 	produceRecords(t, addr, recs...)

@@ -2,7 +2,7 @@
 
 package integration
 
-// The crash suite over split pipelines (issue 10; DESIGN.md G1-G7, "Split
+// The crash suite over split pipelines (G1-G7, docs/design.md "Split
 // windows"): two instances of one pipeline on disjoint partitions of both
 // topics run as services while the feed is produced, and the test breaks
 // them as production does: seeded random SIGKILLs of either instance,
@@ -148,7 +148,7 @@ func (r *rig) mergeState() (until string, pending int) {
 	r.t.Helper()
 	s := scalar[string](r.t, r.db, `SELECT coalesce((SELECT to_char(merged_until AT TIME ZONE 'UTC', 'HH24:MI:SS') FROM pipelines
 		WHERE name = 'ovstream'), '-') || ' ' || (SELECT count(DISTINCT window_start) FROM delay_partial_windows)`)
-	fmt.Sscanf(s, "%s %d", &until, &pending)
+	scan(r.t, s, "%s %d", &until, &pending)
 	return until, pending
 }
 
@@ -581,7 +581,7 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 
 // The drains of a split pipeline, the second breaking its last commit: the
 // one that found every partition drained, merged every remaining window and
-// ended the drain (DESIGN.md "Draining a split pipeline"). Once the server
+// ended the drain (docs/design.md "Draining a split pipeline"). Once the server
 // committed and COMMIT's answer is lost, once COMMIT never reaches it, once
 // the connection breaks at the statement that ends the drain. The stored
 // rows cannot tell the second drain whether its commit ended the drain (the

@@ -2,7 +2,7 @@
 
 package integration
 
-// Standby, not ping-pong (issue 10 step 2, DESIGN.md "Pipelines, instances
+// Standby, not ping-pong (docs/design.md "Pipelines, instances
 // and partitions"): a second instance of a pipeline waits while the owner of
 // its partitions is alive, takes over when the owner dies (its lease
 // expires) or stops cleanly (it releases them), never blocks on a frozen

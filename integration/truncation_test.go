@@ -15,7 +15,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// A leader change while run reads (issue 23, KIP-320; the embedded broker's
+// A leader change while run reads (KIP-320; the embedded broker's
 // ElectLeaders moves the leader epoch of arrival_predictions/0 from 0 to 1,
 // and fences fetches of epoch 0 as Kafka does): the partition's reader
 // stops at the change, its position is validated against the new leader

@@ -100,7 +100,7 @@ func (e *MigrationError) Error() string {
 
 func (e *MigrationError) Unwrap() error { return e.Err }
 
-// repair words the runbook's repair (README "Dirty migration") of a schema
+// repair words the runbook's repair (docs/runbook.md "Dirty migration") of a schema
 // marked dirty at version v by a failed `up`.
 func repair(v uint) string {
 	if v == 0 {

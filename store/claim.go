@@ -15,7 +15,7 @@ import (
 )
 
 // ClaimOptions say when a claim may take a partition another instance owns
-// (DESIGN.md "Pipelines, instances and partitions": standby, not ping-pong).
+// (docs/design.md "Pipelines, instances and partitions": standby, not ping-pong).
 type ClaimOptions struct {
 	// Lease: a partition whose owner's heartbeat is younger than this is
 	// held, and the claim returns *HeldError. Required, > 0. Every instance
@@ -293,7 +293,7 @@ func newHeldError(held []PartitionLease, opts ClaimOptions) *HeldError {
 // claim would return, or nil when it may take them (released, expired, an
 // earlier incarnation of the same instance id, --takeover, or no row yet).
 // A standby polls it on its lease connection, so that it holds no commit
-// connection while it waits (DESIGN.md "Standby, not ping-pong"); a nil
+// connection while it waits (docs/design.md "Standby, not ping-pong"); a nil
 // answer is no promise: the claim decides again under the row locks.
 func (s *Store) Held(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions) (*HeldError, error) {
 	var held []PartitionLease

@@ -21,7 +21,7 @@ type Added struct {
 
 // ClaimAdded makes owner, which already holds epoch for the other partitions
 // of pipeline, the owner of parts: partitions added to a topic while it runs
-// (DESIGN.md "Start-up": an instance that owns every partition starts them).
+// (docs/design.md "Start-up": an instance that owns every partition starts them).
 // Unlike Claim it does not raise the epoch, so the owner's commits, fenced by
 // one epoch, go on covering its other partitions. A partition is claimed when
 // it has no row yet (the usual case), or its row is unowned or already

@@ -12,7 +12,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// Commit writes b in ONE transaction (DESIGN.md "The commit"): fencing and the
+// Commit writes b in ONE transaction (docs/design.md "The commit"): fencing and the
 // watermark, windows (replace), latest state (newer wins), names (newer
 // wins; writeNames), dead letters (once), stream positions (never
 // backwards). It writes all of b or nothing (but a name PostgreSQL refuses,

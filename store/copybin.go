@@ -147,14 +147,6 @@ func appendFloat8(b []byte, f float64) []byte {
 	return binary.BigEndian.AppendUint64(b, math.Float64bits(f))
 }
 
-// appendNullFloat8 writes nil as NULL.
-func appendNullFloat8(b []byte, f *float64) []byte {
-	if f == nil {
-		return appendNull(b)
-	}
-	return appendFloat8(b, *f)
-}
-
 func appendInt8(b []byte, v int64) []byte {
 	b = binary.BigEndian.AppendUint32(b, 8)
 	return binary.BigEndian.AppendUint64(b, uint64(v))

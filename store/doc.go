@@ -1,7 +1,7 @@
 // Package store writes ovstream's results to PostgreSQL and reads back its
 // progress, with pgx v5 on ONE connection owned by one goroutine.
 //
-// The invariant (DESIGN.md "The commit"): the finalized windows, the
+// The invariant (docs/design.md "The commit"): the finalized windows, the
 // latest-state rows, the dead letters and the stream positions that produced
 // them are committed in ONE transaction, behind the fencing owner and epoch. So a stored
 // position never points past a record whose rows are not stored, and a commit

@@ -10,7 +10,7 @@ import (
 )
 
 // PipelineTables are the tables that hold a pipeline's rows in a `pipeline`
-// column (DESIGN.md "Schema"), all of them, so that DropPipeline leaves
+// column (docs/design.md "Schema"), all of them, so that DropPipeline leaves
 // nothing of a pipeline behind (a test compares this list with the schema).
 var PipelineTables = []string{"delay_aggregates", "delay_partial_windows", "vehicle_latest", "trip_delay_latest",
 	"dead_letters", "stream_positions", "pipeline_instances", "names", "refused_windows", "dead_letter_replays"}

@@ -15,7 +15,7 @@ import (
 // a partition of the pipeline's topics owned by another instance: a
 // partition was added and assigned to another instance while this one
 // believed it owned every partition. Nothing was written. The windows must
-// now be written as partials and merged (DESIGN.md "Split windows"): re-read
+// now be written as partials and merged (docs/design.md "Split windows"): re-read
 // the stored positions and start again, as a split instance.
 var ErrNotSoleOwner = errors.New("store: another instance owns a partition of the pipeline")
 

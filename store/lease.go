@@ -12,7 +12,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// Lease states of a partition (DESIGN.md "Pipelines, instances and
+// Lease states of a partition (docs/design.md "Pipelines, instances and
 // partitions"). A partition's lease is alive while its owner's heartbeat is
 // younger than the lease: the owner's pipeline_instances.heartbeat_at,
 // renewed every lease/3 outside the commit transaction, or, for an owner

@@ -61,7 +61,7 @@ func upsertNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggreg
 // refuses some of them (Refused: a constraint an operator added, an
 // encoding the database cannot hold), the others are written and each
 // refused one is reported to s.OnNameRefused: a name is a label, and must
-// never stall a partition (DESIGN.md G10). Other errors fail the commit.
+// never stall a partition (G10, docs/design.md "Guarantees the tests assert"). Other errors fail the commit.
 func (s *Store) writeNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggregate.Name) error {
 	return refusedRows(ctx, func() pgx.Tx { return tx }, names, probeMode[aggregate.Name]{keep: true}, func(tx pgx.Tx, ns []aggregate.Name) error {
 		return upsertNames(ctx, tx, pipeline, ns)

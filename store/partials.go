@@ -13,7 +13,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// Split pipelines (DESIGN.md "Pipelines, instances and partitions", Split
+// Split pipelines (docs/design.md "Pipelines, instances and partitions", Split
 // windows and Draining a split pipeline). An instance that does not own every
 // partition of its pipeline writes partial windows (delay_partial_windows,
 // one per window and source partition, aggregate.PartialWindow) with its positions; then, in the same

@@ -44,7 +44,7 @@ func (s *Store) LoadPositions(ctx context.Context, pipeline string) (map[aggrega
 }
 
 // SeedWatermark returns the watermark an instance owning parts starts from,
-// in UTC (DESIGN.md "Watermark and lateness"): the latest of max(window_end)
+// in UTC (docs/design.md "Watermark and lateness"): the latest of max(window_end)
 // of pipeline's delay_aggregates rows, the lowest watermark stored for parts
 // (a partition of parts without one, never committed, makes that part none:
 // its events may be older than any other partition's watermark) and the end of the last window the pipeline merged from partials
@@ -75,7 +75,7 @@ SELECT GREATEST(
 	return wm.UTC(), nil
 }
 
-// fence is a commit's first statement (DESIGN.md "The commit", step 2): it
+// fence is a commit's first statement (docs/design.md "The commit", step 2): it
 // checks that owner holds every partition of ps at epoch (its owner is owner
 // and its epoch is epoch) and that the database holds what this instance last
 // committed of each (its commit_seq is the Position's Seq), renews the

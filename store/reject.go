@@ -50,7 +50,7 @@ type RefusedRecord struct {
 
 // RejectedError is returned by Commit when PostgreSQL refused the batch for a
 // value it holds (Refused): nothing of the batch was written, and the fields
-// name every row PostgreSQL refuses (DESIGN.md "The commit"). Committing the
+// name every row PostgreSQL refuses (docs/design.md "The commit"). Committing the
 // same batch again fails again: rebuild it without the records of these rows.
 //
 // The rows are found again in a transaction that is rolled back: each part is
@@ -98,9 +98,9 @@ func (e *RejectedError) Unwrap() error { return e.Err }
 //
 // The search is bounded by ctx, the commit's own bound: when ctx ends first,
 // the rows found so far are returned, and the next round, on a batch
-// without their records, finds the rest (issue 24: 100,000 refused rows took
-// one search longer than a commit's two minutes, which then failed as a
-// whole and started again, for ever).
+// without their records, finds the rest (a search over a large rejection that outlasts a commit's
+// time limit fails the commit as a whole, and it would start again for
+// ever).
 func (s *Store) rejected(ctx context.Context, b *Batch, cause error) error {
 	rej := &RejectedError{Err: cause}
 	err := s.do(ctx, func(conn *pgx.Conn) error { return findRefused(ctx, conn, b, rej) })
@@ -220,8 +220,8 @@ type probeMode[T any] struct {
 // A probe rolled back is also released: a savepoint only rolled back to
 // stays, and so does the lock of every subtransaction that wrote under it.
 // A kept probe holds its subtransaction's lock until the transaction ends;
-// search bounds how many (issue 24: 155k refused records ran the server out
-// of shared memory, SQLSTATE 53200, max_locks_per_transaction).
+// search bounds how many (a large rejection holding every probe's locks runs
+// the server out of shared memory: SQLSTATE 53200, max_locks_per_transaction).
 func refusedRows[T any](ctx context.Context, tx func() pgx.Tx, rows []T, mode probeMode[T],
 	write func(pgx.Tx, []T) error, refused func(T, *pgconn.PgError)) error {
 	if len(rows) == 0 {

@@ -20,7 +20,7 @@ type OffsetRange struct {
 // partition without any is absent. A restart reads them for the range
 // [next_offset, consumed_offset) it replays: those records were
 // dead-lettered before and are skipped, whatever the wall clock says now
-// (DESIGN.md "Replay after a restart", G9). One query; each range is read
+// (docs/design.md "Replay after a restart", G9). One query; each range is read
 // through the primary key (pipeline, topic, partition, offset).
 func (s *Store) DeadLetterOffsets(ctx context.Context, pipeline string, ranges []OffsetRange) (map[aggregate.PartitionID][]int64, error) {
 	out := map[aggregate.PartitionID][]int64{}

@@ -8,8 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Replica is what a read from a hot standby is as old as (issue 22, reads
-// from a replica): the standby's last replayed transaction and WAL.
+// Replica is what a read from a hot standby is as old as: the standby's last replayed transaction and WAL.
 type Replica struct {
 	Server string `json:"server"` // host:port read
 	// LastReplayAt is the commit time of the last transaction the standby

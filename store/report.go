@@ -154,7 +154,7 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 // partition) and names at once, as autovacuum would within a minute or so:
 // for a report right after a bulk load (the demo), whose joins are planned
 // as nested loops over tables the planner still thinks empty otherwise
-// (seen: 23 s instead of milliseconds). PostgreSQL docs, "ANALYZE".
+// (seconds instead of milliseconds). PostgreSQL docs, "ANALYZE".
 func (s *Store) Analyze(ctx context.Context) error {
 	return s.do(ctx, func(c *pgx.Conn) error {
 		_, err := c.Exec(ctx, `ANALYZE delay_aggregates, names`)

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Retention (README "Retention"). delay_aggregates loses whole partitions,
+// Retention (docs/operations.md "Retention"). delay_aggregates loses whole partitions,
 // never rows one by one, and only partitions that can hold no window still
 // to be written. Its age is event time, not wall clock: a partition may be
 // dropped once its range ends at or before

@@ -38,7 +38,7 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("store: claim: %w", &HeldError{}), false},
 		{&CommitError{Ambiguous: true, Err: io.ErrUnexpectedEOF}, true},
 		{&CommitError{Err: &pgconn.PgError{Code: "23514"}}, false},
-		{noPartitionErr, true}, // dropped meanwhile: made again by the next commit
+		{errNoPartition, true}, // dropped meanwhile: made again by the next commit
 		{fmt.Errorf("x: %w", io.EOF), true},
 		{context.DeadlineExceeded, true},
 		{errors.New("something else"), false},
@@ -49,9 +49,9 @@ func TestRetryable(t *testing.T) {
 	}
 }
 
-// noPartitionErr is PostgreSQL's error for a row no partition of
+// errNoPartition is PostgreSQL's error for a row no partition of
 // delay_aggregates holds (as pgconn reports it: SQLSTATE 23514, no constraint).
-var noPartitionErr = fmt.Errorf("store: commit: upsert windows: copy: %w", &pgconn.PgError{Code: "23514",
+var errNoPartition = fmt.Errorf("store: commit: upsert windows: copy: %w", &pgconn.PgError{Code: "23514",
 	Message: `no partition of relation "delay_aggregates" found for row`, TableName: "delay_aggregates", Routine: "ExecFindPartition"})
 
 func TestRefused(t *testing.T) {
@@ -79,7 +79,7 @@ func TestRefused(t *testing.T) {
 		{&CommitError{Err: &pgconn.PgError{Code: "23503"}}, true}, // a deferred constraint, at COMMIT
 		{fmt.Errorf("x: %w", ErrFenced), false},
 		{io.EOF, false},
-		{noPartitionErr, false}, // no partition holds the row: Retryable
+		{errNoPartition, false}, // no partition holds the row: Retryable
 	} {
 		if got := Refused(c.err); got != c.want {
 			t.Errorf("Refused(%v) = %t, want %t", c.err, got, c.want)

@@ -13,7 +13,7 @@ import (
 
 // Settings are what every instance of a pipeline must share (pipelines
 // .window_size, .topics): instances with another window size or other topics
-// finalize and merge windows that disagree (issue 24). Allowed lateness may
+// finalize and merge windows that disagree. Allowed lateness may
 // differ per instance: it decides when a window is final, not what it holds.
 type Settings struct {
 	Window time.Duration // tumbling window size; 0 when none is recorded

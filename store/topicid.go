@@ -40,7 +40,7 @@ func (s *Store) TopicIDs(ctx context.Context, pipeline string) (map[aggregate.Pa
 // offsets of each partition of ids belong to the Kafka topic with that ID,
 // and moves the positions of resets to their NextOffset (= ConsumedOffset),
 // even backwards: the operator chose --on-offset-out-of-range=earliest|latest
-// for a topic that was deleted and recreated (DESIGN.md "Start-up"). So a
+// for a topic that was deleted and recreated (docs/design.md "Start-up"). So a
 // crash never leaves offsets of the new topic under the old topic's ID, nor
 // the old offsets under the new ID. ErrFenced when owner no longer holds one
 // of the partitions at epoch.

@@ -11,7 +11,7 @@ const (
 	ReasonDecode = "decode" // the payload breaks the data contract
 	ReasonFuture = "future" // event_time later than wall clock + max future skew
 	ReasonLate   = "late"   // the event's window was already finalized when it arrived
-	// ReasonRejected: PostgreSQL refused a row the record produced (DESIGN.md "The commit").
+	// ReasonRejected: PostgreSQL refused a row the record produced (docs/design.md "The commit").
 	ReasonRejected = "rejected"
 )
 
@@ -48,7 +48,7 @@ type Trip struct {
 // Position is the stored progress of one partition (table stream_positions).
 // NextOffset is the committable offset: every record below it is durable.
 // ConsumedOffset is one past the last record consumed when it was stored
-// (>= NextOffset); DESIGN.md "Replay after a restart" uses it.
+// (>= NextOffset); docs/design.md "Replay after a restart" uses it.
 type Position struct {
 	aggregate.PartitionID
 	NextOffset     int64
@@ -126,7 +126,7 @@ type Batch struct {
 func (b *Batch) WindowRows() int { return len(b.Windows) + b.Closed.Len() }
 
 // Split is what a commit of a split pipeline needs besides its rows
-// (DESIGN.md "Pipelines, instances and partitions", Split windows).
+// (docs/design.md "Pipelines, instances and partitions", Split windows).
 type Split struct {
 	Topic  string        // the predictions topic: Partials are of its partitions
 	Topics []string      // the pipeline's topics: every partition of them takes part in the merge

@@ -40,7 +40,7 @@ func TestKill9KeepsAcknowledged(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	defer func() { _ = cmd.Process.Kill() }()
 	sc := bufio.NewScanner(out)
 	var addr string
 	for sc.Scan() {

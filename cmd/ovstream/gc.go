@@ -11,9 +11,9 @@ import (
 
 // gcPercent is run's GOGC when a memory limit is in force and the
 // environment does not set GOGC: the heap may grow to 4x the live heap
-// between collections, and the limit bounds it. At 5M predictions this and
-// the 224 MiB limit took ovstream's CPU from 25.3 s to 23.3 s in one trial
-// (BENCHMARKS.md, section 6).
+// between collections, and the limit bounds it. This and the 224 MiB limit
+// lowered ovstream's CPU (measured, docs/benchmarks-history.md "6. Fetch
+// size, garbage collector, batches").
 const gcPercent = 300
 
 // defaultMemoryLimit is --memory-limit when neither the flag nor GOMEMLIMIT

@@ -17,7 +17,7 @@ const (
 	exitOK     = 0
 	exitError  = 1 // any failure not listed below
 	exitUsage  = 2 // bad flags or arguments
-	exitFenced = 3 // another instance claimed the pipeline (DESIGN.md, fencing epoch)
+	exitFenced = 3 // another instance claimed the pipeline (docs/design.md "Pipelines, instances and partitions")
 )
 
 func main() {

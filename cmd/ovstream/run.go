@@ -278,7 +278,7 @@ func cmdRun(ctx context.Context, f *runFlags, stdout, stderr io.Writer) int {
 	if err != nil && ctx.Err() != nil && (sum == nil || errors.Is(err, context.Canceled)) {
 		// SIGTERM while starting (connecting, checking the schema, claiming):
 		// nothing was written after it, and stopping is what was asked
-		// (DESIGN.md "Shutdown and drain"): a clean stop, exit 0.
+		// (docs/design.md "Shutdown and drain"): a clean stop, exit 0.
 		cfg.Logger.Info("stopped during start-up", "err", err)
 		err = nil
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// Where a flag's value comes from, first wins (DESIGN.md "Interface"):
+// Where a flag's value comes from, first wins (docs/design.md "Interface"):
 //
 //  1. the command line;
 //  2. the environment: OVSTREAM_<FLAG> (upper case, '-' as '_'), then the

@@ -4,7 +4,7 @@
 // pipeline's lag.
 //
 // Guarantee: monitoring only. The mirror is never read back (ovstream seeks
-// from stream_positions in PostgreSQL, DESIGN.md), it never blocks the run
+// from stream_positions in PostgreSQL, docs/design.md "The commit"), it never blocks the run
 // loop (Commit only records the newest offsets; one goroutine sends them),
 // and a failure is logged and counted, never fatal. The committed offset of
 // a partition is its stored next_offset: every record below it is durable in

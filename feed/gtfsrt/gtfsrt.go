@@ -1,5 +1,5 @@
 // Package gtfsrt turns GTFS-realtime FeedMessage files (protobuf) into the
-// events of the data contract (DESIGN.md): arrival predictions from
+// events of the data contract (docs/data-contract.md): arrival predictions from
 // TripUpdates and vehicle positions from VehiclePositions.
 //
 // Guarantees: files are processed in feed-header-timestamp order (ties by

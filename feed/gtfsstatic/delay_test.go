@@ -63,7 +63,9 @@ func writeZip(t *testing.T, files map[string]string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fw.Write([]byte(body))
+		if _, err := fw.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

@@ -64,7 +64,7 @@ func Load(path string) (*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gtfsstatic: %w", err)
 	}
-	defer closeFeed()
+	defer func() { _ = closeFeed() }() // a feed read, not written: closing loses nothing
 	s := &Schedule{trips: make(map[string]int32), routes: make(map[string]Route), stopNames: make(map[string]string)}
 	wrap := func(err error) error { return fmt.Errorf("gtfsstatic: %s: %w", path, err) }
 

@@ -12,7 +12,7 @@ const SkipContract = "breaks the data contract: "
 
 // Conform removes from res the events that `run` would dead-letter as
 // undecodable, so a producer emits only records of the data contract
-// (DESIGN.md "Data contract"): each event is encoded as it would be
+// (docs/design.md "Data contract"): each event is encoded as it would be
 // produced (EncodePrediction, EncodePosition) and decoded with the
 // consumer's own decoder (aggregate.DecodePrediction, DecodePosition); one
 // that fails is counted in res.Skipped under SkipContract + the decoder's

@@ -9,7 +9,7 @@ import (
 )
 
 // EncodePrediction returns p as one arrival_predictions message value, the
-// JSON object of the data contract (DESIGN.md): trip_id, line, stop_id,
+// JSON object of the data contract (docs/data-contract.md): trip_id, line, stop_id,
 // operator, delay_s, event_time (RFC 3339 in UTC, "2006-01-02T15:04:05Z"),
 // then vehicle_id, stop_sequence, line_name, line_short_name and stop_name
 // when present.

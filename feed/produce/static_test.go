@@ -22,7 +22,7 @@ func TestPollWithStaticFeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) }))
 	defer srv.Close()
 	sched, err := gtfsstatic.Load("../../testdata/halifax-20251106/google_transit_trimmed.zip")
 	if err != nil {

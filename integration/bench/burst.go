@@ -15,7 +15,7 @@ import (
 	"github.com/ovstream/ovstream/feed/produce"
 )
 
-// The burst measurement (--burst-keys; issue 14, goal 4): peak RSS of
+// The burst measurement (--burst-keys): peak RSS of
 // `ovstream run --drain` over data where ONE 5-minute window holds N new
 // station ids, against run's soft memory limit. The data is --burst-around
 // predictions of the Auckland archive (and their synthesized positions) with

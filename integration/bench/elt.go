@@ -15,7 +15,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 )
 
-// Phase (e), the peer (issue 14, goal 1): what users build instead of
+// Phase (e), the peer: what users build instead of
 // ovstream, "ELT" (a Kafka Connect JDBC sink plus scheduled SQL). It reads the
 // predictions topic with sarama, decodes each message with the project's
 // decoder (aggregate.DecodePrediction: the same validity rules as `run`, the
@@ -56,7 +56,7 @@ const eltRawDDL = `CREATE TABLE ` + eltRawTable + ` (
 var eltRawColumns = []string{"trip_id", "line", "stop_id", "operator", "delay_s", "event_time", "vehicle_id", "stop_sequence"}
 
 // eltTransformSQL is the one statement of the transform: each raw row counts
-// in four rows of its epoch-aligned window (DESIGN.md "Windows"), operator is
+// in four rows of its epoch-aligned window (docs/design.md "Windows"), operator is
 // the one operator of the row's events or NULL, p90 is percentile_cont(0.9).
 var eltTransformSQL = fmt.Sprintf(`INSERT INTO delay_aggregates (pipeline, window_start, window_end,
 	dimension, dimension_id, operator, event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s)

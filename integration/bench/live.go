@@ -1,6 +1,6 @@
 package main
 
-// The live phase (issue 26): a producer writes the archive's predictions and
+// The live phase: a producer writes the archive's predictions and
 // positions at a fixed rate, event times moved onto the wall clock, while
 // `ovstream run` runs as a service with its default flags; the phase measures
 // per finalized window row how long after its window became closable the row
@@ -206,7 +206,7 @@ func (lr *liveRun) run(ctx context.Context) (*liveResult, error) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		return cmd.Wait()
 	}
-	defer stop()
+	defer func() { _ = stop() }()
 	addrc := make(chan string, 1)
 	var tail []string
 	var tailMu sync.Mutex

@@ -21,7 +21,7 @@ import (
 // record at or past each threshold was acknowledged. It is franz-go's kgo
 // client, not sarama's AsyncProducer: one sarama producer goroutine topped
 // out near 10,000-44,000 messages/s here, below the rates the sustained
-// search must try (issue 26 asks for 150,000).
+// search must try (up to 150,000).
 type liveProducer struct {
 	cl         *kgo.Client
 	d          *dataset

@@ -1,5 +1,5 @@
 // Command bench measures ovstream end to end against the two costs it cannot
-// avoid, in one run on the same data (issue 6, BENCHMARKS.md):
+// avoid, in one run on the same data (BENCHMARKS.md "Method"):
 //
 //	(a) T_read:     a bare sarama ConsumePartition reader over every partition that only counts;
 //	(b) T_ovstream: `ovstream run --drain` on a fresh database, from process start to exit;

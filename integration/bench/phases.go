@@ -74,7 +74,7 @@ func startBroker(bin, kind, topics string) (*broker, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("broker: unexpected first line %q", line)
 	}
-	go io.Copy(io.Discard, out)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
 	return &broker{kind: brokerEmbedded, cmd: cmd, addr: addr}, nil
 }
 
@@ -146,7 +146,8 @@ var readFetchBytes int32
 
 // consumerConfig is the sarama configuration of ovstream's reader
 // (consumer/source.go newSaramaConfig) on sarama's defaults, 1 MiB fetches
-// included: the bare reader is fastest with them (BENCHMARKS.md, proposal C).
+// included: the bare reader is fastest with them (docs/benchmarks-history.md
+// "Results at 5M predictions", proposal C).
 func consumerConfig() *sarama.Config {
 	c := sarama.NewConfig()
 	if readFetchBytes > 0 {

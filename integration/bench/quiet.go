@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Quiet-machine discipline (issue 14, goal 5). A timed phase starts only
+// Quiet-machine discipline. A timed phase starts only
 // once the machine's 1-minute load average (/proc/loadavg) is at most
 // --max-load: the bench first waits up to --settle for it to fall (the
 // bench's own phases raise it too: a 20 s phase on both cores lifts it by

@@ -93,7 +93,7 @@ func splitPhase(ctx context.Context, o options, b *broker, dbs *databases, runDB
 }
 
 // runSplit is phase (d): the two instances side by side, each draining its
-// half; the last to drain merges every window (README "split pipelines").
+// half; the last to drain merges every window (docs/design.md "Draining a split pipeline").
 // T_split runs from starting the first to the exit of the last.
 func runSplit(o options, dbURL, brokers string, logTo io.Writer) (*splitResult, error) {
 	s := &splitResult{parts: splitHalves(topics)}

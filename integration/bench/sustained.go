@@ -1,6 +1,6 @@
 package main
 
-// The highest sustained rate (issue 26 item 2, --sustained): the largest
+// The highest sustained rate (--sustained): the largest
 // produce rate at which the consumer's lag stays bounded for
 // --sustained-duration (2m), with the CPU of the broker, ovstream and
 // PostgreSQL at that rate. Each rate is one live run (live.go) on fresh

@@ -1,5 +1,5 @@
 // Command crashloop measures how long an ovstream instance must live after a
-// restart to make progress (issue 11, item 8; BENCHMARKS.md "Progress under
+// restart to make progress (docs/benchmarks-history.md "Progress under
 // repeated crashes"), and what repeated SIGKILLs at a fixed interval do.
 //
 // A restart seeks every partition to its stored next_offset (the committable

@@ -270,12 +270,10 @@ func (d *databases) dropAll(ctx context.Context) {
 
 // stored is what stream_positions and delay_aggregates hold for the pipeline.
 type stored struct {
-	next     map[int32]int64
-	sumNext  int64
-	windows  int64     // distinct window_start in delay_aggregates
-	seed     time.Time // the watermark a restart seeds (store.SeedWatermark)
-	commits  time.Time // newest updated_at
-	complete bool      // every partition has a next_offset
+	next    map[int32]int64
+	sumNext int64
+	windows int64     // distinct window_start in delay_aggregates
+	seed    time.Time // the watermark a restart seeds (store.SeedWatermark)
 }
 
 func readStored(ctx context.Context, conn *pgx.Conn) (stored, error) {

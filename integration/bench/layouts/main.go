@@ -1,5 +1,5 @@
 // Command layouts measures what PostgreSQL pays to store the distributions of
-// delay_aggregates rows in each candidate layout (BENCHMARKS.md
+// delay_aggregates rows in each candidate layout (docs/benchmarks-history.md
 // "Distributions"), on the rows of a finished `make bench` run:
 //
 //	none        the rows without distributions (schema 4)
