@@ -256,7 +256,8 @@ func (w *Watermark) MaxEvent(p PartitionID) (time.Time, bool) {
 // with an event time seen), false when there is none. A backfill can pause
 // the partitions far ahead of it, so that it reads the partitions in step by
 // event time and its open windows stay few whatever the backlog
-// (BENCHMARKS.md, "flow control by event time").
+// (docs/benchmarks-history.md "5. The run loop", flow control by event
+// time).
 func (w *Watermark) Slowest(now time.Time) (time.Time, bool) {
 	var slowest time.Time
 	ok := false

@@ -195,12 +195,12 @@ func TestRealKafkaLeaderChangeNoLateRecords(t *testing.T) {
 			time.Sleep(4 * time.Second) // quiet longer than the idle timeout: every partition idle
 			victim, moved := busiestLeader(t, c, r.pred, 6)
 			t.Logf("%s node %d, leader of %s partitions %v (partition: leader epoch)", fault, victim.ID, r.pred, moved)
-			recover := r.fault(fault, victim)
+			heal := r.fault(fault, victim)
 			r.waitLeaders(victim, moved)
 			// The feed resumes while the old leader is away, then after it is back.
 			r.prod.connect(r.others(victim)...)
 			r.prod.produceFor(20 * time.Second)
-			recover()
+			heal()
 			r.prod.produceFor(10 * time.Second)
 			r.finish()
 		})
@@ -234,7 +234,7 @@ func TestRealKafkaLeaderChangesLong(t *testing.T) {
 		} else {
 			r.prod.running.Store(true)
 		}
-		var recover func()
+		var heal func()
 		switch fault {
 		case "quorum":
 			second := r.others(victim)[rng.IntN(2)]
@@ -246,9 +246,9 @@ func TestRealKafkaLeaderChangesLong(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			recover = func() {}
+			heal = func() {}
 		default:
-			recover = r.fault(fault, victim)
+			heal = r.fault(fault, victim)
 			r.waitLeaders(victim, moved)
 			if fault == "stop" {
 				time.Sleep(time.Duration(rng.IntN(3)) * time.Second)
@@ -258,7 +258,7 @@ func TestRealKafkaLeaderChangesLong(t *testing.T) {
 			r.prod.connect(r.others(victim)...)
 		}
 		r.prod.produceFor(time.Duration(5+rng.IntN(10)) * time.Second)
-		recover()
+		heal()
 	}
 	r.prod.connect(c.Nodes...)
 	r.prod.produceFor(5 * time.Second)
@@ -312,7 +312,7 @@ func (r *leaderRig) others(n *realkafka.Node) []*realkafka.Node {
 
 // fault SIGKILLs victim ("kill") or stops its JVM ("stop") and returns what
 // brings it back.
-func (r *leaderRig) fault(kind string, victim *realkafka.Node) (recover func()) {
+func (r *leaderRig) fault(kind string, victim *realkafka.Node) (heal func()) {
 	r.t.Helper()
 	switch kind {
 	case "kill":
