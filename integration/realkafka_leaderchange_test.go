@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ovstream/ovstream/integration/realkafka"
@@ -190,13 +191,14 @@ func TestRealKafkaLeaderChangeNoLateRecords(t *testing.T) {
 	c := sharedCluster(t)
 	for _, fault := range []string{"kill", "stop"} {
 		t.Run(fault, func(t *testing.T) {
-			r := newLeaderRig(t, c, fault, "3s")
+			r := newLeaderRig(t, c, fault, "3s", "2s")
 			r.prod.produceFor(10 * time.Second)
 			time.Sleep(4 * time.Second) // quiet longer than the idle timeout: every partition idle
 			victim, moved := busiestLeader(t, c, r.pred, 6)
 			t.Logf("%s node %d, leader of %s partitions %v (partition: leader epoch)", fault, victim.ID, r.pred, moved)
 			heal := r.fault(fault, victim)
 			r.waitLeaders(victim, moved)
+			r.waitWritable(victim)
 			// The feed resumes while the old leader is away, then after it is back.
 			r.prod.connect(r.others(victim)...)
 			r.prod.produceFor(20 * time.Second)
@@ -212,13 +214,16 @@ func TestRealKafkaLeaderChangeNoLateRecords(t *testing.T) {
 // JVM stopped until a new leader is elected and the feed went on for 5 to
 // 15 s, during the feed or during a pause longer than the idle timeout (the
 // default, 30 s), and the loss of the controller quorum (two of the three
-// nodes SIGKILLed) during a pause. Every round the feed resumes once the
-// partitions have leaders. 0 `late` dead letters, and the windows equal the
-// SQL oracle over every record produced.
+// nodes SIGKILLed) during a pause. After a fault in a pause the feed
+// resumes once every partition has a leader and two in-sync replicas: a
+// record that waited in the producer for a leader would reach the log later
+// than its event time, late by definition. Allowed lateness 5 s, window
+// 10 s. 0 `late` dead letters, and the windows equal the SQL oracle over
+// every record produced.
 func TestRealKafkaLeaderChangesLong(t *testing.T) {
 	c := sharedCluster(t)
 	rng := crashSeed(t)
-	r := newLeaderRig(t, c, "long", "30s")
+	r := newLeaderRig(t, c, "long", "30s", "5s")
 	for round := range 5 {
 		quiet := rng.IntN(2) == 0
 		fault := []string{"kill", "stop", "quorum"}[rng.IntN(3)]
@@ -246,10 +251,12 @@ func TestRealKafkaLeaderChangesLong(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			r.waitWritable()
 			heal = func() {}
 		default:
 			heal = r.fault(fault, victim)
 			r.waitLeaders(victim, moved)
+			r.waitWritable(victim)
 			if fault == "stop" {
 				time.Sleep(time.Duration(rng.IntN(3)) * time.Second)
 			}
@@ -266,8 +273,8 @@ func TestRealKafkaLeaderChangesLong(t *testing.T) {
 }
 
 // leaderRig is a split pipeline (two instances and a standby of the first)
-// reading a live feed on the three-node cluster, with a short window (10 s)
-// and allowed lateness (2 s).
+// reading a live feed on the three-node cluster, with a short window (10 s),
+// idle timeout and allowed lateness.
 type leaderRig struct {
 	t         *testing.T
 	c         *realkafka.Cluster
@@ -280,7 +287,7 @@ type leaderRig struct {
 	procs     []*proc
 }
 
-func newLeaderRig(t *testing.T, c *realkafka.Cluster, name, idle string) *leaderRig {
+func newLeaderRig(t *testing.T, c *realkafka.Cluster, name, idle, lateness string) *leaderRig {
 	t.Helper()
 	r := &leaderRig{t: t, c: c, db: freshDB(t), pipeline: "lc_" + name}
 	r.pred, r.pos = kafkaTopics(t, c, fmt.Sprintf("lc%s%d", name, rand.IntN(1e6)), map[string]string{"min.insync.replicas": "2"})
@@ -289,7 +296,7 @@ func newLeaderRig(t *testing.T, c *realkafka.Cluster, name, idle string) *leader
 		fmt.Sprintf("%[1]s:3,%[1]s:4,%[1]s:5,%[2]s:1,%[2]s:2", r.pred, r.pos),
 	}
 	r.flags = []string{"--pipeline", r.pipeline, "--topics", r.pred + "," + r.pos, "--window", "10s",
-		"--allowed-lateness", "2s", "--idle-timeout", idle, "--lease", "5s"}
+		"--allowed-lateness", lateness, "--idle-timeout", idle, "--lease", "5s"}
 	r.prod = startLiveProducer(t, c, r.pred, r.pos)
 	r.procs = []*proc{r.start(r.split[0]), r.start(r.split[1]), r.start(r.split[0])}
 	return r
@@ -344,6 +351,51 @@ func (r *leaderRig) waitLeaders(victim *realkafka.Node, moved map[int32]int32) {
 			l, e, err := r.c.Leader(r.pred, p)
 			if err != nil || l < 0 || l == victim.ID || e <= epoch {
 				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitWritable waits until every partition of the rig's topics has a leader
+// other than down and at least two in-sync replicas (min.insync.replicas),
+// as the metadata of a running node but down says: a produce then succeeds
+// at once, so no record waits in the producer for a leader and reaches the
+// log later than its event time (which would make it late by definition).
+func (r *leaderRig) waitWritable(down ...*realkafka.Node) {
+	r.t.Helper()
+	gone := map[int32]bool{}
+	for _, n := range down {
+		gone[n.ID] = true
+	}
+	var seeds []string
+	for _, n := range r.c.Nodes {
+		if !gone[n.ID] {
+			seeds = append(seeds, n.Addr())
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	waitFor(r.t, 2*time.Minute, "every partition writable (a leader, 2 in-sync replicas)", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		md, err := adm.Metadata(ctx, r.pred, r.pos)
+		if err != nil {
+			return false
+		}
+		for _, topic := range []string{r.pred, r.pos} {
+			t, ok := md.Topics[topic]
+			if !ok || t.Err != nil || len(t.Partitions) == 0 {
+				return false
+			}
+			for _, p := range t.Partitions {
+				if p.Err != nil || p.Leader < 0 || gone[p.Leader] || len(p.ISR) < 2 {
+					return false
+				}
 			}
 		}
 		return true
