@@ -1,0 +1,200 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pgBouncer is a PgBouncer of the test's own (Debian's package pgbouncer),
+// on a free port of 127.0.0.1 in front of the test's PostgreSQL, with the
+// configuration the test wrote into a temporary folder: PgBouncer's defaults
+// but for the pool mode (and extra, when given). It is stopped when the test
+// ends.
+type pgBouncer struct {
+	t    *testing.T
+	port int
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// startPgBouncer starts PgBouncer in poolMode ("session", "transaction")
+// with the settings extra (ini lines of its [pgbouncer] section) in front of
+// the server of testDatabaseURL, every database name passed through.
+func startPgBouncer(t *testing.T, poolMode, extra string) *pgBouncer {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		bin = "/usr/sbin/pgbouncer"
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatal("the pooler tests need PgBouncer: install pgbouncer (.ci/install-deps.sh)")
+		}
+	}
+	server, err := url.Parse(testDatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(testServerAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "ovstream-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &pgBouncer{t: t, port: l.Addr().(*net.TCPAddr).Port, log: filepath.Join(dir, "pgbouncer.log"), done: make(chan struct{})}
+	l.Close()
+	userName := server.User.Username()
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+logfile = %s
+pool_mode = %s
+%s
+`, host, port, b.port, filepath.Join(dir, "userlist.txt"), b.log, poolMode, extra)
+	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(fmt.Sprintf("%q \"\"\n", userName)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{filepath.Join(dir, "pgbouncer.ini")}
+	if os.Geteuid() == 0 { // PgBouncer refuses to run as root
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root, PgBouncer needs the user postgres: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"-u", "postgres"}, args...)
+	}
+	b.cmd = exec.Command(bin, args...)
+	out := &lockedWriter{w: new(bytes.Buffer)}
+	b.cmd.Stdout, b.cmd.Stderr = out, out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = b.cmd.Wait(); close(b.done) }()
+	t.Cleanup(b.stop)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", b.port), time.Second)
+		if err == nil {
+			c.Close()
+			return b
+		}
+		select {
+		case <-b.done:
+			t.Fatalf("pgbouncer exited: %s\n%s", out.w.String(), b.logText())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer does not listen on %d after 20 s: %s", b.port, b.logText())
+		}
+	}
+}
+
+// url returns db (a URL of the test's server) with PgBouncer's address.
+func (b *pgBouncer) url(db string) string {
+	b.t.Helper()
+	u, err := url.Parse(db)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("127.0.0.1:%d", b.port)
+	return u.String()
+}
+
+// stop ends PgBouncer (SIGINT: it closes its connections at once).
+func (b *pgBouncer) stop() {
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+}
+
+func (b *pgBouncer) logText() string {
+	text, _ := os.ReadFile(b.log)
+	return string(text)
+}
+
+// Through a session-mode PgBouncer with its default configuration (no
+// ignore_startup_parameters: it refuses any startup parameter but a few it
+// tracks), `migrate up` and `run --drain` of the Auckland peak store exactly
+// what the SQL oracle computes from the topic: every session setting is SET
+// on the connection, none is a startup parameter.
+func TestPgBouncerSessionModeDrainEqualsSQLOracle(t *testing.T) {
+	bouncer := startPgBouncer(t, "session", "")
+	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
+	db := emptyDB(t)
+	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	via := bouncer.url(db)
+	m := startOvstream(t, nil, "migrate", "up", "--database-url", via)
+	if code := m.wait(t, time.Minute); code != 0 {
+		t.Fatalf("migrate up through PgBouncer exited %d:\n%s", code, m.output())
+	}
+	drainedEqualsOracle(t, db, addr, 4610, drain(t, via, addr, "--connect-timeout", "5s"))
+	if !strings.Contains(bouncer.logText(), "login attempt: db="+strings.TrimPrefix(mustPath(t, db), "/")) {
+		t.Fatalf("PgBouncer's log shows no login to the test's database:\n%s", bouncer.logText())
+	}
+}
+
+func mustPath(t *testing.T, db string) string {
+	t.Helper()
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Path
+}
+
+// drainedEqualsOracle checks the tables of db after a drain of the
+// predictions topic of the broker at addr (runOutput: the run's output,
+// shown when nothing was stored): the topic holds records records, and
+// delay_aggregates and its distributions equal the SQL oracle's.
+func drainedEqualsOracle(t *testing.T, db, addr string, records int, runOutput string) {
+	t.Helper()
+	if n := loadOracleInput(t, db, addr, predictionsTopic); n != records {
+		t.Fatalf("topic holds %d records, want %d", n, records)
+	}
+	got := dump(t, db, dumpAggregates)
+	if len(got) == 0 {
+		t.Fatalf("no delay_aggregates rows; run output:\n%s", runOutput)
+	}
+	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, oracleAggregates))
+	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+}
