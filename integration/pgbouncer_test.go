@@ -15,6 +15,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/migrations"
 )
 
 // pgBouncer is a PgBouncer of the test's own (Debian's package pgbouncer),
@@ -152,6 +157,10 @@ func (b *pgBouncer) logText() string {
 	return string(text)
 }
 
+// ignoredTimeouts is the ignore_startup_parameters an operator adds so that
+// PgBouncer accepts the startup packet of ovstream before this change.
+const ignoredTimeouts = "lock_timeout, statement_timeout, idle_in_transaction_session_timeout"
+
 // Through a session-mode PgBouncer with its default configuration (no
 // ignore_startup_parameters: it refuses any startup parameter but a few it
 // tracks), `migrate up` and `run --drain` of the Auckland peak store exactly
@@ -197,4 +206,111 @@ func drainedEqualsOracle(t *testing.T, db, addr string, records int, runOutput s
 	}
 	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, oracleAggregates))
 	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+}
+
+// Through PgBouncer in transaction mode (with the ignore_startup_parameters
+// an operator adds to get past the startup packet), `run` exits non-zero at
+// start-up with one line that names the pool mode and the docs page, and
+// writes nothing: its commits keep state in the session (temporary tables,
+// prepared statements), which that mode lends to other clients between
+// transactions.
+func TestPgBouncerTransactionModeRefusedAtStart(t *testing.T) {
+	bouncer := startPgBouncer(t, "transaction", "ignore_startup_parameters = "+ignoredTimeouts)
+	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
+	db := freshDB(t)
+	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	p := startOvstream(t, nil, runArgs(bouncer.url(db), addr, "--drain", "--connect-timeout", "5s")...)
+	code := p.wait(t, time.Minute)
+	out := p.output()
+	if code == 0 {
+		t.Fatalf("run through a transaction pool exited 0:\n%s", out)
+	}
+	var refusals []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "pool_mode = transaction") && !strings.HasPrefix(line, "time=") { // not the log's record of the exit
+			refusals = append(refusals, line)
+		}
+	}
+	if len(refusals) != 1 || !strings.HasPrefix(refusals[0], "ovstream run: ") || !strings.Contains(refusals[0], "docs/poolers.md") ||
+		strings.Contains(out, "retrying") {
+		t.Fatalf("exit %d; want one line `ovstream run: ...pool_mode = transaction...docs/poolers.md` and no retry:\n%s", code, out)
+	}
+	for _, table := range []string{"stream_positions", "delay_aggregates", "trip_delay_latest", "vehicle_latest", "dead_letters", "pipeline_instances"} {
+		if n := dump(t, db, "SELECT count(*) FROM "+table); fmt.Sprint(n) != "[[0]]" {
+			t.Errorf("%s holds %v rows after the refused run, want 0", table, n)
+		}
+	}
+	t.Logf("exit %d: %s", code, refusals[0])
+}
+
+// `migrate up` through PgBouncer in transaction mode (with the
+// ignore_startup_parameters an operator adds to get past the startup
+// packet) is refused the same way before it takes golang-migrate's advisory
+// lock, which would stay with a server connection the pooler keeps: nothing
+// is written, not even the version table.
+func TestPgBouncerTransactionModeMigrateRefused(t *testing.T) {
+	bouncer := startPgBouncer(t, "transaction", "ignore_startup_parameters = "+ignoredTimeouts)
+	db := emptyDB(t)
+	p := startOvstream(t, nil, "migrate", "up", "--database-url", bouncer.url(db))
+	code := p.wait(t, time.Minute)
+	out := p.output()
+	if code == 0 || !strings.Contains(out, "pool_mode = transaction") || !strings.Contains(out, "docs/poolers.md") {
+		t.Fatalf("migrate up through a transaction pool: exit %d, want non-zero naming pool_mode and docs/poolers.md:\n%s", code, out)
+	}
+	if n := dump(t, db, "SELECT to_regclass('schema_migrations') IS NULL"); fmt.Sprint(n) != "[[true]]" {
+		t.Fatalf("schema_migrations exists after the refused migrate up")
+	}
+}
+
+// `migrate up` through a session pool waits for golang-migrate's advisory
+// lock, held here by another session, at most migrations.LockTimeout
+// (lock_timeout is SET on the session, so ignore_startup_parameters, which
+// drops it from the startup packet, cannot lose it) and SIGTERM ends the
+// wait at once; once the lock is free, it migrates.
+func TestPgBouncerMigrateLockWaitBounded(t *testing.T) {
+	bouncer := startPgBouncer(t, "session", "ignore_startup_parameters = "+ignoredTimeouts)
+	db := emptyDB(t)
+	ctx := testCtx(t)
+	holder, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	lockID, err := database.GenerateAdvisoryLockId(mustPath(t, db), "public", migrations.MigrationsTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", lockID); err != nil {
+		t.Fatal(err)
+	}
+	via := bouncer.url(db)
+
+	p := startOvstream(t, nil, "migrate", "up", "--database-url", via)
+	time.Sleep(2 * time.Second)
+	if err := p.cmd.Process.Signal(sigterm); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	code := p.wait(t, 30*time.Second)
+	if took := time.Since(stopped); code == 0 || took > 3*time.Second {
+		t.Fatalf("migrate up after SIGTERM: exit %d %v after the signal, want non-zero within 3 s:\n%s", code, took, p.output())
+	}
+	t.Logf("SIGTERM: exit %d after %v: %s", code, time.Since(stopped).Round(time.Millisecond), strings.TrimSpace(p.output()))
+
+	began := time.Now()
+	p = startOvstream(t, nil, "migrate", "up", "--database-url", via)
+	code = p.wait(t, time.Minute)
+	took := time.Since(began)
+	if code == 0 || !strings.Contains(p.output(), "SQLSTATE 55P03") || took < migrations.LockTimeout || took > migrations.LockTimeout+10*time.Second {
+		t.Fatalf("migrate up behind the lock: exit %d after %v, want non-zero with 55P03 after %v:\n%s", code, took, migrations.LockTimeout, p.output())
+	}
+	t.Logf("lock held: exit %d after %v", code, took.Round(time.Millisecond))
+
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", lockID); err != nil {
+		t.Fatal(err)
+	}
+	p = startOvstream(t, nil, "migrate", "up", "--database-url", via)
+	if code := p.wait(t, time.Minute); code != 0 || !strings.Contains(p.output(), fmt.Sprintf("schema at version %d (was 0)", migrations.Latest())) {
+		t.Fatalf("migrate up with the lock free: exit %d:\n%s", code, p.output())
+	}
 }

@@ -48,12 +48,16 @@ func connConfig(u *url.URL) (*pgx.ConnConfig, pgsession.Settings, error) {
 	return config, settings, nil
 }
 
-// connect opens one connection of u with its session settings (connConfig).
+// connect opens one connection of u with its session settings (connConfig),
+// for a few reads (Version, the down guards): their statements use the
+// simple protocol, so that they read the same through any pooler (a
+// transaction pool does not keep prepared statements).
 func connect(ctx context.Context, u *url.URL) (*pgx.Conn, error) {
 	config, settings, err := connConfig(u)
 	if err != nil {
 		return nil, err
 	}
+	config.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	conn, err := pgx.ConnectConfig(ctx, config)
 	if err != nil {
 		return nil, err

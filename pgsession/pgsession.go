@@ -79,10 +79,9 @@ func Apply(ctx context.Context, conn *pgx.Conn, s Settings) error {
 // CheckSession) when the connection's server session does not last: a
 // pooler in transaction or statement pool mode lends the client another
 // server connection from one transaction to the next.
-var ErrSessionPooling = errors.New("the database connection does not keep its PostgreSQL session between transactions " +
-	"(a pooler in transaction or statement pool mode, e.g. PgBouncer pool_mode = transaction): ovstream needs a session of its own " +
-	"(temporary tables, prepared statements, advisory locks); connect directly or through a pool in session mode (pool_mode = session), " +
-	"see docs/poolers.md")
+var ErrSessionPooling = errors.New("the connection does not keep its PostgreSQL session between transactions " +
+	"(a pooler in transaction or statement mode, e.g. PgBouncer pool_mode = transaction); ovstream needs one session per connection " +
+	"(temporary tables, prepared statements, advisory locks): connect directly or through pool_mode = session, see docs/poolers.md")
 
 // probeRounds is how many times CheckSession compares the two sessions.
 const probeRounds = 3
