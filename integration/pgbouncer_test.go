@@ -314,3 +314,47 @@ func TestPgBouncerMigrateLockWaitBounded(t *testing.T) {
 		t.Fatalf("migrate up with the lock free: exit %d:\n%s", code, p.output())
 	}
 }
+
+// A process restarted with the same --instance-id after a SIGKILL claims its
+// partitions at once through a session-mode PgBouncer (default
+// configuration), which keeps the dead process's server connection, and so
+// its backend in pg_stat_activity, for the next client: what marks a live
+// owner is an advisory lock its lease session holds, which the pooler's
+// DISCARD ALL releases. A second live process with the same id still waits,
+// and after both the tables equal the SQL oracle.
+func TestPgBouncerInstanceIDRestartClaimsAtOnce(t *testing.T) {
+	bouncer := startPgBouncer(t, "session", "")
+	addr, db := startBroker(t), freshDB(t)
+	total, half, second := produceFirstHalf(t, addr)
+	args := func(id string) []string {
+		return runArgs(bouncer.url(db), addr, "--pipeline", "static", "--metrics-addr", "127.0.0.1:0", "--flush-interval", "200ms",
+			"--log-level", "info", "--instance-id", id)
+	}
+	a := startOvstream(t, nil, args("pod-0")...)
+	waitFor(t, time.Minute, "the first half consumed and committed", committedIn(t, db, "static", opsAddr(t, a), half))
+	a.kill()
+
+	restarted := time.Now()
+	b := startOvstream(t, nil, args("pod-0")...)
+	waitLog(t, b, claimedLine, 2*time.Minute)
+	claimedAfter := time.Since(restarted)
+	line := lineWith(b, claimedLine)
+	if !strings.Contains(line, "restarted_from=") || !strings.Contains(line, "alive (heartbeat") ||
+		strings.Contains(b.output(), standbyLine) || claimedAfter > 10*time.Second {
+		t.Fatalf("the restart with the same --instance-id through PgBouncer claimed %v after its start, want at once:\n%s",
+			claimedAfter.Round(time.Millisecond), tail(b.output(), 20))
+	}
+	t.Logf("restart with the same --instance-id through PgBouncer (lease 15s): claimed %v after the start", claimedAfter.Round(time.Millisecond))
+
+	twin := startOvstream(t, nil, args("pod-0")...)
+	waitLog(t, twin, "two processes share an instance id", time.Minute)
+	produceFeeds(t, addr, second)
+	if err := twin.cmd.Process.Signal(sigterm); err != nil {
+		t.Fatal(err)
+	}
+	if code := twin.wait(t, time.Minute); code != 0 || strings.Contains(twin.output(), claimedLine) || strings.Contains(b.output(), "fenced") {
+		t.Fatalf("a second live process with the same id: exit %d, want it to wait and stop:\ntwin:\n%s\nlive:\n%s",
+			code, tail(twin.output(), 20), tail(b.output(), 20))
+	}
+	stopDrainCompare(t, b, db, addr, "static", total, "delay_aggregates after a restart through PgBouncer vs SQL oracle")
+}
