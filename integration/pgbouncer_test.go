@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/store"
 )
 
 // pgBouncer is a PgBouncer of the test's own (Debian's package pgbouncer),
@@ -357,4 +360,35 @@ func TestPgBouncerInstanceIDRestartClaimsAtOnce(t *testing.T) {
 			code, tail(twin.output(), 20), tail(b.output(), 20))
 	}
 	stopDrainCompare(t, b, db, addr, "static", total, "delay_aggregates after a restart through PgBouncer vs SQL oracle")
+}
+
+// The timeouts ovstream sets hold on its sessions through a session pool
+// that an operator configured with ignore_startup_parameters (which drops
+// them from the startup packet without a word): a Reader's
+// statement_timeout and the commit sessions'
+// idle_in_transaction_session_timeout are SET on each new session.
+func TestPgBouncerSessionTimeoutsHold(t *testing.T) {
+	bouncer := startPgBouncer(t, "session", "ignore_startup_parameters = "+ignoredTimeouts)
+	db := freshDB(t)
+	ctx := testCtx(t)
+	st, err := store.Open(ctx, bouncer.url(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(context.Background())
+	show := func(s *store.Store, name string) string {
+		t.Helper()
+		var v string
+		if err := s.Read(ctx, func(conn *pgx.Conn) error { return conn.QueryRow(ctx, "SHOW "+name).Scan(&v) }); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	r := st.Reader("ovstream-report", 1500*time.Millisecond)
+	defer r.Close(context.Background())
+	st.LimitIdleTransactions(time.Minute)
+	got := []string{show(r, "statement_timeout"), show(st, "idle_in_transaction_session_timeout"), show(st, "TimeZone"), show(r, "application_name")}
+	if want := []string{"1500ms", "1min", "UTC", "ovstream-report"}; !slices.Equal(got, want) {
+		t.Fatalf("through PgBouncer: statement_timeout, idle_in_transaction_session_timeout, TimeZone, application_name = %q, want %q", got, want)
+	}
 }
