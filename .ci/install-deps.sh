@@ -4,6 +4,7 @@
 # https://go.dev/doc/install, go.mod names the version):
 #   make                     the Makefile
 #   postgresql               the server the demo and the tests write to (.ci/postgres.sh starts it)
+#   pgbouncer                a pooler in front of it, started by the pooler tests (integration/pgbouncer_test.go)
 #   openjdk-17-jre-headless  Java and Maven for the real-broker tier (integration/realkafka:
 #   maven                    Apache Kafka from Maven Central, copied once into ~/.cache/ovstream)
 #   python3-confluent-kafka  a Kafka client we did not write (integration/ops_lagtools_test.go)
@@ -16,6 +17,7 @@
 set -euo pipefail
 missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)

@@ -26,20 +26,7 @@ func TestInstanceIDRestartClaimsAtOnce(t *testing.T) {
 		return runArgs(db, addr, "--pipeline", "static", "--metrics-addr", "127.0.0.1:0", "--flush-interval", "200ms",
 			"--log-level", "info", "--instance-id", id)
 	}
-	// n predictions consumed and committed: the stored consumed offsets
-	// (offsets are contiguous here) and nothing waiting in ops's process.
-	committed := func(ops string, n int) func() bool {
-		return func() bool {
-			sum := int64(0)
-			for k, v := range storedConsumedOf(t, db, "static") {
-				if strings.HasPrefix(k, predictionsTopic+"/") {
-					sum += v
-				}
-			}
-			m := scrape(t, ops)
-			return sum >= int64(n) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_commits_total"] > 0
-		}
-	}
+	committed := func(ops string, n int) func() bool { return committedIn(t, db, "static", ops, n) }
 
 	a := startOvstream(t, nil, args("pod-0")...)
 	waitFor(t, time.Minute, "the first half consumed and committed", committed(opsAddr(t, a), half))
@@ -89,4 +76,20 @@ func TestInstanceIDRestartClaimsAtOnce(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "everything committed again", committed(opsAddr(t, c), total))
 	stopDrainCompare(t, c, db, addr, "static", total, "delay_aggregates after restarts with --instance-id vs SQL oracle")
+}
+
+// committedIn tells whether n predictions of pipeline are consumed and
+// committed in db: the stored consumed offsets (offsets are contiguous
+// here) and nothing waiting in the process serving ops.
+func committedIn(t *testing.T, db, pipeline, ops string, n int) func() bool {
+	return func() bool {
+		sum := int64(0)
+		for k, v := range storedConsumedOf(t, db, pipeline) {
+			if strings.HasPrefix(k, predictionsTopic+"/") {
+				sum += v
+			}
+		}
+		m := scrape(t, ops)
+		return sum >= int64(n) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_commits_total"] > 0
+	}
 }

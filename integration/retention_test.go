@@ -153,19 +153,10 @@ func TestRunAcrossDaysCreatesPartitions(t *testing.T) {
 		}
 	}
 	produceRecords(t, addr, recs...)
-	out := drain(t, db, addr)
-	if n := loadOracleInput(t, db, addr, predictionsTopic); n != len(recs) {
-		t.Fatalf("topic holds %d records, want %d", n, len(recs))
-	}
+	drainedEqualsOracle(t, db, addr, len(recs), drain(t, db, addr))
 	if dl := dump(t, db, dumpDeadLetters); len(dl) != 0 {
 		t.Errorf("dead letters: %v", dl)
 	}
-	got := dump(t, db, dumpAggregates)
-	if len(got) == 0 {
-		t.Fatalf("no rows; run output:\n%s", out)
-	}
-	sameRows(t, "delay_aggregates over 5 days vs SQL oracle", got, dump(t, db, oracleAggregates))
-	sameRows(t, "distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
 
 	days := map[string]bool{}
 	for _, r := range dump(t, db, `SELECT to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM ovs_delay_partitions()`) {

@@ -36,9 +36,7 @@ func checkDownGuards(ctx context.Context, databaseURL string, from, to uint) err
 			if err != nil {
 				return err
 			}
-			u = withDefaults(u)
-			u.Scheme = "postgres"
-			if conn, err = pgx.Connect(ctx, u.String()); err != nil {
+			if conn, err = connect(ctx, u); err != nil {
 				return redact(fmt.Errorf("migrations: down to %d: connect: %w", to, err), u)
 			}
 			defer conn.Close(context.WithoutCancel(ctx))

@@ -13,9 +13,14 @@
 //     Down and DownTo on a schema newer than this binary knows.
 //   - Each migration file runs in one PostgreSQL transaction: it applies entirely
 //     or not at all. Applied files are never edited; changes are new files.
-//   - Two processes migrating at once do not hang: the connection carries
-//     lock_timeout, so the loser of golang-migrate's advisory lock fails after
-//     LockTimeout with SQLSTATE 55P03 instead of waiting forever.
+//   - Two processes migrating at once do not hang: the session sets
+//     lock_timeout (SET after connecting, not a startup parameter, which a
+//     pooler such as PgBouncer refuses), so the loser of golang-migrate's
+//     advisory lock fails after LockTimeout with SQLSTATE 55P03 instead of
+//     waiting forever; a cancelled context ends that wait at once.
+//   - A connection through a pooler in transaction mode is refused before
+//     anything runs (pgsession.ErrSessionPooling): the advisory lock is a
+//     session's, and the pooler would keep it on a server connection.
 //   - Returned errors never hold the database password.
 //
 // Version 0 means "no migration applied".
@@ -274,12 +279,10 @@ func Version(ctx context.Context, databaseURL string) (version uint, dirty bool,
 	if err != nil {
 		return 0, false, err
 	}
-	u = withDefaults(u)
-	u.Scheme = "postgres"
 	fail := func(what string, err error) (uint, bool, error) {
 		return 0, false, redact(fmt.Errorf("migrations: version: %s: %w", what, err), u)
 	}
-	conn, err := pgx.Connect(ctx, u.String())
+	conn, err := connect(ctx, u)
 	if err != nil {
 		return fail("connect", err)
 	}
@@ -320,8 +323,12 @@ func Check(ctx context.Context, databaseURL string) error {
 }
 
 // run opens golang-migrate on databaseURL, runs op, and closes it. When ctx is
-// cancelled, golang-migrate is asked to stop after the migration in progress
-// (a migration is never cut in half); run always waits for op to return.
+// cancelled, a wait for the migration lock ends at once (its connections
+// are closed; nothing was migrated) and golang-migrate is asked to stop after
+// the migration in progress (a migration is never cut in half); run always
+// waits for op to return. A connection that does not keep its session (a
+// transaction pool) is refused before anything runs
+// (pgsession.ErrSessionPooling).
 func run(ctx context.Context, databaseURL, what string, op func(*migrate.Migrate) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("migrations: %s: %w", what, err)
@@ -330,8 +337,6 @@ func run(ctx context.Context, databaseURL, what string, op func(*migrate.Migrate
 	if err != nil {
 		return err
 	}
-	u = withDefaults(u)
-	u.Scheme = "pgx5"
 	defer func() {
 		if err != nil && !errors.Is(err, migrate.ErrNoChange) {
 			var pgErr *pgconn.PgError
@@ -345,10 +350,17 @@ func run(ctx context.Context, databaseURL, what string, op func(*migrate.Migrate
 	if err != nil {
 		return err
 	}
-	m, err := migrate.NewWithSourceInstance("iofs", src, u.String())
+	db, err := openMigrationDB(ctx, u)
 	if err != nil {
 		return err
 	}
+	driver := &lockWait{Driver: db.driver, ctx: ctx, db: db}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		_ = driver.Close()
+		return err
+	}
+	m.LockTimeout = db.lockTimeout + lockGrace
 	defer func() {
 		srcErr, dbErr := m.Close()
 		if err == nil {
@@ -383,21 +395,6 @@ func parseURL(databaseURL string) (*url.URL, error) {
 	default:
 		return nil, fmt.Errorf("migrations: database URL scheme %q: want postgres:// or postgresql://", u.Scheme)
 	}
-}
-
-// withDefaults returns a copy of u with lock_timeout and connect_timeout set
-// when u does not set them (STACK.md: migrate's advisory lock has no timeout).
-func withDefaults(u *url.URL) *url.URL {
-	c := *u
-	q := c.Query()
-	if q.Get("lock_timeout") == "" {
-		q.Set("lock_timeout", fmt.Sprint(LockTimeout.Milliseconds()))
-	}
-	if q.Get("connect_timeout") == "" {
-		q.Set("connect_timeout", fmt.Sprint(int(ConnectTimeout.Seconds())))
-	}
-	c.RawQuery = q.Encode()
-	return &c
 }
 
 // redact returns err with the password of u removed from its text; errors.Is

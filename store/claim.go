@@ -362,10 +362,12 @@ func OwnerInstance(owner string) string {
 // restartedOwners returns the owners of states, other than owner, that are
 // earlier incarnations of instance id (OwnerInstance) with a live lease
 // whose lease session (pipeline_instances.backend_pid, backend_start) is no
-// longer in pg_stat_activity: their process died, so their partitions may be
-// taken at once. A session whose start this role may not see (another role
-// without pg_read_all_stats: backend_start is NULL) counts as alive. nil
-// when id is "".
+// longer in pg_stat_activity, or whose owner lock (Heartbeat) no session
+// holds: their process died, so their partitions may be taken at once. The
+// lock tells through a session pooler, which keeps the dead process's
+// server session and releases its locks. A session whose start this role
+// may not see (another role without pg_read_all_stats: backend_start is
+// NULL) and holds the lock counts as alive. nil when id is "".
 func restartedOwners(ctx context.Context, tx pgx.Tx, pipeline, owner, id string, states []PartitionLease) (map[string]bool, error) {
 	var same []string
 	for _, p := range states {
@@ -379,9 +381,12 @@ func restartedOwners(ctx context.Context, tx pgx.Tx, pipeline, owner, id string,
 	rows, err := tx.Query(ctx, `
 SELECT i.owner FROM pipeline_instances i
 WHERE i.pipeline = $1 AND i.owner = ANY($2) AND i.backend_pid IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid
-      AND (a.backend_start = i.backend_start OR a.backend_start IS NULL))`,
-		pipeline, same)
+  AND (NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid
+      AND (a.backend_start = i.backend_start OR a.backend_start IS NULL))
+    OR NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = $3::int4::oid AND l.objid = `+ownerLockKey("i.pipeline", "i.owner")+`::oid AND l.objsubid = 2))`,
+		pipeline, same, ownerLockSpace)
 	if err != nil {
 		return nil, fmt.Errorf("look up the lease sessions of instance %q: %w", id, err)
 	}

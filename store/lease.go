@@ -171,10 +171,24 @@ type Instance struct {
 	ClosableAge   time.Duration
 }
 
+// ownerLockSpace is the first key of the session advisory lock
+// (pg_try_advisory_lock(int4, int4)) by which an owner's sessions mark it
+// live; the second is hashtext(pipeline || newline || owner) (ownerLockKey).
+const ownerLockSpace int32 = 0x6f767374 // "ovst"
+
+// ownerLockKey is the SQL of the second key of the owner lock of the
+// pipeline and owner expressions p and o.
+func ownerLockKey(p, o string) string { return "hashtext(" + p + " || E'\\n' || " + o + ")" }
+
 // Heartbeat records that owner, an instance of pipeline, is alive in role
 // with parts (table pipeline_instances), by the database's clock, with the
-// process id and start of its database session (pg_stat_activity), by which
-// a claim with the same instance id tells whether it still lives. first
+// process id and start of its database session (pg_stat_activity), and
+// takes on that session, unless a session holds it already, the owner's
+// advisory lock (ownerLockSpace): a claim with the same instance id tells
+// by both whether the owner still lives. The lock is what tells through a
+// session pooler, which keeps a departed client's server session (same pid,
+// same start) but releases its advisory locks (PgBouncer's
+// server_reset_query, DISCARD ALL). first
 // resets started_at (a new process that reuses an owner string). It is one
 // statement outside any transaction: run it on a connection of its own (see
 // Clone), so that a long commit does not delay it. closable is when the
@@ -191,12 +205,16 @@ func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, par
 	}
 	err := s.do(ctx, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, `
+WITH lock AS (
+  SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+      AND classid = $7::int4::oid AND objid = `+ownerLockKey("$1::text", "$2::text")+`::oid AND objsubid = 2)
+    THEN true ELSE pg_try_advisory_lock($7::int4, `+ownerLockKey("$1::text", "$2::text")+`) END AS held)
 INSERT INTO pipeline_instances AS i (pipeline, owner, role, partitions, backend_pid, backend_start, closable_since)
-SELECT $1, $2, $3, $4, pid, backend_start, $6 FROM pg_stat_activity WHERE pid = pg_backend_pid()
+SELECT $1, $2, $3, $4, pid, backend_start, $6 FROM pg_stat_activity CROSS JOIN lock WHERE pid = pg_backend_pid()
 ON CONFLICT (pipeline, owner) DO UPDATE SET role = EXCLUDED.role, partitions = EXCLUDED.partitions,
     heartbeat_at = now(), started_at = CASE WHEN $5 THEN now() ELSE i.started_at END,
     backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start, closable_since = EXCLUDED.closable_since`,
-			pipeline, owner, role, names, first, since)
+			pipeline, owner, role, names, first, since, ownerLockSpace)
 		return err
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/pgsession"
 )
 
 // ErrFenced means another instance claimed one of the batch's partitions (its
@@ -80,19 +82,26 @@ type Store struct {
 	// holds in memory (partials.go); 0 means 100,000.
 	MergeChunkRows int
 
-	config *pgx.ConnConfig
-	reader bool           // Reader: a connection that is still sound outlives an error
-	conn   *pgx.Conn      // nil after an error: the next call reconnects
-	server string         // host:port of the last connection
-	parts  partitionCache // the delay_aggregates partitions known to exist (partitions.go)
+	config   *pgx.ConnConfig
+	settings pgsession.Settings // set on each new session (pgsession.Apply), not sent at its start
+	reader   bool               // Reader: a connection that is still sound outlives an error
+	conn     *pgx.Conn          // nil after an error: the next call reconnects
+	server   string             // host:port of the last connection
+	parts    partitionCache     // the delay_aggregates partitions known to exist (partitions.go)
 }
 
-// Open connects to databaseURL (postgres://user:password@host:port/db?...).
+// Open connects to databaseURL (postgres://user:password@host:port/db?...),
+// after it checked that the connection keeps its server session
+// (pgsession.CheckSession: an error wrapping pgsession.ErrSessionPooling
+// through a pooler in transaction mode, before anything is written).
 // Errors never hold the password.
 func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	s, err := Lazy(databaseURL)
 	if err != nil {
 		return nil, err
+	}
+	if err := pgsession.CheckSession(ctx, s.config); err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	if _, err := s.connection(ctx); err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -100,8 +109,9 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	return s, nil
 }
 
-// Lazy is Open without connecting: the first call connects. Errors (a URL
-// that does not parse) never hold the password.
+// Lazy is Open without connecting (nor checking the session): the first
+// call connects. Errors (a URL that does not parse) never hold the
+// password.
 func Lazy(databaseURL string) (*Store, error) {
 	config, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -117,7 +127,7 @@ func Lazy(databaseURL string) (*Store, error) {
 	if config.ConnectTimeout == 0 { // no connect_timeout in the URL: do not hang on an unreachable host
 		config.ConnectTimeout = 10 * time.Second
 	}
-	return &Store{config: config}, nil
+	return &Store{config: config, settings: pgsession.Split(config)}, nil
 }
 
 // Clone returns a Store on the same database with a connection of its own,
@@ -127,7 +137,7 @@ func Lazy(databaseURL string) (*Store, error) {
 func (s *Store) Clone(applicationName string) *Store {
 	config := s.config.Copy()
 	config.RuntimeParams["application_name"] = applicationName
-	return &Store{config: config}
+	return &Store{config: config, settings: maps.Clone(s.settings)}
 }
 
 // cancelGrace is how long a Reader's statement may take to end after its
@@ -146,7 +156,7 @@ const cancelGrace = 2 * time.Second
 func (s *Store) Reader(applicationName string, statementTimeout time.Duration) *Store {
 	r := s.Clone(applicationName)
 	if statementTimeout > 0 {
-		r.config.RuntimeParams["statement_timeout"] = fmt.Sprint(statementTimeout.Milliseconds())
+		r.settings["statement_timeout"] = fmt.Sprint(statementTimeout.Milliseconds())
 	}
 	r.config.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: cancelGrace}
@@ -161,7 +171,7 @@ func (s *Store) Reader(applicationName string, statementTimeout time.Duration) *
 // (SIGSTOP) cannot hold its commit's row locks for ever. It applies from the
 // next connection on; the current one is closed.
 func (s *Store) LimitIdleTransactions(d time.Duration) {
-	s.config.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(d.Milliseconds())
+	s.settings["idle_in_transaction_session_timeout"] = fmt.Sprint(d.Milliseconds())
 	s.discard()
 }
 
@@ -211,6 +221,10 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
+	if err := pgsession.Apply(ctx, conn, s.settings); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	// A hot standby refuses CREATE TEMP TABLE (25006); only commits use
 	// them, and a commit there fails anyway (read-only: Retryable). The
 	// server reports in_hot_standby from PostgreSQL 14 on.
@@ -236,7 +250,8 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 
 // takeSpare takes the connection of the Store that s.Spare offers, if it
 // is open and idle, and gives it s's session settings (set_config of each
-// run-time parameter s connects with); nil when there is none.
+// run-time parameter s connects with, and of its settings); nil when there
+// is none.
 func (s *Store) takeSpare(ctx context.Context) *pgx.Conn {
 	from, done := s.Spare()
 	if from == nil {
@@ -252,11 +267,12 @@ func (s *Store) takeSpare(ctx context.Context) *pgx.Conn {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil
 	}
-	for k, v := range s.config.RuntimeParams {
-		if _, err := conn.Exec(ctx, `SELECT set_config($1, $2, false)`, k, v); err != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
-			return nil
-		}
+	settings := maps.Clone(s.settings)
+	maps.Copy(settings, s.config.RuntimeParams)
+	delete(settings, "options") // a startup-only parameter
+	if err := pgsession.Apply(ctx, conn, settings); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil
 	}
 	return conn
 }
