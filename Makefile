@@ -1,7 +1,7 @@
 # ovstream: see README.md.
 GO      ?= go
 BIN     := bin/ovstream
-PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./cmd/...
+PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./pgsession/... ./cmd/...
 
 .PHONY: build run test test-long unit integration fuzz vet lint clean check-unit check-docker screenshots realkafka
 

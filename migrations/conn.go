@@ -2,6 +2,7 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -166,8 +167,7 @@ func (l *lockWait) Lock() error {
 		return err
 	case <-l.ctx.Done():
 		l.db.abort()
-		<-done
-		return fmt.Errorf("waiting for the migration lock: %w", l.ctx.Err())
+		return fmt.Errorf("waiting for the migration lock: %w", errors.Join(l.ctx.Err(), <-done))
 	}
 }
 
