@@ -63,7 +63,8 @@ const (
 //
 // Errors: ErrFenced when another instance claimed one of its partitions;
 // *OffsetOutOfRangeError when a stored offset is gone and
-// cfg.OnOffsetOutOfRange is "fail"; otherwise a wrapped Kafka or database
+// cfg.OnOffsetOutOfRange is "fail"; *AuthorizationError when the broker
+// refuses a partition's fetch for want of an ACL (authz.go); otherwise a wrapped Kafka or database
 // error that did not clear with retries.
 func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
@@ -203,7 +204,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
 		case err := <-l.src.errs:
-			l.sourceError(err)
+			if err := l.sourceError(err); err != nil {
+				return err
+			}
 		case hws := <-l.hwPending:
 			l.applyHighWaters(hws)
 		case <-poll.C:
