@@ -183,7 +183,7 @@ func (l *loop) finishCommit(res commitResult) error {
 	m.Commits.Inc()
 	m.CommitDuration.Observe(res.took.Seconds())
 	m.WindowsFinalized.Add(float64(b.WindowRows()))
-	m.LastCommit.Set(float64(now.UnixNano()) / 1e9)
+	m.LastCommit.Set(float64(l.in.clock.now(now).UnixNano()) / 1e9) // by the database's clock (clock.go)
 	m.Uncommitted.Set(float64(l.consumed - l.committed))
 	m.OpenWindows.Set(float64(l.win.OpenWindows()))
 	cfg.Health.lastCommit.Store(now.UnixNano())

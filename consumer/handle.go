@@ -92,9 +92,12 @@ func (l *loop) handle(r *record, now time.Time) {
 	l.sum.Positions++
 }
 
-// future dead-letters an event later than wall clock + max future skew.
+// future dead-letters an event later than wall clock + max future skew,
+// the wall clock read at local time now being the later of this host's and
+// PostgreSQL's (dbClock.futureNow): a host clock behind does not make live
+// events future.
 func (l *loop) future(r *record, t, now time.Time) bool {
-	limit := now.Add(l.cfg.MaxFutureSkew)
+	limit := l.in.clock.futureNow(now).Add(l.cfg.MaxFutureSkew)
 	if !t.After(limit) {
 		return false
 	}

@@ -47,8 +47,9 @@ var errStandbyStopped = errors.New("consumer: stopped while waiting as a standby
 // commits (beatInline) until the heartbeat goroutine gets a connection of
 // its own again.
 type instance struct {
-	cfg Config
-	st  *store.Store // the run's Store, for the release (after the loop ended)
+	cfg   Config
+	st    *store.Store // the run's Store, for the release (after the loop ended)
+	clock *dbClock     // measured with every heartbeat (clock.go)
 
 	hbMu sync.Mutex   // held while hb is used: by the heartbeat, a standby's poll, spare
 	hb   *store.Store // the lease connection
@@ -76,7 +77,7 @@ type instance struct {
 // the final commit after SIGTERM still holds the lease.
 func startInstance(ctx context.Context, cfg Config, st *store.Store) *instance {
 	st.LimitIdleTransactions(idleTransactionLimit)
-	in := &instance{cfg: cfg, st: st, hb: st.Clone("ovstream-lease"), role: store.RoleStandby, first: true,
+	in := &instance{cfg: cfg, st: st, clock: &dbClock{cfg: cfg}, hb: st.Clone("ovstream-lease"), role: store.RoleStandby, first: true,
 		parts: cfg.Partitions, active: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	st.Spare = in.spare
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -165,7 +166,9 @@ func (in *instance) beat(ctx context.Context, st *store.Store) error {
 	if ns := in.closable.Load(); ns != 0 {
 		closable = time.Unix(0, ns)
 	}
-	err := st.Heartbeat(ctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first, closable)
+	err := in.clock.measure(ctx, func(ctx context.Context) (time.Time, error) {
+		return st.Heartbeat(ctx, in.cfg.Pipeline, in.cfg.Owner, role, parts, first, closable)
+	})
 	if err == nil {
 		in.mu.Lock()
 		in.first, in.lastBeat = false, time.Now()

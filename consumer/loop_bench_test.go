@@ -79,7 +79,7 @@ func BenchmarkLoop(b *testing.B) {
 	runtime.ReadMemStats(&ms0)
 	rows := 0
 	for b.Loop() {
-		l := &loop{cfg: cfg, sum: &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
+		l := &loop{cfg: cfg, in: &instance{clock: &dbClock{cfg: cfg}}, sum: &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 			Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}},
 			rej: (&rejects{}).forLoop(), led: NewLedger(), win: aggregate.NewWindower(cfg.Window),
 			wm:    aggregate.NewWatermark(cfg.AllowedLateness, cfg.IdleTimeout, time.Time{}),

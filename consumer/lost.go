@@ -64,8 +64,10 @@ func (e *restartError) Is(target error) bool { return target == errResync }
 // of the broker at once: sarama's brokerConsumer.abort notifies each child)
 // is one log line and one metadata read, not one per error queued: each
 // used to be handled in a turn of the loop of its own, so after a network
-// fault the loop went on meeting errors from before it.
-func (l *loop) sourceError(err error) {
+// fault the loop went on meeting errors from before it. A refusal by the
+// broker's authorizer is not retried: it is returned as an
+// *AuthorizationError, which ends the run (authz.go).
+func (l *loop) sourceError(err error) error {
 	errs := []error{err}
 	for more := true; more; {
 		select {
@@ -80,6 +82,8 @@ func (l *loop) sourceError(err error) {
 		var ended *readerEnded
 		var changed *leaderChanged
 		switch {
+		case authorizationError(err) != nil:
+			return authorizationError(err)
 		case errors.As(err, &ended):
 			l.src.topo.ended = append(l.src.topo.ended, ended)
 		case errors.As(err, &changed):
@@ -94,6 +98,7 @@ func (l *loop) sourceError(err error) {
 		l.cfg.Logger.Warn("kafka consumer error (sarama retries)", "err", retried[0], "errors", len(retried))
 		l.src.topo.next = time.Time{}
 	}
+	return nil
 }
 
 // lost decides what a reader that ended means (docs/design.md "Start-up": a

@@ -37,6 +37,7 @@ type Metrics struct {
 	RetentionDropped prometheus.Counter     // ovstream_retention_dropped_partitions_total
 	RetentionDeleted prometheus.Counter     // ovstream_retention_deleted_dead_letters_total
 	ClosableAge      prometheus.GaugeFunc   // ovstream_closable_window_age_seconds (freshness.go)
+	ClockSkew        prometheus.Gauge       // ovstream_clock_skew_seconds (clock.go)
 	closableSince    atomic.Int64           // Unix ns the oldest closable window not yet written became closable; 0 = none
 	all              []prometheus.Collector
 }
@@ -93,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Standby: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_standby",
 			Help: "1 while this instance waits as a standby for partitions a live instance holds, else 0."}),
 		LastCommit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_last_commit_timestamp_seconds",
-			Help: "Wall time of the last successful commit, Unix seconds."}),
+			Help: "Wall time of the last successful commit by PostgreSQL's clock (this host's clock corrected by ovstream_clock_skew_seconds), Unix seconds."}),
 		KafkaCommitFails: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_kafka_offset_commit_failures_total",
 			Help: "Failed commits of offsets to the Kafka consumer group (monitoring only, never fatal)."}),
 		MergePending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_merge_pending_windows",
@@ -102,6 +103,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "delay_aggregates partitions (days) dropped by --retention."}),
 		RetentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_retention_deleted_dead_letters_total",
 			Help: "Dead letters deleted by --dead-letter-retention."}),
+		ClockSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_clock_skew_seconds",
+			Help: "This host's clock minus PostgreSQL's clock_timestamp(), seconds (positive: the host is ahead), measured at start-up and with every heartbeat against the midpoint of the round trip."}),
 	}
 	m.ClosableAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovstream_closable_window_age_seconds",
 		Help: "Freshness: seconds since the oldest window that is closable (the watermark passed its end) but not yet committed became closable, by its records' Kafka timestamps; 0 when every closable window is written."},
@@ -111,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
 		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit,
-		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge}
+		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge, m.ClockSkew}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)

@@ -63,7 +63,8 @@ const (
 //
 // Errors: ErrFenced when another instance claimed one of its partitions;
 // *OffsetOutOfRangeError when a stored offset is gone and
-// cfg.OnOffsetOutOfRange is "fail"; otherwise a wrapped Kafka or database
+// cfg.OnOffsetOutOfRange is "fail"; *AuthorizationError when the broker
+// refuses a partition's fetch for want of an ACL (authz.go); otherwise a wrapped Kafka or database
 // error that did not clear with retries.
 func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
@@ -84,6 +85,13 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
 	in := startInstance(ctx, cfg, st)
+	// The skew of this host's clock, before any event is judged by it
+	// (clock.go); the heartbeat measures it again from then on.
+	if err := retry(ctx, cfg, "read the database's clock", func() error {
+		return in.clock.measure(ctx, st.DatabaseTime)
+	}); err != nil && ctx.Err() == nil {
+		cfg.Logger.Warn("cannot read PostgreSQL's clock at start-up: the host's clock is used until a heartbeat reads it", "err", err)
+	}
 	// Retention runs on a connection of its own, never in a commit.
 	ret := startRetention(ctx, cfg, st, in.active)
 	var epoch int64 // claimed by the first loop's start; a resync keeps it
@@ -197,7 +205,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 				l.startCommit(ctx) // windows closed while it ran: write them now
 			}
 		case err := <-l.src.errs:
-			l.sourceError(err)
+			if err := l.sourceError(err); err != nil {
+				return err
+			}
 		case hws := <-l.hwPending:
 			l.applyHighWaters(hws)
 		case <-poll.C:

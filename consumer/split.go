@@ -187,7 +187,8 @@ func (l *loop) mergedPast(err error) bool {
 
 // awaitMerge ends a split drain: it waits until the commit that found every
 // partition of the pipeline drained merged everything (perhaps this
-// instance's own), polling. A cancelled ctx stops the wait: what this
+// instance's own), or until nothing is left to merge while no other
+// instance of the pipeline is alive (store.DrainMerged), polling. A cancelled ctx stops the wait: what this
 // instance read is durable as partials either way.
 func (l *loop) awaitMerge(ctx context.Context) error {
 	if !l.sp.on || l.sp.merged.Drained {
@@ -207,7 +208,7 @@ func (l *loop) awaitMerge(ctx context.Context) error {
 		var done bool
 		var waiting []string
 		err := retry(ctx, l.cfg, "check the merge of the drain", func() (err error) {
-			done, waiting, err = l.st.DrainMerged(ctx, l.cfg.Pipeline, mine)
+			done, waiting, err = l.st.DrainMerged(ctx, l.cfg.Pipeline, mine, idleLease(l.cfg))
 			return err
 		})
 		if err != nil || done {

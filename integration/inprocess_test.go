@@ -33,6 +33,7 @@ type inProcess struct {
 	done   chan struct{}
 	sum    *consumer.Summary
 	err    error
+	log    *lockedWriter // the run's log lines (slog text)
 }
 
 // onePartitionBroker starts the embedded broker with one partition of the
@@ -69,7 +70,7 @@ func runInProcess(t *testing.T, db, addr string, clock *skewClock, cfg consumer.
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &inProcess{cfg: cfg, cancel: cancel, done: make(chan struct{})}
+	r := &inProcess{cfg: cfg, cancel: cancel, done: make(chan struct{}), log: log}
 	go func() {
 		defer close(r.done)
 		r.sum, r.err = consumer.Run(ctx, cfg, st)
@@ -106,6 +107,13 @@ func (r *inProcess) stop(t *testing.T) *consumer.Summary {
 	t.Helper()
 	r.cancel()
 	return r.wait(t, time.Minute)
+}
+
+// logText returns what the run logged so far.
+func (r *inProcess) logText() string {
+	r.log.mu.Lock()
+	defer r.log.mu.Unlock()
+	return r.log.w.String()
 }
 
 // value reads a counter or gauge of the run's metrics.

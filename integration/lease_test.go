@@ -82,7 +82,7 @@ func TestStoreClaimLeases(t *testing.T) {
 	if err != nil || c.Epoch != 1 || len(c.Previous) != 2 || c.Previous[0].Owner != "" {
 		t.Fatalf("first claim: %+v, %v", c, err)
 	}
-	if err := a.Heartbeat(ctx, "p", "A", store.RoleActive, parts, true, time.Time{}); err != nil {
+	if _, err := a.Heartbeat(ctx, "p", "A", store.RoleActive, parts, true, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = claim(b, "B", opts)
@@ -107,7 +107,7 @@ func TestStoreClaimLeases(t *testing.T) {
 	}
 	from(c, "B", store.LeaseExpired)
 	// Takeover of a live owner.
-	if err := a.Heartbeat(ctx, "p", "A", store.RoleActive, parts, false, time.Time{}); err != nil {
+	if _, err := a.Heartbeat(ctx, "p", "A", store.RoleActive, parts, false, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err = claim(b, "B", store.ClaimOptions{Lease: time.Minute, Takeover: true}); err != nil || c.Epoch != 5 {
@@ -125,7 +125,7 @@ func TestStoreClaimLeases(t *testing.T) {
 		t.Fatalf("claim of released partitions: %+v, %v", c, err)
 	}
 	from(c, "", store.LeaseReleased)
-	if err := a.Heartbeat(ctx, "p", "A", store.RoleActive, parts, false, time.Time{}); err != nil {
+	if _, err := a.Heartbeat(ctx, "p", "A", store.RoleActive, parts, false, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -157,7 +157,7 @@ func TestStoreClaimLeases(t *testing.T) {
 	t.Logf("terminated the frozen owner's session (pid %d), claimed at epoch %d", frozenPID, c.Epoch)
 
 	// ClaimMore: B adds p2 at its epoch; a newer epoch on a partition refuses it.
-	if err := b.Heartbeat(ctx, "p", "B", store.RoleActive, parts, true, time.Time{}); err != nil {
+	if _, err := b.Heartbeat(ctx, "p", "B", store.RoleActive, parts, true, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	more := []aggregate.PartitionID{p2}

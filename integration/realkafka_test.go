@@ -88,7 +88,7 @@ func (s *sharedKafkaCluster) get(t *testing.T, opts realkafka.Options) *realkafk
 // sharedKafka returns the shared single node.
 func sharedKafka(t *testing.T) *realkafka.Cluster {
 	t.Helper()
-	return shared.get(t, realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}})
+	return shared.get(t, realkafka.Options{SASL: &realkafka.SASL{User: saslUser, Password: saslPassword}, ACLs: true})
 }
 
 // sharedCluster returns the shared three-node cluster.

@@ -229,7 +229,7 @@ GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO %[1]s;`, role))
 	if _, err := a.Claim(ctx, "sid", "pod-0@a:1-x", parts, opts); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Heartbeat(ctx, "sid", "pod-0@a:1-x", store.RoleActive, parts, true, time.Time{}); err != nil {
+	if _, err := a.Heartbeat(ctx, "sid", "pod-0@a:1-x", store.RoleActive, parts, true, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := store.Open(ctx, dbB)
@@ -244,7 +244,7 @@ GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO %[1]s;`, role))
 			err, strings.Join(c.Restarted, ","))
 	}
 	// a is alive: its heartbeat session is there.
-	if err := a.Heartbeat(ctx, "sid", "pod-0@a:1-x", store.RoleActive, parts, false, time.Time{}); err != nil {
+	if _, err := a.Heartbeat(ctx, "sid", "pod-0@a:1-x", store.RoleActive, parts, false, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 }

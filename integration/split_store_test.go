@@ -232,7 +232,7 @@ func TestStoreSplitMergeLeftByTheSlowest(t *testing.T) {
 		b.Split.Holding = true
 		return b
 	}
-	if err := g.sb.Heartbeat(testCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.tb}, true, time.Time{}); err != nil {
+	if _, err := g.sb.Heartbeat(testCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.tb}, true, time.Time{}); err != nil {
 		t.Fatal(err) // B is alive; A never sends one
 	}
 	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
@@ -329,7 +329,7 @@ func TestStoreSplitDrainEndWithoutHeartbeat(t *testing.T) {
 		return b
 	}
 	// A is alive (its heartbeat fresh) and drained: it waits for B.
-	if err := g.sa.Heartbeat(testCtx(t), "p", splitOwner(0), store.RoleActive, []aggregate.PartitionID{g.ta}, true, time.Time{}); err != nil {
+	if _, err := g.sa.Heartbeat(testCtx(t), "p", splitOwner(0), store.RoleActive, []aggregate.PartitionID{g.ta}, true, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if m := g.commit(g.sa, drained(g.batch(g.ea, g.ta, g.w2, false))); m.Drained || m.Windows != 0 {

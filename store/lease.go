@@ -193,8 +193,10 @@ func ownerLockKey(p, o string) string { return "hashtext(" + p + " || E'\\n' || 
 // statement outside any transaction: run it on a connection of its own (see
 // Clone), so that a long commit does not delay it. closable is when the
 // instance's oldest closable window not yet written became closable, the
-// zero time for none (column closable_since, NULL).
-func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, parts []aggregate.PartitionID, first bool, closable time.Time) error {
+// zero time for none (column closable_since, NULL). It returns the
+// server's clock_timestamp() as the statement ran, UTC, for the skew of the
+// instance's clock (consumer/clock.go).
+func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, parts []aggregate.PartitionID, first bool, closable time.Time) (time.Time, error) {
 	names := make([]string, len(parts))
 	for i, p := range parts {
 		names[i] = p.String()
@@ -203,8 +205,9 @@ func (s *Store) Heartbeat(ctx context.Context, pipeline, owner, role string, par
 	if !closable.IsZero() {
 		since = &closable
 	}
+	var at time.Time
 	err := s.do(ctx, func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, `
+		return conn.QueryRow(ctx, `
 WITH lock AS (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
       AND classid = $7::int4::oid AND objid = `+ownerLockKey("$1::text", "$2::text")+`::oid AND objsubid = 2)
@@ -213,14 +216,14 @@ INSERT INTO pipeline_instances AS i (pipeline, owner, role, partitions, backend_
 SELECT $1, $2, $3, $4, pid, backend_start, $6 FROM pg_stat_activity CROSS JOIN lock WHERE pid = pg_backend_pid()
 ON CONFLICT (pipeline, owner) DO UPDATE SET role = EXCLUDED.role, partitions = EXCLUDED.partitions,
     heartbeat_at = now(), started_at = CASE WHEN $5 THEN now() ELSE i.started_at END,
-    backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start, closable_since = EXCLUDED.closable_since`,
-			pipeline, owner, role, names, first, since, ownerLockSpace)
-		return err
+    backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start, closable_since = EXCLUDED.closable_since
+RETURNING clock_timestamp()`,
+			pipeline, owner, role, names, first, since, ownerLockSpace).Scan(&at)
 	})
 	if err != nil {
-		return fmt.Errorf("store: heartbeat of %s (%s) in pipeline %q: %w", owner, role, pipeline, err)
+		return time.Time{}, fmt.Errorf("store: heartbeat of %s (%s) in pipeline %q: %w", owner, role, pipeline, err)
 	}
-	return nil
+	return at.UTC(), nil
 }
 
 // DeleteInstance removes owner's pipeline_instances row: the instance stops.

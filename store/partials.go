@@ -33,9 +33,11 @@ import (
 // merged in Go (aggregate.Merge) into delay_aggregates rows (replace) and
 // deleted; pipelines.merged_until keeps the frontier.
 //
-// The commit that finds every partition drained merges every remaining
-// window, stores the frontier as every partition's watermark (as one drain
-// does) and clears the drained flags: the other drains wait for that
+// The commit that finds every partition drained (by drains alive or not:
+// a drain stopped while it waited left every record it read as partials)
+// merges every remaining window, stores the frontier as every partition's
+// watermark (as one drain does) and clears the drained flags: the other
+// drains wait for that, or for the pipeline to hold no partial left
 // (DrainMerged).
 
 // ErrMergedPast means the pipeline already merged a window this instance
@@ -245,12 +247,12 @@ func readFrontier(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, wm
 	var minHeld, maxAll *time.Time
 	topics, nums := partitionArrays(parts)
 	err := tx.QueryRow(ctx, `
-SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(drained), false),
+SELECT coalesce(bool_and(excluded), false), coalesce(bool_and(p_drained), false),
        coalesce(bool_or(NOT excluded AND watermark IS NULL), false),
        min(watermark) FILTER (WHERE NOT excluded), max(watermark),
        coalesce(bool_or(NOT excluded AND NOT mine AND alive AND watermark > $4), false)
 FROM (SELECT p.drained AND (a.alive OR m.mine) OR (idle AND heartbeat_at >= now() - $3::bigint * interval '1 microsecond') AS excluded,
-             p.drained AND (a.alive OR m.mine) AS drained, watermark, a.alive, m.mine
+             p.drained AS p_drained, watermark, a.alive, m.mine
       FROM stream_positions p
       CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM unnest($5::text[], $6::integer[]) AS u(topic, partition)
           WHERE u.topic = p.topic AND u.partition = p.partition)) AS m(mine)
@@ -261,7 +263,11 @@ FROM (SELECT p.drained AND (a.alive OR m.mine) OR (idle AND heartbeat_at >= now(
       -- is committing (a failover may have lost its pipeline_instances row,
       -- made again by its next heartbeat only; a drain's last commit that
       -- took its own partitions for a dead drain's would end no drain, and
-      -- every drain would wait for ever).
+      -- every drain would wait for ever). Every partition drained ends the
+      -- drain, whether the drains that marked them are alive or not: one
+      -- that stopped while it waited left every record it read as partials
+      -- (its last commit marked it), so the drain that comes after it merges
+      -- everything and ends (drains one after the other).
       CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM pipeline_instances i
           WHERE i.pipeline = p.pipeline AND i.owner = p.owner
             AND i.heartbeat_at >= now() - $3::bigint * interval '1 microsecond')) AS a(alive)
@@ -272,7 +278,7 @@ FROM (SELECT p.drained AND (a.alive OR m.mine) OR (idle AND heartbeat_at >= now(
 		return fmt.Errorf("merge frontier: %w", err)
 	}
 	switch {
-	case allExcluded:
+	case allExcluded || f.allDrained:
 		f.at = maxAll
 	case !heldByNull:
 		f.at = minHeld
@@ -426,18 +432,36 @@ func (s *Store) PendingPartials(ctx context.Context, pipeline string) (int, erro
 
 // DrainMerged tells whether the drain of parts is over: none of them is
 // still marked drained (the commit that found every partition of the
-// pipeline drained merged everything and cleared the flags). waiting lists,
-// when it is not, the pipeline's partitions not drained yet, "topic/N".
-func (s *Store) DrainMerged(ctx context.Context, pipeline string, parts []aggregate.PartitionID) (done bool, waiting []string, err error) {
+// pipeline drained merged everything and cleared the flags), or the
+// pipeline holds no partial window any more while no other instance owning
+// a partition of it is alive (heartbeat younger than lease): every record
+// the drains read is merged and nobody is reading more, as for a drain
+// rerun after the others ended with nothing new to merge. Then parts'
+// drained flags are cleared, so that a later drain waits for them as for
+// partitions not drained. waiting lists, when it is not over, the
+// pipeline's partitions not drained yet, "topic/N".
+func (s *Store) DrainMerged(ctx context.Context, pipeline string, parts []aggregate.PartitionID, lease time.Duration) (done bool, waiting []string, err error) {
 	topics, nums := partitionArrays(parts)
 	err = s.do(ctx, func(conn *pgx.Conn) error {
-		var mine bool
+		var mine, merged bool
 		if err := conn.QueryRow(ctx, `
-SELECT coalesce(bool_or(s.drained), false) FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
-    ON s.topic = u.topic AND s.partition = u.partition WHERE s.pipeline = $1`, pipeline, topics, nums).Scan(&mine); err != nil {
+SELECT coalesce(bool_or(s.drained), false),
+    NOT EXISTS (SELECT 1 FROM delay_partial_windows WHERE pipeline = $1)
+    AND NOT EXISTS (SELECT 1 FROM stream_positions o JOIN pipeline_instances i ON i.pipeline = o.pipeline AND i.owner = o.owner
+        WHERE o.pipeline = $1 AND (o.topic, o.partition) NOT IN (SELECT * FROM unnest($2::text[], $3::integer[]))
+          AND i.heartbeat_at >= now() - $4::bigint * interval '1 microsecond')
+FROM stream_positions s JOIN unnest($2::text[], $3::integer[]) AS u(topic, partition)
+    ON s.topic = u.topic AND s.partition = u.partition WHERE s.pipeline = $1`,
+			pipeline, topics, nums, lease.Microseconds()).Scan(&mine, &merged); err != nil {
 			return err
 		}
-		done, waiting = !mine, nil
+		done, waiting = !mine || merged, nil
+		if done && mine {
+			_, err := conn.Exec(ctx, `UPDATE stream_positions s SET drained = false
+FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
+WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums)
+			return err
+		}
 		if done {
 			return nil
 		}

@@ -30,6 +30,10 @@ type Options struct {
 	// harness generates, see TLS) next to PLAINTEXT; the user is created at
 	// format time with --add-scram.
 	SASL *SASL
+	// ACLs turns on Kafka's StandardAuthorizer (KRaft): the PLAINTEXT and
+	// controller listeners' principal (User:ANONYMOUS) and the SASL user are
+	// super users, any other principal may do only what an ACL grants it.
+	ACLs bool
 	// Config adds or overrides broker settings (server.properties keys).
 	Config map[string]string
 	// Dir is the parent of the cluster's folder; "" = os.TempDir(). The
@@ -234,6 +238,15 @@ func (c *Cluster) properties(n *Node) string {
 			[2]string{"listener.name.sasl_ssl.ssl.keystore.type", "PEM"},
 			[2]string{"listener.name.sasl_ssl.ssl.keystore.location", c.TLS.ServerKeyStore},
 		)
+	}
+	if c.opts.ACLs {
+		super := "User:ANONYMOUS"
+		if c.opts.SASL != nil {
+			super += ";User:" + c.opts.SASL.User
+		}
+		kv = append(kv,
+			[2]string{"authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
+			[2]string{"super.users", super})
 	}
 	kv = append(kv, [2]string{"listeners", listeners}, [2]string{"advertised.listeners", advertised})
 	for k, v := range c.opts.Config {
