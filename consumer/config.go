@@ -134,17 +134,15 @@ func (c *Config) Lateness() time.Duration {
 	return c.AllowedLateness
 }
 
-// Validate fills in defaults and reports the first invalid setting.
-func (c *Config) Validate() error {
-	if len(c.Brokers) == 0 {
-		return errors.New("consumer: no Kafka brokers (--brokers or KAFKA_BROKERS)")
-	}
-	if c.PredictionsTopic == "" && c.PositionsTopic == "" {
-		return errors.New("consumer: no topics to consume")
-	}
-	if c.PredictionsTopic == c.PositionsTopic {
-		return fmt.Errorf("consumer: predictions and positions topic are both %q", c.PredictionsTopic)
-	}
+// WithDefaults returns c with each unset setting at its default: window 5m,
+// allowed lateness 2m (NoLateness keeps zero), idle timeout 30s, max future
+// skew 5m, flush interval 5s, metadata refresh 1m, connect timeout 1m,
+// progress interval DefaultProgressInterval, lease DefaultLease, retention
+// interval DefaultRetentionInterval, pipeline
+// "ovstream", start offset "earliest", on offset out of range "fail", max
+// uncommitted 2,000,000, fetch bytes DefaultFetchBytes, a discarding
+// Logger, unregistered Metrics, a Health and time.Now.
+func (c Config) WithDefaults() Config {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -160,6 +158,56 @@ func (c *Config) Validate() error {
 	def(&c.MetadataRefresh, time.Minute)
 	def(&c.ConnectTimeout, time.Minute)
 	def(&c.ProgressInterval, DefaultProgressInterval)
+	def(&c.Lease, DefaultLease)
+	def(&c.RetentionInterval, DefaultRetentionInterval)
+	if c.Pipeline == "" {
+		c.Pipeline = "ovstream"
+	}
+	if c.StartOffset == "" {
+		c.StartOffset = "earliest"
+	}
+	if c.OnOffsetOutOfRange == "" {
+		c.OnOffsetOutOfRange = "fail"
+	}
+	if c.MaxUncommitted == 0 {
+		c.MaxUncommitted = 2_000_000
+	}
+	if c.FetchBytes == 0 {
+		c.FetchBytes = DefaultFetchBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.Health == nil {
+		c.Health = &Health{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports the first invalid setting of c, its unset settings taken
+// at their defaults (WithDefaults); it changes nothing.
+func (c *Config) Validate() error {
+	d := c.WithDefaults()
+	return d.validate()
+}
+
+// validate reports the first invalid setting of c, whose defaults are set.
+func (c *Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("consumer: no Kafka brokers (--brokers or KAFKA_BROKERS)")
+	}
+	if c.PredictionsTopic == "" && c.PositionsTopic == "" {
+		return errors.New("consumer: no topics to consume")
+	}
+	if c.PredictionsTopic == c.PositionsTopic {
+		return fmt.Errorf("consumer: predictions and positions topic are both %q", c.PredictionsTopic)
+	}
 	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.Lateness(),
 		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval,
 		"metadata refresh": c.MetadataRefresh} {
@@ -173,9 +221,6 @@ func (c *Config) Validate() error {
 	if err := c.validateRetention(); err != nil {
 		return err
 	}
-	if c.Pipeline == "" {
-		c.Pipeline = "ovstream"
-	}
 	if err := store.CheckPipelineName(c.Pipeline); err != nil {
 		return fmt.Errorf("consumer: pipeline %q: %w", c.Pipeline, err)
 	}
@@ -185,20 +230,15 @@ func (c *Config) Validate() error {
 	if c.Owner == "" {
 		return errors.New("consumer: no owner (host:pid-nonce) to claim partitions as")
 	}
-	def(&c.Lease, DefaultLease)
 	if c.Lease < time.Second {
 		return fmt.Errorf("consumer: lease %v is shorter than 1s", c.Lease)
 	}
 	switch c.StartOffset {
-	case "":
-		c.StartOffset = "earliest"
 	case "earliest", "latest":
 	default:
 		return fmt.Errorf("consumer: start offset %q: want earliest or latest", c.StartOffset)
 	}
 	switch c.OnOffsetOutOfRange {
-	case "":
-		c.OnOffsetOutOfRange = "fail"
 	case "fail", "earliest", "latest":
 	default:
 		return fmt.Errorf("consumer: on offset out of range %q: want fail, earliest or latest", c.OnOffsetOutOfRange)
@@ -208,29 +248,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("consumer: assigned partition %s is not of a consumed topic", p)
 		}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.MaxUncommitted == 0 {
-		c.MaxUncommitted = 2_000_000
-	}
-	if c.FetchBytes == 0 {
-		c.FetchBytes = DefaultFetchBytes
-	}
 	if c.FetchBytes < 0 {
 		return fmt.Errorf("consumer: fetch bytes %d is negative", c.FetchBytes)
 	}
 	if c.MaxUncommitted < 0 {
 		return fmt.Errorf("consumer: max uncommitted messages %d is negative", c.MaxUncommitted)
-	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics(nil)
-	}
-	if c.Health == nil {
-		c.Health = &Health{}
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return nil
 }

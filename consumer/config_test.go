@@ -30,7 +30,7 @@ func TestValidatePipeline(t *testing.T) {
 	} {
 		cfg := Config{Brokers: []string{"b:9092"}, PredictionsTopic: "p", Owner: "h:1", Pipeline: c.name}
 		err := cfg.Validate()
-		got := cfg.Pipeline
+		got := cfg.WithDefaults().Pipeline
 		if err != nil {
 			got = err.Error()
 		}

@@ -68,6 +68,7 @@ func BenchmarkLoop(b *testing.B) {
 	}
 	cfg := Config{Brokers: []string{"unused:9092"}, PredictionsTopic: "arrival_predictions", PositionsTopic: "vehicle_positions",
 		Owner: "bench:1", AllowedLateness: 10 * time.Minute, Metrics: NewMetrics(nil)}
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)
 	}

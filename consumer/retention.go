@@ -67,9 +67,6 @@ func (c *Config) validateRetention() error {
 	case c.RetentionInterval < 0:
 		return fmt.Errorf("consumer: retention interval %v is negative", c.RetentionInterval)
 	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = DefaultRetentionInterval
-	}
 	return nil
 }
 

@@ -45,8 +45,8 @@ func TestValidateRetention(t *testing.T) {
 			t.Errorf("%+v: %v", cfg, err)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("Validate = %v, want %q", err, c.want)
-		case c.want == "" && cfg.RetentionInterval != DefaultRetentionInterval:
-			t.Errorf("RetentionInterval %v, want the default", cfg.RetentionInterval)
+		case c.want == "" && cfg.WithDefaults().RetentionInterval != DefaultRetentionInterval:
+			t.Errorf("RetentionInterval %v, want the default", cfg.WithDefaults().RetentionInterval)
 		}
 	}
 }

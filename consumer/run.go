@@ -67,7 +67,8 @@ const (
 // refuses a partition's fetch for want of an ACL (authz.go); otherwise a wrapped Kafka or database
 // error that did not clear with retries.
 func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	st.OnNameRefused = func(n aggregate.Name, reason string) {

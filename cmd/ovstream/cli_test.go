@@ -433,8 +433,9 @@ func TestZeroLatenessMeansZero(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
+		cfg = cfg.WithDefaults().WithDefaults()
 		if err := cfg.Validate(); err != nil || cfg.Lateness() != tc.want {
-			t.Errorf("AllowedLateness %v: Lateness() %v after two Validates (%v), want %v", tc.set, cfg.Lateness(), err, tc.want)
+			t.Errorf("AllowedLateness %v: Lateness() %v with the defaults set twice (%v), want %v", tc.set, cfg.Lateness(), err, tc.want)
 		}
 	}
 	cfg := consumer.Config{Brokers: []string{"b:1"}, PredictionsTopic: "p", Owner: "o", AllowedLateness: -time.Second}

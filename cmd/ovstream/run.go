@@ -247,6 +247,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		}
 		cfg.Partitions = append(cfg.Partitions, aggregate.PartitionID{Topic: topic, Partition: int32(p)})
 	}
+	cfg = cfg.WithDefaults()
 	return cfg, cfg.Validate()
 }
 
