@@ -50,15 +50,16 @@ func connConfig(u *url.URL) (*pgx.ConnConfig, pgsession.Settings, error) {
 }
 
 // connect opens one connection of u with its session settings (connConfig),
-// for a few reads (Version, the down guards): their statements use the
-// simple protocol, so that they read the same through any pooler (a
-// transaction pool does not keep prepared statements).
+// for a few reads (Version, the down guards): their statements are unnamed
+// (pgx.QueryExecModeExec), so that they read the same through any pooler (a
+// transaction pool does not keep prepared statements) and in any
+// client_encoding (pgx's simple protocol needs UTF8).
 func connect(ctx context.Context, u *url.URL) (*pgx.Conn, error) {
 	config, settings, err := connConfig(u)
 	if err != nil {
 		return nil, err
 	}
-	config.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	config.DefaultQueryExecMode = pgx.QueryExecModeExec
 	conn, err := pgx.ConnectConfig(ctx, config)
 	if err != nil {
 		return nil, err

@@ -56,7 +56,9 @@ func Split(config *pgx.ConnConfig) Settings {
 }
 
 // Apply sets s on conn's session (set_config, not local to a transaction) in
-// one statement of the simple protocol (no prepared statement). An unknown
+// one statement of an unnamed prepared statement (pgx.QueryExecModeExec:
+// nothing is kept on the server, so any pooler passes it; pgx's simple
+// protocol would need client_encoding UTF8). An unknown
 // name or a bad value is PostgreSQL's error (42704, 22023).
 func Apply(ctx context.Context, conn *pgx.Conn, s Settings) error {
 	if len(s) == 0 {
@@ -68,7 +70,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, s Settings) error {
 		values[i] = s[k]
 	}
 	_, err := conn.Exec(ctx, `SELECT set_config(k, v, false) FROM unnest($1::text[], $2::text[]) AS s(k, v)`,
-		pgx.QueryExecModeSimpleProtocol, names, values)
+		pgx.QueryExecModeExec, names, values)
 	if err != nil {
 		return fmt.Errorf("set %s: %w", strings.Join(names, ", "), err)
 	}
