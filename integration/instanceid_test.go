@@ -3,10 +3,19 @@
 package integration
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
 )
 
 // Static membership (, as KIP-345's group.instance.id): a
@@ -91,5 +100,63 @@ func committedIn(t *testing.T, db, pipeline, ops string, n int) func() bool {
 		}
 		m := scrape(t, ops)
 		return sum >= int64(n) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_commits_total"] > 0
+	}
+}
+
+// restartedOwners compares pg_stat_activity.backend_start
+// with the one the holder's heartbeat recorded. For a session of another
+// role, a claimer without pg_read_all_stats reads backend_start as NULL, so
+// NOT EXISTS holds and a LIVE holder with the same --instance-id counts as
+// a dead predecessor: its partitions are taken at once.
+func TestInstanceIDLiveHolderOfAnotherRoleHeld(t *testing.T) {
+	ctx := testCtx(t)
+	db := freshDB(t)
+	role := fmt.Sprintf("ovs_otherrole_%d", time.Now().UnixNano()%1_000_000_000)
+	execSQL(t, db, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN;
+GRANT USAGE, CREATE ON SCHEMA public TO %[1]s;
+GRANT ALL ON ALL TABLES IN SCHEMA public TO %[1]s;
+GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO %[1]s;`, role))
+	t.Cleanup(func() {
+		for _, q := range []struct{ db, sql string }{{db, "DROP OWNED BY " + role}, {testDatabaseURL(), "DROP ROLE IF EXISTS " + role}} {
+			if c, err := pgx.Connect(context.Background(), q.db); err == nil {
+				_, _ = c.Exec(context.Background(), q.sql)
+				c.Close(context.Background())
+			}
+		}
+	})
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	dbB := u.String()
+
+	a, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	parts := []aggregate.PartitionID{{Topic: "t", Partition: 0}}
+	opts := store.ClaimOptions{Lease: time.Minute, InstanceID: "pod-0"}
+	if _, err := a.Claim(ctx, "sid", "pod-0@a:1-x", parts, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Heartbeat(ctx, "sid", "pod-0@a:1-x", store.RoleActive, parts, true, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.Open(ctx, dbB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	c, err := b.Claim(ctx, "sid", "pod-0@b:2-y", parts, opts)
+	var held *store.HeldError
+	if !errors.As(err, &held) {
+		t.Errorf("a second process with the same --instance-id (another role) claimed a live holder's partitions: err %v, restarted_from %v",
+			err, strings.Join(c.Restarted, ","))
+	}
+	// a is alive: its heartbeat session is there.
+	if _, err := a.Heartbeat(ctx, "sid", "pod-0@a:1-x", store.RoleActive, parts, false, time.Time{}); err != nil {
+		t.Fatal(err)
 	}
 }

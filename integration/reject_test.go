@@ -336,3 +336,81 @@ ALTER TABLE dead_letters ADD CONSTRAINT no_boom CHECK (error <> 'boom');`)
 		t.Fatalf("commit with a refused dead letter = %v, want the terminal refusal itself", err)
 	}
 }
+
+// The refused-row search rolls back every probe, so a
+// row is judged without the rows of the batch's other parts. A NOT
+// DEFERRABLE foreign key from trip_delay_latest to vehicle_latest is
+// satisfied in the commit (vehicles are written before trips) by a vehicle
+// that is new in the same batch, but not in the search (the vehicles' probe
+// was rolled back before the trips are probed): the search names the trip
+// row refused although the commit accepts it, and the consumer would
+// dead-letter its prediction (reason rejected: counted in no window).
+// A search that released an accepted probe instead of rolling it back had
+// the vehicle there when the trips were probed.
+func TestRefusedSearchNamesOnlyRowsTheCommitRefuses(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	execSQL(t, url, `
+ALTER TABLE delay_aggregates ADD CONSTRAINT no_s2 CHECK (dimension_id <> 'S2');
+ALTER TABLE trip_delay_latest ADD CONSTRAINT trip_vehicle FOREIGN KEY (pipeline, vehicle_id)
+	REFERENCES vehicle_latest (pipeline, vehicle_id);`)
+	trip := store.Trip{Prediction: aggregate.Prediction{TripID: "T1", Line: "L1", StopID: "S1", Operator: "op1",
+		VehicleID: "v1", DelayS: 10, EventTime: t0}, Offset: 1}
+	vehicle := store.Vehicle{Position: aggregate.Position{VehicleID: "v1", TripID: "T1", EventTime: t0}, Offset: 2}
+	windows := []aggregate.Row{row(aggregate.DimStation, "S1", 1, 1, 1, 1, 1), row(aggregate.DimStation, "S2", 1, 1, 1, 1, 1)}
+	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: windows,
+		Trips: []store.Trip{trip}, Vehicles: []store.Vehicle{vehicle}, Positions: at0(3)}
+
+	err := s.Commit(ctx, withSeqs(t, s, b))
+	var rej *store.RejectedError
+	if !errors.As(err, &rej) {
+		t.Fatalf("commit = %v, want a *store.RejectedError (station S2)", err)
+	}
+	var named []string
+	for _, w := range rej.Windows {
+		named = append(named, "window "+w.DimensionID)
+	}
+	for _, r := range rej.Trips {
+		named = append(named, fmt.Sprintf("trip %s: %s", r.Key, r.Reason))
+	}
+	for _, r := range rej.Vehicles {
+		named = append(named, "vehicle "+r.Key)
+	}
+
+	// What the commit accepts: the batch without the S2 row, trip included.
+	b.Windows = windows[:1]
+	cerr := s.Commit(ctx, withSeqs(t, s, b))
+	if cerr != nil {
+		t.Fatalf("commit without S2 (trip T1 and its new vehicle v1 kept): %v", cerr)
+	}
+	if n := query[int64](t, url, `SELECT count(*) FROM trip_delay_latest WHERE trip_id = 'T1'`); n != 1 {
+		t.Fatalf("trip T1 rows after the commit: %d, want 1", n)
+	}
+	if len(named) != 1 || named[0] != "window S2" {
+		t.Errorf("the search named %q, want only the S2 window row: the trip row it names is one the commit accepts "+
+			"(its record would be dead-lettered and counted in no window)", named)
+	}
+}
+
+// The refused-row search the other way: a constraint two rows of the batch break
+// together (here a unique index: one trip per vehicle) refuses neither row
+// alone, so the search, which rolls back every probe, names nothing: the
+// commit's refusal comes back as it is, terminal (run exits 1). A search that kept
+// accepted probes kept the first half, named the second row (rejected,
+// dead-lettered) and the pipeline went on.
+func TestRefusedSearchRowsRefusedOnlyTogetherRejected(t *testing.T) {
+	ctx := testCtx(t)
+	s, url, epoch := openStore(t)
+	execSQL(t, url, `CREATE UNIQUE INDEX one_trip_per_vehicle ON trip_delay_latest (pipeline, vehicle_id);`)
+	trip := func(id string, off int64) store.Trip {
+		return store.Trip{Prediction: aggregate.Prediction{TripID: id, Line: "L1", StopID: "S1", Operator: "op1",
+			VehicleID: "v1", DelayS: 10, EventTime: t0}, Offset: off}
+	}
+	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Trips: []store.Trip{trip("T1", 1), trip("T2", 2)}, Positions: at0(3)}
+	err := s.Commit(ctx, withSeqs(t, s, b))
+	var rej *store.RejectedError
+	if !errors.As(err, &rej) {
+		t.Errorf("a batch refused for two rows together: err = %v (retryable %v), want a *store.RejectedError naming one of them",
+			err, store.Retryable(err))
+	}
+}

@@ -196,3 +196,38 @@ func produceFirstHalf(t *testing.T, addr string) (total, half int, second *gtfsr
 	produceFeeds(t, addr, &first)
 	return total, half, &rest
 }
+
+// A database that lost the FIRST claim of a partition (a
+// restore from a backup taken before the pipeline ran, or a failover to an
+// asynchronous replica that had not received the claim's INSERT; equally a
+// partition added while running, whose row ClaimAdded inserted) holds no
+// stream_positions row for it. The fencing statement matches nothing and
+// behind() answers ErrFenced for a missing row (!ok), so the instance stops
+// with exit 3 "fenced: another instance claimed a partition" although no
+// instance claimed anything: the claim that was lost is not claimed again
+// (contrast TestRestoreBehindReplays, where the rows exist at a lower commit
+// sequence).
+func TestRestoreBeforeFirstClaimClaimsAgainAndReplays(t *testing.T) {
+	t.Parallel()
+	addr, db := startBroker(t), freshDB(t)
+	total, half, second := produceFirstHalf(t, addr)
+	backupTables(t, db) // nothing of the pipeline yet
+
+	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "restore0", "--metrics-addr", "127.0.0.1:0",
+		"--flush-interval", "200ms", "--log-level", "info")...)
+	ops := opsAddr(t, p)
+	consumed := `ovstream_consumed_messages_total{topic="arrival_predictions"}`
+	waitFor(t, time.Minute, "the first half consumed and committed", func() bool {
+		m := scrape(t, ops)
+		return m[consumed] >= float64(half) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_windows_finalized_total"] > 0
+	})
+	restoreTables(t, db)
+	produceFeeds(t, addr, second)
+	select {
+	case <-p.done:
+		t.Fatalf("after a restore to before its first claim the instance exited %d (want: claim again and replay):\n%s",
+			p.wait(t, time.Second), tail(p.output(), 12))
+	case <-time.After(20 * time.Second):
+	}
+	stopDrainCompare(t, p, db, addr, "restore0", total, "delay_aggregates after a restore to before the first claim vs SQL oracle")
+}

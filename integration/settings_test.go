@@ -3,10 +3,17 @@
 package integration
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
 )
 
 // Every instance of a pipeline must share its window size
@@ -72,5 +79,139 @@ func TestPipelineSettingsShared(t *testing.T) {
 	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "shared", "--drain")...)
 	if code := p.wait(t, time.Minute); code != 2 || !strings.Contains(p.output(), "--window 10m0s (pipeline) vs 5m0s (this instance)") {
 		t.Fatalf("run with the old window after pipeline set: exit %d\n%s", code, tail(p.output(), 10))
+	}
+}
+
+// Two first claims of a pipeline whose settings are not
+// recorded yet (pipelines.window_size NULL: a pipeline migration 10 found
+// without windows) with different --window both succeed: the second's
+// UPDATE ... coalesce(window_size, $2) waits for the first's row lock, then
+// keeps the first's value and reports nothing. Claim A's transaction is
+// held open after the statement checkSettings runs, exactly as a claim in
+// flight holds it; then claim B (another --window, other partitions: a split
+// pipeline) runs through store.Claim.
+func TestConcurrentFirstClaimsWithDifferentWindowsOneRefused(t *testing.T) {
+	ctx := testCtx(t)
+	db := freshDB(t)
+	execSQL(t, db, `INSERT INTO pipelines (name, topics) VALUES ('race', ARRAY['t'])`)
+	s, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+
+	conn := connect(t, ctx, db)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Claim A (--window 5m): checkSettings read NULL and recorded its window.
+	if _, err := tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce(window_size, $2), topics = coalesce(topics, $3)
+		WHERE name = $1`, "race", 5*time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(ctx, "race", "b", []aggregate.PartitionID{{Topic: "t", Partition: 1}},
+			store.ClaimOptions{Lease: time.Minute, Topics: []string{"t"}, Window: 10 * time.Minute})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // B reads NULL, then waits on A's row lock
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	stored := dump(t, db, `SELECT window_size::text FROM pipelines WHERE name = 'race'`)
+	var se *store.SettingsError
+	if !errors.As(err, &se) {
+		t.Errorf("claim B with --window 10m while claim A recorded 5m: err = %v (pipeline's window now %v), want a *store.SettingsError",
+			err, stored)
+	}
+
+	// The same with two real claims started together, on pipelines that
+	// have no settings yet: how often do both succeed?
+	both := 0
+	const rounds = 40
+	for i := 0; i < rounds; i++ {
+		name := fmt.Sprintf("race%d", i)
+		execSQL(t, db, fmt.Sprintf(`INSERT INTO pipelines (name, topics) VALUES ('%s', ARRAY['t'])`, name))
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for j, w := range []time.Duration{5 * time.Minute, 10 * time.Minute} {
+			st, err := store.Open(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close(context.Background())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[j] = st.Claim(ctx, name, fmt.Sprint("o", j), []aggregate.PartitionID{{Topic: "t", Partition: int32(j)}},
+					store.ClaimOptions{Lease: time.Minute, Topics: []string{"t"}, Window: w})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if errs[0] == nil && errs[1] == nil {
+			both++
+		}
+	}
+	t.Logf("real concurrent first claims with 5m and 10m: both succeeded in %d of %d rounds", both, rounds)
+	if both > 0 {
+		t.Errorf("two instances with different --window both claimed a pipeline in %d of %d rounds", both, rounds)
+	}
+}
+
+// `pipeline set --window` checks that no instance is live
+// but not that a split pipeline has partials of the old size waiting for the
+// merge (instances stopped with SIGTERM leave them). Started again with the
+// new size, the merge of a window start holding partials of both sizes
+// fails ("partials of the window ... ends differ"): every merging instance
+// stops (exit 1) until someone deletes partials by hand. (Had the restarted
+// instance re-aggregated that window start, its new partial would have
+// replaced its old one, with the old one's events.)
+func TestPipelineSetWindowRefusedWithPendingPartials(t *testing.T) {
+	ctx := testCtx(t)
+	g := newSplitStoreRig(t)
+	// A passes the first 5m window; B has no watermark yet: it waits.
+	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
+	if n := g.partials(); n == 0 {
+		t.Fatal("no partial pending")
+	}
+	_, serr := g.sa.SetSettings(ctx, "p", store.Settings{Window: 10 * time.Minute}, time.Microsecond)
+	if serr == nil {
+		t.Errorf("pipeline set --window 10m succeeded with %d partials of 5m windows pending", g.partials())
+	} else {
+		// Refused: the instances keep 5m (a claim with 10m is refused,
+		// TestPipelineSettingsShared), so what follows cannot happen.
+		t.Logf("pipeline set refused: %v", serr)
+		return
+	}
+	// Both instances run with 10m now. B writes its first 10m window.
+	const w10 = 10 * time.Minute
+	end := t0.Add(w10)
+	win := aggregate.NewPartitionedWindower(w10)
+	for i := range 50 {
+		win.AddFrom(1, aggregate.Prediction{TripID: "y", Line: "L1", StopID: "S1", Operator: "A", DelayS: float64(i),
+			EventTime: t0.Add(time.Duration(i*10) * time.Second)})
+	}
+	split := func(first time.Time) *store.Split {
+		return &store.Split{Topic: "t", Topics: []string{"t"}, Window: w10, FirstOpen: first, IdleLease: time.Minute}
+	}
+	bb := store.Batch{Pipeline: "p", Owner: splitOwner(1), Epoch: g.eb, Watermark: end, Partials: win.ClosedSet(end).PartialWindows(),
+		Positions: []store.Position{{PartitionID: g.tb, NextOffset: 20, ConsumedOffset: 20}}, Split: split(end.Add(w10))}
+	if _, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, bb)); err != nil {
+		t.Fatalf("B's first 10m commit: %v", err)
+	}
+	// A passes 12:10 too, with nothing new for 12:00: the merge takes 12:00.
+	ba := store.Batch{Pipeline: "p", Owner: splitOwner(0), Epoch: g.ea, Watermark: end,
+		Positions: []store.Position{{PartitionID: g.ta, NextOffset: 30, ConsumedOffset: 30}}, Split: split(end.Add(w10))}
+	_, err := g.sa.CommitSplit(ctx, withSeqs(t, g.sa, ba))
+	t.Logf("the merge after pipeline set: %v", err)
+	if err != nil {
+		t.Errorf("after pipeline set --window with pending partials, the merge fails: %v (retryable %v)", err, store.Retryable(err))
 	}
 }

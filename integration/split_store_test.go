@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -345,4 +346,129 @@ func TestStoreSplitDrainEndWithoutHeartbeat(t *testing.T) {
 		t.Fatalf("%d partitions still marked drained after the drain ended", n)
 	}
 	sameAggregates(t, g.url, want)
+}
+
+// Three "instances" (Stores, one partition each) commit 30 windows side by
+// side as fast as they can, every commit after the first Holding (so many
+// leave the merge while another decides one), merges in chunks of one
+// window: no commit is refused (ErrMergedPast), and once each commits again
+// without Holding, every window equals one Windower fed every event.
+func TestStoreSplitHoldingCommitsRace(t *testing.T) {
+	ctx := testCtx(t)
+	url := freshDB(t)
+	const w, windows, n = 5 * time.Minute, 30, 3
+	plain := aggregate.NewWindower(w)
+	type inst struct {
+		st    *store.Store
+		owner string
+		epoch int64
+		tp    aggregate.PartitionID
+		win   *aggregate.Windower
+	}
+	var is []*inst
+	for p := range int32(n) {
+		s, err := store.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		s.MergeChunkRows = 1
+		tp := aggregate.PartitionID{Topic: "t", Partition: p}
+		owner := fmt.Sprintf("i%d", p)
+		c, err := s.Claim(ctx, "p", owner, []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		is = append(is, &inst{s, owner, c.Epoch, tp, aggregate.NewPartitionedWindower(w)})
+	}
+	all := make([]aggregate.PartitionID, n)
+	for i := range is {
+		all[i] = is[i].tp
+	}
+	if err := is[0].st.RegisterPartitions(ctx, "p", all); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 6000 {
+		p := aggregate.Prediction{TripID: "x", Line: fmt.Sprintf("L%d", r.IntN(4)), StopID: fmt.Sprintf("S%d", r.IntN(5)),
+			Operator: "A", DelayS: float64(r.IntN(600) - 100), EventTime: t0.Add(time.Duration(r.IntN(windows*300)) * time.Second)}
+		part := int32(r.IntN(n))
+		plain.Add(p)
+		is[part].win.AddFrom(part, p)
+	}
+	commit := func(in *inst, wm time.Time, holding bool) (store.Merged, error) {
+		b := store.Batch{Pipeline: "p", Owner: in.owner, Epoch: in.epoch, Watermark: wm, Partials: in.win.ClosedSet(wm).PartialWindows(),
+			Positions: []store.Position{{PartitionID: in.tp, NextOffset: 1, ConsumedOffset: 1}},
+			Split: &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: in.win.FirstEnd(),
+				IdleLease: time.Minute, Holding: holding}}
+		m, err := in.st.CommitSplit(ctx, withSeqs(t, in.st, b))
+		if err == nil {
+			in.win.Drop(wm)
+		}
+		return m, err
+	}
+	errs := make(chan error, n)
+	skipped := make(chan int, n)
+	for _, in := range is {
+		go func() {
+			s := 0
+			for k := 1; k <= windows; k++ {
+				m, err := commit(in, t0.Add(time.Duration(k)*w), k > 1)
+				if err != nil {
+					errs <- err
+					skipped <- s
+					return
+				}
+				if m.Skipped {
+					s++
+				}
+			}
+			errs <- nil
+			skipped <- s
+		}()
+	}
+	total := 0
+	for range is {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		total += <-skipped
+	}
+	for _, in := range is {
+		if _, err := commit(in, t0.Add(windows*w), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := query[time.Time](t, url, `SELECT merged_until FROM pipelines WHERE name = 'p'`); !got.Equal(t0.Add(windows * w)) {
+		t.Fatalf("merged until %v", got)
+	}
+	sameAggregates(t, url, plain.Closed(t0.Add(windows*w)))
+	t.Logf("%d commits left the merge to the next one", total)
+}
+
+// A partial window edited by hand (truncated bytes, a row_count far beyond
+// its bytes, a NUL in an id) stops the merge with an error that
+// names it and is not retried; the process never crashes (before the fix
+// in aggregate, the row_count case died with "fatal error: runtime: out of
+// memory", and the NUL case failed in the COPY of the merged rows, 22021,
+// naming neither window nor partition).
+func TestStoreSplitCorruptPartialWindow(t *testing.T) {
+	for _, tc := range []struct{ name, edit, want string }{
+		{"truncated", `UPDATE delay_partial_windows SET data = substring(data FROM 1 FOR 10)`, "corrupt partial window"},
+		{"row_count", `UPDATE delay_partial_windows SET row_count = 2147483647`, "corrupt partial window"},
+		// format 2: 0x82, the dimension, the id's length, then the id
+		{"nul", `UPDATE delay_partial_windows SET data = overlay(data PLACING '\x00'::bytea FROM 4 FOR 1)`, "corrupt partial window"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			g := newSplitStoreRig(t)
+			g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
+			execSQL(t, g.url, tc.edit)
+			_, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w1, false)))
+			if err == nil || store.Retryable(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("merge of an edited partial window: %v (retryable %v), want an error naming %q", err, store.Retryable(err), tc.want)
+			}
+			t.Log(err)
+		})
+	}
 }

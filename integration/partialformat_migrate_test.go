@@ -4,12 +4,16 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -24,7 +28,7 @@ func insertPartialSQL(col string) string {
 // a corruption) is not in format 2: `migrate down 8` goes down, the schema
 // clean at 8 with the row kept; before, the guard failed on get_byte's
 // "index 0 out of valid range".
-func TestReviewMigration9DownEmptyData(t *testing.T) {
+func TestMigration9DownKeepsEmptyPartialWindow(t *testing.T) {
 	db := emptyDB(t)
 	ctx := testCtx(t)
 	if err := migrations.Up(ctx, db); err != nil {
@@ -52,7 +56,7 @@ func TestReviewMigration9DownEmptyData(t *testing.T) {
 // Up and down and up again with partial windows of format 1 waiting: their
 // bytes survive every step; down 7 refuses (guard 8) and leaves the schema
 // clean at 9.
-func TestReviewMigration9Cycles(t *testing.T) {
+func TestMigration9UpDownCyclesKeepPartialBytes(t *testing.T) {
 	db := emptyDB(t)
 	ctx := testCtx(t)
 	if err := migrations.UpTo(ctx, db, 8); err != nil {
@@ -125,24 +129,24 @@ func waitLockWait(t *testing.T, ctx context.Context, admin *pgx.Conn) {
 // RENAME waits for its lock. The down must then refuse (or fail); it must
 // not leave a partial window in format 2 at version 8, which version 8
 // cannot read.
-func TestReviewMigration9DownRacesAPartialCommit(t *testing.T) {
-	reviewDownRacesAPartialCommit(t, 9, 8, "data", []byte{0x82, 0, 1, 'L', 0, 1, 0, 10, 1},
+func TestMigration9DownRefusesPartialCommittedMeanwhile(t *testing.T) {
+	downRefusesPartialCommittedMeanwhile(t, 9, 8, "data", []byte{0x82, 0, 1, 'L', 0, 1, 0, 10, 1},
 		"1 partial windows in format 2 wait for the merge")
 }
 
 // The same for `migrate down 7` at version 8: a partial window committed
 // while the DROP TABLE waits is dropped with the table; its events are lost
 // (the instance's positions, committed with it, moved past them).
-func TestReviewMigration8DownRacesAPartialCommit(t *testing.T) {
-	reviewDownRacesAPartialCommit(t, 8, 7, "rows",
+func TestMigration8DownRefusesPartialCommittedMeanwhile(t *testing.T) {
+	downRefusesPartialCommittedMeanwhile(t, 8, 7, "rows",
 		[]byte{0, 0, 0, 0, 1, 'L', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0x40, 0x14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3},
 		"delay_partial_windows holds 1 partial windows not merged yet")
 }
 
-// reviewDownRacesAPartialCommit commits a partial window (data, in column
+// downRefusesPartialCommittedMeanwhile commits a partial window (data, in column
 // col at version from) while `migrate down to` waits for its lock: the down
 // must refuse with refusal and the partial window must still be there.
-func reviewDownRacesAPartialCommit(t *testing.T, from, to uint, col string, data []byte, refusal string) {
+func downRefusesPartialCommittedMeanwhile(t *testing.T, from, to uint, col string, data []byte, refusal string) {
 	db := emptyDB(t)
 	ctx := testCtx(t)
 	if err := migrations.UpTo(ctx, db, from); err != nil {
@@ -185,4 +189,101 @@ func reviewDownRacesAPartialCommit(t *testing.T, from, to uint, col string, data
 	if got := query[[]byte](t, db, `SELECT `+col+` FROM delay_partial_windows`); string(got) != string(data) {
 		t.Fatalf("after the refused down %d: partial window %x, want %x", to, got, data)
 	}
+}
+
+// Migration 8's SQL builds, from the per-row partials of schema 7, partial
+// windows in format 1 that read as exactly what the Go encoder
+// (ClosedSet.PartialWindows, format 2 since version 9) wrote: the same rows,
+// bit for bit, per window and partition (the reader takes one encoding per
+// row in either format, so these are the bytes of format 1), in every
+// database of migrationDBs: ids with multibyte UTF-8 that sort differently
+// bytewise and by code point, collation or the database's encoding, operators one or several (NULL), a -0 stored at version 7
+// (written as 0), fractional delays.
+func TestMigration8BytesEqualTheGoEncoder(t *testing.T) {
+	for _, m := range migrationDBs {
+		t.Run(m.name, func(t *testing.T) { migration8BytesEqualTheGoEncoder(t, m.create(t), m.ids) })
+	}
+}
+
+func migration8BytesEqualTheGoEncoder(t *testing.T, db string, moreIDs []string) {
+	ctx := testCtx(t)
+	if err := migrations.UpTo(ctx, db, 7); err != nil {
+		t.Fatal(err)
+	}
+	const w = 5 * time.Minute
+	win := aggregate.NewPartitionedWindower(w)
+	ids := append([]string{"L1", "L10", "L2", "Ä", "a", "Z", "é", "ß", "ä", "A", "l10"}, moreIDs...)
+	r := rand.New(rand.NewPCG(8, 8))
+	for i := range 4000 {
+		part := int32(r.IntN(3))
+		win.AddFrom(part, aggregate.Prediction{TripID: "t", Line: ids[r.IntN(len(ids))], StopID: ids[r.IntN(len(ids))] + "/s",
+			Operator: []string{"AT", "ÅT", "AT"}[r.IntN(3)*(i%2)], DelayS: float64(r.IntN(200)-100) + []float64{0, 0.5, 0.1}[r.IntN(3)],
+			EventTime: t0.Add(time.Duration(r.IntN(900)) * time.Second)})
+	}
+	ws := win.ClosedSet(t0.Add(3 * w)).PartialWindows()
+	if len(ws) != 9 {
+		t.Fatalf("%d partial windows, want 9", len(ws))
+	}
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, pw := range ws {
+		rows, err := aggregate.MergePartialWindows([]aggregate.PartialWindow{pw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			var op any
+			if row.Operator != "" {
+				op = row.Operator
+			}
+			values := append([]float64(nil), row.Values...)
+			if values[0] == 0 {
+				values[0] = math.Copysign(0, -1) // schema 7 may hold -0: written as 0
+			}
+			if _, err := conn.Exec(ctx, `INSERT INTO delay_partials (pipeline, window_start, dimension, dimension_id, topic,
+	partition, window_end, operator, event_count, sum_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts)
+VALUES ('p', $1, $2, $3, 'arrival_predictions', $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+				pw.WindowStart, row.Dimension, row.DimensionID, pw.Partition, pw.WindowEnd, op, row.Count,
+				row.Mean*float64(row.Count), row.Min, row.Max, values, row.Counts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	conn.Close(ctx)
+	if err := migrations.UpTo(ctx, db, 8); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, pw := range ws {
+		sql := pw
+		if err := conn.QueryRow(ctx, `SELECT rows, row_count FROM delay_partial_windows WHERE pipeline = 'p'
+	AND window_start = $1 AND partition = $2`, pw.WindowStart, pw.Partition).Scan(&sql.Data, &sql.Rows); err != nil {
+			t.Fatal(err)
+		}
+		if len(sql.Data) == 0 || sql.Data[0] == 0x82 {
+			t.Fatalf("window %s partition %d: migration 8 wrote %x..., not format 1", pw.WindowStart, pw.Partition, sql.Data[:min(4, len(sql.Data))])
+		}
+		got, err := aggregate.MergePartialWindows([]aggregate.PartialWindow{sql})
+		if err != nil {
+			t.Fatalf("window %s partition %d: %v", pw.WindowStart, pw.Partition, err)
+		}
+		want, _ := aggregate.MergePartialWindows([]aggregate.PartialWindow{pw})
+		if sql.Rows != pw.Rows || len(got) != len(want) {
+			t.Fatalf("window %s partition %d: migration wrote %d rows (%d read), Go %d", pw.WindowStart, pw.Partition,
+				sql.Rows, len(got), pw.Rows)
+		}
+		for i := range got {
+			if fmt.Sprintf("%#v", got[i]) != fmt.Sprintf("%#v", want[i]) {
+				t.Fatalf("window %s partition %d row %d: migration's %#v\nGo's %#v", pw.WindowStart, pw.Partition, i, got[i], want[i])
+			}
+		}
+	}
+	t.Logf("%d partial windows converted, every row bit for bit", len(ws))
 }

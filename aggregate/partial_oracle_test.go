@@ -437,17 +437,17 @@ func describe(ws []PartialWindow) string {
 	return b.String()
 }
 
-// reviewDelays are delays at the edges of format 2's whole-second range and
+// edgeDelays are delays at the edges of format 2's whole-second range and
 // beyond it.
-var reviewDelays = []float64{
+var edgeDelays = []float64{
 	0, 1, -1, 2, 86400, -86400, 1 << 53, -(1 << 53), 1<<53 - 1, -(1<<53 - 1), 1<<53 + 2, -(1<<53 + 2),
 	1 << 62, -(1 << 62), 1e308, -1e308, math.MaxFloat64, -math.MaxFloat64, 0.5, -0.25, 1e-300,
 	math.SmallestNonzeroFloat64, -math.SmallestNonzeroFloat64, 4503599627370495.5, 1<<52 + 0.5, math.Nextafter(1<<53, 0),
 }
 
-var reviewIDs = []string{"", "a", "L1", "é", "e\u0301", "Zürich – Centraal", "日本語", "\U0001F68C", "\uFFFD", "a\x7f", "~", "\u00ff"}
+var edgeIDs = []string{"", "a", "L1", "é", "e\u0301", "Zürich – Centraal", "日本語", "\U0001F68C", "\uFFFD", "a\x7f", "~", "\u00ff"}
 
-var reviewOps = []string{"", "AT", "ÅT", "日本", "x"}
+var edgeOps = []string{"", "AT", "ÅT", "日本", "x"}
 
 // randomPartials builds the partial windows of random events over nw
 // windows and np partitions, each partial in format 1 or 2 at random.
@@ -465,11 +465,11 @@ func randomPartials(r *rand.Rand, nw, np int, delays []float64, bigCounts bool) 
 			}
 			stats := map[k]*Stats{}
 			for range 1 + r.IntN(30) {
-				key := k{byte(r.IntN(4)), reviewIDs[r.IntN(len(reviewIDs))]}
+				key := k{byte(r.IntN(4)), edgeIDs[r.IntN(len(edgeIDs))]}
 				if stats[key] == nil {
 					stats[key] = &Stats{}
 				}
-				stats[key].Add(delays[r.IntN(len(delays))], reviewOps[r.IntN(len(reviewOps))])
+				stats[key].Add(delays[r.IntN(len(delays))], edgeOps[r.IntN(len(edgeOps))])
 			}
 			keys := make([]k, 0, len(stats))
 			for key := range stats {
@@ -510,10 +510,10 @@ func randomPartials(r *rand.Rand, nw, np int, delays []float64, bigCounts bool) 
 // Random partial windows in mixed formats, with ids of multibyte UTF-8 and
 // empty ones, operators "" and others, delays at and beyond +-2^53 and
 // counts up to 2^60: the merge equals the oracle's.
-func TestReviewMergeMatchesOracle(t *testing.T) {
+func TestPartialMergeMatchesOracle(t *testing.T) {
 	r := rand.New(rand.NewPCG(2026, 12))
 	for i := range 400 {
-		ws := randomPartials(r, 1+r.IntN(3), 1+r.IntN(5), reviewDelays, i%2 == 1)
+		ws := randomPartials(r, 1+r.IntN(3), 1+r.IntN(5), edgeDelays, i%2 == 1)
 		if !checkAgainstOracle(t, fmt.Sprintf("case %d", i), ws) {
 			t.Fatalf("case %d: well-formed partials refused", i)
 		}
@@ -524,11 +524,11 @@ func TestReviewMergeMatchesOracle(t *testing.T) {
 // short) is refused with the corrupt-partial error or, when the bytes still
 // spell partial windows, merges to what they spell: never a panic, never
 // rows the oracle does not read in them.
-func TestReviewCorruptedPartials(t *testing.T) {
+func TestCorruptedPartialMergesAsOracleReadsOrRefused(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 8))
 	accepted, refused := 0, 0
 	for i := range 3000 {
-		ws := randomPartials(r, 1+r.IntN(2), 1+r.IntN(3), reviewDelays, i%3 == 0)
+		ws := randomPartials(r, 1+r.IntN(2), 1+r.IntN(3), edgeDelays, i%3 == 0)
 		if len(ws) == 0 {
 			continue
 		}
@@ -556,7 +556,7 @@ func TestReviewCorruptedPartials(t *testing.T) {
 
 // Every single-byte change of one format-2 partial (every position, every
 // value) and every cut: the same agreement with the oracle.
-func TestReviewEveryByteOfAPartial(t *testing.T) {
+func TestEveryByteOfAPartialAgreesWithOracle(t *testing.T) {
 	data := appendPartialRow([]byte{partialFormat2}, dimLine, "", "", []valueCount{{-(1 << 53), 3}, {0, 1}, {1 << 53, 1 << 40}})
 	data = appendPartialRow(data, dimLine, "é", "AT", []valueCount{{-0.5, 1}, {1<<53 + 2, 2}})
 	data = appendPartialRow(data, dimStation, "日本", "x", []valueCount{{86400, math.MaxInt64}})
@@ -582,7 +582,7 @@ func TestReviewEveryByteOfAPartial(t *testing.T) {
 // Counts near 2^63: the partials of one row whose counts add up past
 // int64 (each partition's count valid on its own) cannot be one instance's
 // row: the merge must refuse them, not wrap the count around.
-func TestReviewMergeCountOverflow(t *testing.T) {
+func TestPartialMergeRefusesCountPastInt64(t *testing.T) {
 	for name, parts := range map[string][][]valueCount{
 		"two partitions, one delay":     {{{5, math.MaxInt64}}, {{5, 1}}},
 		"two partitions, two delays":    {{{5, 1 << 62}}, {{6, 1 << 62}}},
@@ -611,7 +611,7 @@ func TestReviewMergeCountOverflow(t *testing.T) {
 
 // A window whose partials mix the formats: format-1 and format-2 rows of
 // the same keys interleave in the k-way merge by bytes of the id.
-func TestReviewMixedFormatsOneWindow(t *testing.T) {
+func TestPartialFormatsMixedInOneWindowMatchOracle(t *testing.T) {
 	ids := []string{"", "A", "Z", "a", "é", "e\u0301", "\u00ff", "\U0001F68C"} // bytewise: "" < A < Z < a < e.. < é(c3) .. < ÿ(c3 bf) < 🚌(f0)
 	slices.Sort(ids)
 	var ws []PartialWindow
@@ -629,9 +629,9 @@ func TestReviewMixedFormatsOneWindow(t *testing.T) {
 				}
 				vcs := []valueCount{{float64(i) - 3, int64(p) + 1}, {float64(p) + 0.5*float64(d%2) + 10, 2}}
 				if format == 1 {
-					data = appendPartialRowV1(data, d, id, reviewOps[(i+int(p))%len(reviewOps)], vcs)
+					data = appendPartialRowV1(data, d, id, edgeOps[(i+int(p))%len(edgeOps)], vcs)
 				} else {
-					data = appendPartialRow(data, d, id, reviewOps[(i+int(p))%len(reviewOps)], vcs)
+					data = appendPartialRow(data, d, id, edgeOps[(i+int(p))%len(edgeOps)], vcs)
 				}
 				n++
 			}
@@ -645,7 +645,7 @@ func TestReviewMixedFormatsOneWindow(t *testing.T) {
 
 // A partial announcing more or fewer rows than Data holds, a second partial
 // of one partition, partials of one window with different ends: errors.
-func TestReviewAnnouncedRowsAndDuplicates(t *testing.T) {
+func TestPartialWrongRowsDuplicatePartitionOrEndsRefused(t *testing.T) {
 	d2 := encodePartial(2, dimLine, "L", "A", []valueCount{{1, 1}})
 	d1 := encodePartial(1, dimLine, "L", "A", []valueCount{{1, 1}})
 	for name, ws := range map[string][]PartialWindow{
@@ -674,12 +674,12 @@ func TestReviewAnnouncedRowsAndDuplicates(t *testing.T) {
 
 // PartialWindows of a Windower fed delays at the edges: the oracle reads
 // its bytes as the distributions of the rows a plain Windower gives.
-func TestReviewWriterAtTheEdges(t *testing.T) {
+func TestPartialWriterAtTheEdgesReadsAsPlainWindower(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	plain, split := NewWindower(5*time.Minute), NewPartitionedWindower(5*time.Minute)
 	for range 3000 {
-		p := pred(reviewIDs[r.IntN(len(reviewIDs))], reviewIDs[r.IntN(len(reviewIDs))], reviewOps[r.IntN(len(reviewOps))],
-			reviewDelays[r.IntN(len(reviewDelays))], t0.Add(time.Duration(r.IntN(1200))*time.Second))
+		p := pred(edgeIDs[r.IntN(len(edgeIDs))], edgeIDs[r.IntN(len(edgeIDs))], edgeOps[r.IntN(len(edgeOps))],
+			edgeDelays[r.IntN(len(edgeDelays))], t0.Add(time.Duration(r.IntN(1200))*time.Second))
 		if p.Line == "" || p.StopID == "" {
 			continue
 		}
@@ -705,7 +705,7 @@ func TestReviewWriterAtTheEdges(t *testing.T) {
 }
 
 // binary.AppendVarint and refVarint agree (the oracle's own varint reader).
-func TestReviewRefVarint(t *testing.T) {
+func TestOracleVarintAgreesWithBinaryUvarint(t *testing.T) {
 	for _, x := range []uint64{0, 1, 127, 128, 1<<63 - 1, 1 << 63, math.MaxUint64} {
 		b := binary.AppendUvarint(nil, x)
 		if y, n, ok := refVarint(b); !ok || n != len(b) || y != x {

@@ -16,7 +16,7 @@ import (
 // one Windower fed every event. DELETE ... RETURNING gives the partials in
 // no particular order (here as they lie in the table: w1/p0, w2/p0, w1/p1,
 // w2/p1, once the table is analyzed), so counting the changes of window_start in that order counted 4.
-func TestReviewMergeCountsEachWindowOnce(t *testing.T) {
+func TestSplitMergeCountsEachWindowOnce(t *testing.T) {
 	g := newSplitStoreRig(t)
 	if m := g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false)); m.Windows != 0 || m.Pending != 2 {
 		t.Fatalf("A past both windows: %+v", m)
@@ -48,7 +48,7 @@ func conflictRow(t *testing.T, url string, want []aggregate.Row, i int) {
 // A merge whose first COPY meets a stored row (23505) at its first, middle
 // or last row goes the second way and stores exactly the rows of one
 // Windower fed every event; Merged counts each row and window once.
-func TestReviewMergeSecondPassAfterConflict(t *testing.T) {
+func TestSplitMergeSecondPassAfterConflict(t *testing.T) {
 	for _, at := range []string{"first", "middle", "last"} {
 		t.Run(at, func(t *testing.T) {
 			g := newSplitStoreRig(t)
@@ -70,7 +70,7 @@ func TestReviewMergeSecondPassAfterConflict(t *testing.T) {
 // COPY failed with 23505 on a stored row of the first window) stops the
 // commit with the merge's error (not retryable, naming the corrupt partial
 // window, not PostgreSQL's 57014 of the COPY's CopyFail) and writes nothing.
-func TestReviewMergeCorruptInSecondPass(t *testing.T) {
+func TestSplitMergeCorruptPartialInSecondPass(t *testing.T) {
 	ctx := testCtx(t)
 	g := newSplitStoreRig(t)
 	g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false))

@@ -12,7 +12,7 @@ import (
 // characters outside category Cf print alike too. The oracle is that
 // property's list (DerivedCoreProperties.txt), less the categories the
 // function refuses already.
-func TestReviewPipelineNameInvisible(t *testing.T) {
+func TestCheckPipelineNameRefusesDefaultIgnorables(t *testing.T) {
 	for _, r := range []rune{
 		0x034F,  // COMBINING GRAPHEME JOINER (Mn)
 		0x115F,  // HANGUL CHOSEONG FILLER (Lo)
