@@ -117,7 +117,11 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
+	err = st.CheckPipelineKnown(ctx, o.pipeline)
 	st.Close(context.Background()) // the schema is checked: the queries run on a Reader
+	if code := pipelineUnknown(stderr, "report", err); code != exitOK {
+		return code
+	}
 	rd := st.Reader("ovstream-report", f.statementTimeout)
 	defer rd.Close(context.Background())
 	var res *rollup.Result
