@@ -36,6 +36,10 @@ type Config struct {
 	// listening address (Kafka's advertised.listeners): clients then reach
 	// the broker through whatever listens there, e.g. a test's TCP proxy.
 	Advertised string
+	// AutoCreateTopics makes a metadata request that asks for it create a
+	// missing topic, with 10 partitions, as Apache Kafka does by default
+	// (auto.create.topics.enable=true); false, the default, creates none.
+	AutoCreateTopics bool
 }
 
 // Validate reports the first problem of the configuration.
@@ -110,6 +114,9 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())
+	}
+	if cfg.AutoCreateTopics {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
