@@ -69,6 +69,9 @@ type Broker struct {
 }
 
 // Start starts a one-node broker listening on cfg.Addr and creates cfg.Topics.
+// Its DescribeTopicPartitions answers carry empty ELR lists where kfake
+// leaves them null, as Kafka does (describepartitions.go), so that Kafka's
+// Java AdminClient works against it.
 func Start(cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -90,7 +93,11 @@ func Start(cfg Config) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			return net.Listen(network, net.JoinHostPort(host, p))
+			ln, err := net.Listen(network, net.JoinHostPort(host, p))
+			if err != nil {
+				return nil, err
+			}
+			return elrListener{ln}, nil
 		}),
 	}
 	var listened string
@@ -109,7 +116,7 @@ func Start(cfg Config) (*Broker, error) {
 				return nil, err
 			}
 			listened = ln.Addr().String()
-			return advertisedListener{ln, adv}, nil // kfake advertises its listener's Addr
+			return advertisedListener{elrListener{ln}, adv}, nil // kfake advertises its listener's Addr
 		})
 	}
 	if cfg.DataDir != "" {
