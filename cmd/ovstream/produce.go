@@ -56,11 +56,19 @@ carrying it and it is older than --key-retention), so a snapshot repeated poll a
 poll produces each event once. One progress line per poll on stdout. Records
 the producer gave up on are produced first at the next poll. Runs until
 SIGINT/SIGTERM or --polls polls (exit 0; 1 if records are still unproduced).
+A URL that never gave a feed is exit 1 naming it and its status: at the first
+poll whose answer cannot change by asking again (404, 401, 403, a body that is
+no feed), else after --polls polls; once it gave one, failures are tolerated.
 URLs are printed without their query (API keys); --http-header values never.
 
 JSONL: each non-empty line of FILE ("-" = stdin) is produced as it is, valid or
 not, to TOPIC; its key is the line's trip_id (vehicle_id first when TOPIC is the
 positions topic), or none.
+
+Topics: produce checks that its topics exist before producing and never creates
+one by producing to it, whatever the broker's auto.create.topics.enable: a
+missing topic is exit 1 naming it; --create-topics creates it with the broker's
+default partitions and replication.
 
 The producer is idempotent with acks=all; the command returns once every record
 is acknowledged. Exit 1 when something is refused or fails.`
