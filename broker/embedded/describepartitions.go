@@ -83,53 +83,78 @@ func (c *elrConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes p, with each DescribeTopicPartitions answer in it rewritten,
+// in one write to the connection: p itself while nothing in it changes.
 func (c *elrConn) Write(p []byte) (int, error) {
-	written := len(p)
-	for len(p) > 0 {
+	var out []byte           // what to write, once it is no longer p[:i]
+	same := true             // the bytes to write so far are p[:i]
+	diverge := func(j int) { // p[:j] is to be written as it is; what follows is out's
+		if same {
+			out, same = append(make([]byte, 0, len(p)+64), p[:j]...), false
+		}
+	}
+	if len(c.whead) > 0 || c.frame != nil {
+		diverge(0) // a header or a frame begun in an earlier write
+	}
+	hdrStart := -1 // where in p the header being read began; -1: in an earlier write
+	for i := 0; i < len(p); {
 		switch {
 		case c.wpass > 0:
-			k := min(c.wpass, len(p))
-			if _, err := c.Conn.Write(p[:k]); err != nil {
-				return 0, err
+			k := min(c.wpass, len(p)-i)
+			if !same {
+				out = append(out, p[i:i+k]...)
 			}
-			c.wpass, p = c.wpass-k, p[k:]
+			c.wpass, i = c.wpass-k, i+k
 		case c.frame != nil:
-			k := min(c.wwant, len(p))
-			c.frame, c.wwant, p = append(c.frame, p[:k]...), c.wwant-k, p[k:]
+			k := min(c.wwant, len(p)-i)
+			c.frame, c.wwant, i = append(c.frame, p[i:i+k]...), c.wwant-k, i+k
 			if c.wwant > 0 {
 				continue
 			}
-			out, err := fillELR(c.frame, c.version)
+			filled, err := fillELR(c.frame, c.version)
 			if err != nil {
 				return 0, err
 			}
-			c.frame = nil
-			if _, err := c.Conn.Write(out); err != nil {
-				return 0, err
-			}
+			out, c.frame = append(out, filled...), nil
 		default: // a response's size (4 bytes) and correlation id (4)
-			k := min(8-len(c.whead), len(p))
-			c.whead, p = append(c.whead, p[:k]...), p[k:]
+			if len(c.whead) == 0 {
+				hdrStart = i
+			}
+			k := min(8-len(c.whead), len(p)-i)
+			c.whead, i = append(c.whead, p[i:i+k]...), i+k
 			if len(c.whead) < 8 {
 				continue
 			}
 			size := int(binary.BigEndian.Uint32(c.whead))
+			corr := int32(binary.BigEndian.Uint32(c.whead[4:]))
 			c.mu.Lock()
-			v, ok := c.pending[int32(binary.BigEndian.Uint32(c.whead[4:]))]
-			delete(c.pending, int32(binary.BigEndian.Uint32(c.whead[4:])))
+			v, ok := c.pending[corr]
+			delete(c.pending, corr)
 			c.mu.Unlock()
 			if ok {
+				diverge(max(hdrStart, 0))
 				c.frame, c.wwant, c.version = append([]byte(nil), c.whead...), size-4, v
 			} else {
-				if _, err := c.Conn.Write(c.whead); err != nil {
-					return 0, err
+				if !same {
+					out = append(out, c.whead...)
 				}
 				c.wpass = size - 4
 			}
-			c.whead = c.whead[:0]
+			c.whead, hdrStart = c.whead[:0], -1
 		}
 	}
-	return written, nil
+	if len(c.whead) > 0 && hdrStart >= 0 {
+		diverge(hdrStart) // a header cut by the end of p: written once it is whole
+	}
+	if same {
+		out = p
+	}
+	if len(out) > 0 {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
 }
 
 // fillELR returns the DescribeTopicPartitions response frame (size,
