@@ -3,18 +3,24 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // A --pipeline the database holds nothing of (a misspelt name) is an error
 // naming it and the known pipelines: report and status exit 2 (a usage
-// error) with that line on stderr and nothing on stdout; the dashboard answers its pages and its
-// API for that pipeline with 404, the API's error saying the same, and a
-// known pipeline still gets 200. An empty database says it has none yet.
+// error) with that line on stderr and nothing on stdout; the dashboard
+// answers its pages and its API for that pipeline with 404, the API's error
+// saying the same, which the page shows in Chromium; a known pipeline still
+// gets 200. An empty database says it has none yet.
 func TestUnknownPipelineNamed(t *testing.T) {
+	bro := newBrowser(t) // first: a missing Chromium fails at once
 	addr := startBroker(t)
 	db := freshDB(t)
 	// Two pipelines as their first claims leave them; "gamma" has only
@@ -69,6 +75,19 @@ func TestUnknownPipelineNamed(t *testing.T) {
 		if code == 404 && !strings.HasPrefix(tc.path, "api/") && !strings.Contains(body, `<p id="error" class="error" hidden></p>`) {
 			t.Errorf("GET %s: the 404 is not the page (whose script shows the API's error):\n%s", tc.path, body)
 		}
+	}
+
+	// The page, in a browser, shows the API's message.
+	ctx, cancel := context.WithTimeout(bro.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"top?pipeline=alpah")); err != nil {
+		t.Fatal(err)
+	}
+	shownErr, err := chromedp.Run(ctx, chromedp.Poll[string](
+		`document.body && document.body.dataset.state === "error" && document.getElementById("error").textContent`,
+		chromedp.WithPollingTimeout(45*time.Second)))
+	if want := `no pipeline "alpah" in this database; ` + known; err != nil || shownErr != want {
+		t.Errorf("the page of an unknown pipeline shows %q (%v), want %q", shownErr, err, want)
 	}
 
 	empty := freshDB(t)
