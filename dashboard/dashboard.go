@@ -135,7 +135,8 @@ func New(cfg Config) (*Handler, error) {
 // pageUnknown tells whether a page's request names a pipeline (its pipeline
 // parameter, else Config.Pipeline) the database does not know, so that the
 // page is answered with 404. A parameter no pipeline can have is left to the
-// API's 400; a failed query to the API's own answer.
+// API's 400; a failed query to the API's own answer; so is the check when
+// every connection of the pool is busy: a page never waits for one.
 func (h *Handler) pageUnknown(r *http.Request) bool {
 	v := r.URL.Query()
 	if h.checkParams(v) != nil {
@@ -143,7 +144,7 @@ func (h *Handler) pageUnknown(r *http.Request) bool {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 	defer cancel()
-	err := h.pool.do(ctx, func(s *store.Store) error {
+	err := h.pool.tryDo(func(s *store.Store) error {
 		pipeline := strings.TrimSpace(v.Get("pipeline"))
 		if pipeline == "" {
 			pipeline = h.cfg.Pipeline
@@ -270,6 +271,21 @@ func (p *pool) do(ctx context.Context, f func(*store.Store) error) error {
 	defer func() { p.slots <- s }()
 	return f(s)
 }
+
+// tryDo runs f on a Store of its own when one is free at once; else it
+// returns errPoolBusy without waiting.
+func (p *pool) tryDo(f func(*store.Store) error) error {
+	select {
+	case s := <-p.slots:
+		defer func() { p.slots <- s }()
+		return f(s)
+	default:
+		return errPoolBusy
+	}
+}
+
+// errPoolBusy is tryDo's error when every Store of the pool is in use.
+var errPoolBusy = errors.New("dashboard: every database connection is busy")
 
 // close closes every Store, waiting up to wait for those in use.
 func (p *pool) close(wait time.Duration) {

@@ -46,22 +46,24 @@ func KnownPipelines(ctx context.Context, db Querier) ([]string, error) {
 }
 
 // CheckPipelineKnown returns nil when the database knows pipeline: it has a
-// row in pipelines (its first claim made it) or rows in delay_aggregates
-// (results loaded or restored without a claim; one index probe). Otherwise
-// it returns an *UnknownPipelineError naming the known pipelines. Other
-// errors are the queries', wrapped.
+// row in pipelines (its first claim made it) or, asked only when it has
+// none, rows in delay_aggregates (results loaded or restored without a
+// claim; one index probe). Otherwise it returns an *UnknownPipelineError
+// naming the known pipelines. Other errors are the queries', wrapped.
 func CheckPipelineKnown(ctx context.Context, db Querier, pipeline string) error {
-	rows, err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM pipelines WHERE name = $1)
-		OR EXISTS (SELECT 1 FROM delay_aggregates WHERE pipeline = $1)`, pipeline)
-	if err != nil {
-		return fmt.Errorf("store: pipeline %q: %w", pipeline, err)
-	}
-	known, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
-	if err != nil {
-		return fmt.Errorf("store: pipeline %q: %w", pipeline, err)
-	}
-	if known {
-		return nil
+	for _, q := range []string{`SELECT EXISTS (SELECT 1 FROM pipelines WHERE name = $1)`,
+		`SELECT EXISTS (SELECT 1 FROM delay_aggregates WHERE pipeline = $1)`} {
+		rows, err := db.Query(ctx, q, pipeline)
+		if err != nil {
+			return fmt.Errorf("store: pipeline %q: %w", pipeline, err)
+		}
+		known, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+		if err != nil {
+			return fmt.Errorf("store: pipeline %q: %w", pipeline, err)
+		}
+		if known {
+			return nil
+		}
 	}
 	names, err := KnownPipelines(ctx, db)
 	if err != nil {
