@@ -124,6 +124,9 @@ func (h *Handler) withPage(ctx context.Context, r *http.Request, f func(s *store
 		if p.pipeline, err = h.pipelineParam(ctx, s, p.v); err != nil {
 			return err
 		}
+		if err := checkPipeline(ctx, s, p.pipeline); err != nil {
+			return err
+		}
 		if p.extent, err = pipelineExtent(ctx, s, p.pipeline); err != nil {
 			return err
 		}

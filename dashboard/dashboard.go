@@ -95,8 +95,20 @@ func New(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	index, err := fs.ReadFile(static, "index.html")
+	if err != nil {
+		return nil, err
+	}
 	page := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-cache")
+		if h.pageUnknown(r) {
+			// The page still loads: its script asks the API, whose 404
+			// names the pipeline and the known ones, and shows that.
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write(index)
+			return
+		}
 		http.ServeFileFS(w, r, static, "index.html")
 	}
 	for _, p := range []string{"/{$}", "/delay", "/top", "/line", "/health"} {
@@ -118,6 +130,28 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /api/line", h.api(h.line))
 	h.mux.HandleFunc("GET /api/health", h.api(h.health))
 	return h, nil
+}
+
+// pageUnknown tells whether a page's request names a pipeline (its pipeline
+// parameter, else Config.Pipeline) the database does not know, so that the
+// page is answered with 404. A parameter no pipeline can have is left to the
+// API's 400; a failed query to the API's own answer; so is the check when
+// every connection of the pool is busy: a page never waits for one.
+func (h *Handler) pageUnknown(r *http.Request) bool {
+	v := r.URL.Query()
+	if h.checkParams(v) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
+	defer cancel()
+	err := h.pool.tryDo(func(s *store.Store) error {
+		pipeline := strings.TrimSpace(v.Get("pipeline"))
+		if pipeline == "" {
+			pipeline = h.cfg.Pipeline
+		}
+		return checkPipeline(ctx, s, pipeline)
+	})
+	return store.IsUnknownPipeline(err)
 }
 
 // ServeHTTP serves the pages (/, /delay, /top, /line, /health), the assets
@@ -164,11 +198,16 @@ func (h *Handler) api(f func(ctx context.Context, r *http.Request) (any, error))
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			var bad *badRequest
+			var unknown *store.UnknownPipelineError
 			var pgErr *pgconn.PgError
 			code, msg := http.StatusInternalServerError, "the request failed: the server's log says why"
 			switch {
 			case errors.As(err, &bad):
 				code, msg = http.StatusBadRequest, bad.msg
+			case errors.As(err, &unknown):
+				w.WriteHeader(http.StatusNotFound)
+				h.encode(w, r, unknownPipeline{Error: unknown.Error(), Pipelines: append([]string{}, unknown.Known...)})
+				return
 			case r.Context().Err() != nil:
 				return // the client went away: its statement was cancelled, nobody reads an answer
 			case errors.As(err, &pgErr) && pgErr.Code == "57014", errors.Is(err, context.DeadlineExceeded):
@@ -184,9 +223,22 @@ func (h *Handler) api(f func(ctx context.Context, r *http.Request) (any, error))
 			w.WriteHeader(code)
 			v = map[string]string{"error": msg}
 		}
-		if err := json.NewEncoder(w).Encode(v); err != nil {
-			h.cfg.Logger.Debug("dashboard response not written", "url", r.URL.String(), "err", err)
-		}
+		h.encode(w, r, v)
+	}
+}
+
+// unknownPipeline is the 404 of an API request for a pipeline the database
+// does not know: the error names it and the known ones, listed again in
+// Pipelines.
+type unknownPipeline struct {
+	Error     string   `json:"error"`
+	Pipelines []string `json:"pipelines"`
+}
+
+// encode writes v as the JSON answer of r.
+func (h *Handler) encode(w http.ResponseWriter, r *http.Request, v any) {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		h.cfg.Logger.Debug("dashboard response not written", "url", r.URL.String(), "err", err)
 	}
 }
 
@@ -219,6 +271,21 @@ func (p *pool) do(ctx context.Context, f func(*store.Store) error) error {
 	defer func() { p.slots <- s }()
 	return f(s)
 }
+
+// tryDo runs f on a Store of its own when one is free at once; else it
+// returns errPoolBusy without waiting.
+func (p *pool) tryDo(f func(*store.Store) error) error {
+	select {
+	case s := <-p.slots:
+		defer func() { p.slots <- s }()
+		return f(s)
+	default:
+		return errPoolBusy
+	}
+}
+
+// errPoolBusy is tryDo's error when every Store of the pool is in use.
+var errPoolBusy = errors.New("dashboard: every database connection is busy")
 
 // close closes every Store, waiting up to wait for those in use.
 func (p *pool) close(wait time.Duration) {

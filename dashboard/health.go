@@ -112,6 +112,9 @@ func (h *Handler) health(ctx context.Context, r *http.Request) (any, error) {
 		if err != nil {
 			return err
 		}
+		if err := checkPipeline(ctx, s, pipeline); err != nil {
+			return err
+		}
 		out.Query = Query{Pipeline: pipeline, TZ: loc.String()}
 		if st, err = s.Status(ctx, pipeline); err != nil {
 			return err

@@ -108,6 +108,16 @@ func (h *Handler) pipelineParam(ctx context.Context, s *store.Store, v url.Value
 	return names[0], nil
 }
 
+// checkPipeline returns nil for "" (the database has no pipeline yet) and
+// for a pipeline the database knows, else the *store.UnknownPipelineError
+// naming the known ones (api answers it with 404).
+func checkPipeline(ctx context.Context, s *store.Store, pipeline string) error {
+	if pipeline == "" {
+		return nil
+	}
+	return s.Read(ctx, func(c *pgx.Conn) error { return store.CheckPipelineKnown(ctx, c, pipeline) })
+}
+
 func pipelineNames(ctx context.Context, s *store.Store) ([]string, error) {
 	var names []string
 	err := s.Read(ctx, func(c *pgx.Conn) error {

@@ -136,8 +136,9 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 			t.Errorf("status (exit %d) does not say %q:\n%s", code, want, text)
 		}
 	}
-	if text, _, _ := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "never"); !strings.Contains(text, "pipeline never: never claimed") {
-		t.Errorf("status of an unknown pipeline:\n%s", text)
+	if text, errOut, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "never"); code != 2 || text != "" ||
+		!strings.HasPrefix(errOut, `ovstream status: no pipeline "never" in this database; known pipelines: "ops"`+"\n") {
+		t.Errorf("status of an unknown pipeline: exit %d, stdout %q, stderr %q; want 2 naming it and the known ones", code, text, errOut)
 	}
 
 	// dlq list: every row, byte for byte in --json; filters.

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -180,7 +182,7 @@ func TestRealKafkaPartitionsAddedWhileRunning(t *testing.T) {
 // A topic that does not exist, on a broker with Kafka's default
 // auto.create.topics.enable=true: run --drain
 // exits 1 with one line naming it (seen: 809 ms after start) and stores
-// nothing.
+// nothing; status and produce exit 1 too, and none of them creates it.
 func TestRealKafkaMissingTopic(t *testing.T) {
 	c := sharedKafka(t)
 	db := freshDB(t)
@@ -192,10 +194,22 @@ func TestRealKafkaMissingTopic(t *testing.T) {
 	if got := dump(t, db, `SELECT count(*) FROM stream_positions`); got[0] != "[0]" {
 		t.Errorf("stream_positions rows after a refused start: %v, want none", got)
 	}
-	// status reads the topic's offsets: it must not create it either.
+	// status reads the topic's offsets: it must not create it either. The
+	// refused run made no pipeline: status of a pipeline the database does
+	// not know stops before Kafka, so the pipeline's row is made here.
+	execSQL(t, db, `INSERT INTO pipelines (name) VALUES ('rk_missing')`)
 	if _, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", c.Bootstrap(), "--pipeline", "rk_missing",
 		"--topics", "no_such_topic"); code != 1 {
 		t.Errorf("status on a missing topic: exit %d, want 1", code)
+	}
+	// produce does not create it either, unless asked (TestProduceMissingTopicNotCreated).
+	lines := filepath.Join(t.TempDir(), "lines.jsonl")
+	if err := os.WriteFile(lines, []byte(`{"trip_id":"t1"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, nil, "produce", "--brokers", c.Bootstrap(), "--jsonl", lines, "--topic", "no_such_topic"); code != 1 ||
+		!strings.Contains(errOut, `ovstream produce: topic "no_such_topic" does not exist (`) {
+		t.Errorf("produce to a missing topic: exit %d, want 1 naming it: %s", code, errOut)
 	}
 	cl := kafkaClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -205,6 +219,6 @@ func TestRealKafkaMissingTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	if topics.Has("no_such_topic") {
-		t.Errorf("the broker (auto.create.topics.enable=true) created no_such_topic for ovstream, a reader")
+		t.Errorf("the broker (auto.create.topics.enable=true) created no_such_topic for ovstream")
 	}
 }

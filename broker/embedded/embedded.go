@@ -36,6 +36,10 @@ type Config struct {
 	// listening address (Kafka's advertised.listeners): clients then reach
 	// the broker through whatever listens there, e.g. a test's TCP proxy.
 	Advertised string
+	// AutoCreateTopics makes a metadata request that asks for it create a
+	// missing topic, with 10 partitions, as Apache Kafka does by default
+	// (auto.create.topics.enable=true); false, the default, creates none.
+	AutoCreateTopics bool
 }
 
 // Validate reports the first problem of the configuration.
@@ -65,6 +69,9 @@ type Broker struct {
 }
 
 // Start starts a one-node broker listening on cfg.Addr and creates cfg.Topics.
+// Its DescribeTopicPartitions answers carry empty ELR lists where kfake
+// leaves them null, as Kafka does (describepartitions.go), so that Kafka's
+// Java AdminClient works against it.
 func Start(cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -86,7 +93,11 @@ func Start(cfg Config) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			return net.Listen(network, net.JoinHostPort(host, p))
+			ln, err := net.Listen(network, net.JoinHostPort(host, p))
+			if err != nil {
+				return nil, err
+			}
+			return elrListener{ln}, nil
 		}),
 	}
 	var listened string
@@ -105,11 +116,14 @@ func Start(cfg Config) (*Broker, error) {
 				return nil, err
 			}
 			listened = ln.Addr().String()
-			return advertisedListener{ln, adv}, nil // kfake advertises its listener's Addr
+			return advertisedListener{elrListener{ln}, adv}, nil // kfake advertises its listener's Addr
 		})
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir), kfake.SyncWrites())
+	}
+	if cfg.AutoCreateTopics {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -56,11 +56,19 @@ carrying it and it is older than --key-retention), so a snapshot repeated poll a
 poll produces each event once. One progress line per poll on stdout. Records
 the producer gave up on are produced first at the next poll. Runs until
 SIGINT/SIGTERM or --polls polls (exit 0; 1 if records are still unproduced).
+A URL that never gave a feed is exit 1 naming it and its status: at the first
+poll whose answer cannot change by asking again (404, 401, 403, a body that is
+no feed), else after --polls polls; once it gave one, failures are tolerated.
 URLs are printed without their query (API keys); --http-header values never.
 
 JSONL: each non-empty line of FILE ("-" = stdin) is produced as it is, valid or
 not, to TOPIC; its key is the line's trip_id (vehicle_id first when TOPIC is the
 positions topic), or none.
+
+Topics: produce checks that its topics exist before producing and never creates
+one by producing to it, whatever the broker's auto.create.topics.enable: a
+missing topic is exit 1 naming it; --create-topics creates it with the broker's
+default partitions and replication.
 
 The producer is idempotent with acks=all; the command returns once every record
 is acknowledged. Exit 1 when something is refused or fails.`
@@ -75,6 +83,7 @@ type produceFlags struct {
 	operator, staticPath, lineID string
 	predTopic, posTopic          string
 	jsonlFile, topic             string
+	createTopics                 bool
 	kafka                        kafkaFlags
 }
 
@@ -103,6 +112,7 @@ func (f *produceFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.posTopic, "positions-topic", "vehicle_positions", "`topic` for vehicle positions")
 	fs.StringVar(&f.jsonlFile, "jsonl", "", "JSONL `file` to produce line by line (\"-\" = stdin)")
 	fs.StringVar(&f.topic, "topic", "", "`topic` for --jsonl")
+	fs.BoolVar(&f.createTopics, "create-topics", false, "create a missing topic (the broker's default partitions and replication) instead of refusing it")
 	fs.DurationVar(&f.progressEvery, "progress-interval", 10*time.Second, "--gtfs-rt: time between two progress lines on stderr, one per file read (0: every file)")
 	zeroMeans(fs, "progress-interval", "a line for every file")
 }
@@ -178,6 +188,11 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 	}
 
 	if len(f.feedURLs) > 0 {
+		// The poller starts while Kafka is down too (it keeps records until
+		// Kafka is back); a missing topic is refused when Kafka answers.
+		if code := ensureTopics(cfg, []string{f.predTopic, f.posTopic}, f.createTopics, true, stdout, stderr); code != exitOK {
+			return code
+		}
 		header := http.Header{}
 		for _, h := range f.headers {
 			name, value, ok := strings.Cut(h, ":")
@@ -210,6 +225,9 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 			defer file.Close()
 			r = file
 		}
+		if code := ensureTopics(cfg, []string{f.topic}, f.createTopics, false, stdout, stderr); code != exitOK {
+			return code
+		}
 		jc, err := produce.JSONL(ctx, cfg, r, f.topic, produce.KeyFields(f.topic == f.posTopic))
 		fmt.Fprintf(stdout, "produced %d lines of %s to %s; skipped: %d empty lines; %d produced without a key (no trip_id/vehicle_id string or not JSON)",
 			jc.Produced, f.jsonlFile, f.topic, jc.Empty, jc.NoKey)
@@ -230,6 +248,16 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
 		return exitError
 	}
+	var needed []string // only the topics that get records
+	if len(res.Predictions) > 0 {
+		needed = append(needed, f.predTopic)
+	}
+	if len(res.Positions) > 0 {
+		needed = append(needed, f.posTopic)
+	}
+	if code := ensureTopics(cfg, needed, f.createTopics, false, stdout, stderr); code != exitOK {
+		return code
+	}
 	counts, err := produce.GTFSRT(ctx, cfg, res, produce.Topics{Predictions: f.predTopic, Positions: f.posTopic})
 	fmt.Fprintf(stdout, "produced %d predictions to %s, %d positions to %s from %d files; skipped: %s",
 		counts.Produced(f.predTopic), f.predTopic, counts.Produced(f.posTopic), f.posTopic, res.Files, res.SkipSummary())
@@ -239,6 +267,27 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 	fmt.Fprintln(stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// ensureTopics checks that the brokers have topics (produce.CheckTopics),
+// creating the missing ones when create is set, and says what it created.
+// A missing topic is exit 1 naming it; so is any other failure unless
+// tolerant (the live poller, which starts while Kafka is down).
+func ensureTopics(cfg produce.Config, topics []string, create, tolerant bool, stdout, stderr io.Writer) int {
+	created, err := produce.CheckTopics(cfg, topics, create)
+	for _, t := range created {
+		fmt.Fprintf(stdout, "created topic %s (the broker's default partitions and replication)\n", t)
+	}
+	var missing *produce.MissingTopicError
+	switch {
+	case errors.As(err, &missing):
+		fmt.Fprintf(stderr, "ovstream produce: %v: create it first, or give --create-topics to create it with the broker's default partitions\n", err)
+		return exitError
+	case err != nil && !tolerant:
+		fmt.Fprintln(stderr, "ovstream produce:", err)
 		return exitError
 	}
 	return exitOK

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
 )
 
@@ -120,11 +121,17 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	st.Close(context.Background()) // the schema is checked: the queries run on a Reader
 	rd := st.Reader("ovstream-report", f.statementTimeout)
 	defer rd.Close(context.Background())
+	err = rd.Read(ctx, func(c *pgx.Conn) error { return store.CheckPipelineKnown(ctx, c, o.pipeline) })
+	if store.IsUnknownPipeline(err) {
+		return pipelineUnknown(stderr, "report", err)
+	}
 	var res *rollup.Result
-	err = rd.Read(ctx, func(c *pgx.Conn) error {
-		res, err = rollup.Run(ctx, c, q)
-		return err
-	})
+	if err == nil {
+		err = rd.Read(ctx, func(c *pgx.Conn) error {
+			res, err = rollup.Run(ctx, c, q)
+			return err
+		})
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil {
 		err = fmt.Errorf("%w: the query ran longer than --statement-timeout %s (a shorter range, or a larger timeout)", err, f.statementTimeout)

@@ -126,6 +126,21 @@ func (o *opsFlags) openChecked(ctx context.Context, stderr io.Writer) (*store.St
 	return st, nil
 }
 
+// pipelineUnknown reports err, the result of Store.CheckPipelineKnown, on
+// stderr as cmd's error: exitUsage for a pipeline the database does not
+// know (a misspelt --pipeline: the message lists the known ones),
+// exitError for a failed query, exitOK when err is nil.
+func pipelineUnknown(stderr io.Writer, cmd string, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "ovstream %s: %v\n", cmd, err)
+	if store.IsUnknownPipeline(err) {
+		return exitUsage
+	}
+	return exitError
+}
+
 // PartitionStatus is one partition in `status --json`.
 type PartitionStatus struct {
 	Topic          string     `json:"topic"`
@@ -200,6 +215,9 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		return exitError
 	}
 	defer st.Close(context.Background())
+	if code := pipelineUnknown(stderr, "status", st.CheckPipelineKnown(ctx, o.pipeline)); code != exitOK {
+		return code
+	}
 	dbs, err := st.Status(ctx, o.pipeline)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)

@@ -50,7 +50,34 @@ type FetchReport struct {
 	Positions   int       // new positions mapped from it
 	Skipped     map[string]int
 	Err         error // the poll's failure for this URL, after the retries
+	// refused: asking again cannot change the answer (a 4xx other than
+	// 408 and 429, or a 200 whose body gives no feed).
+	refused bool
 }
+
+// FeedURLError is Poll's error for a feed URL that never gave a feed (a 200
+// that maps, or a 304): at the first poll whose answer asking again cannot
+// change (Refused: HTTP 404, 401, 403, a body that is no FeedMessage), else
+// after PollConfig.Polls polls of failures that may pass (network errors,
+// timeouts, 5xx, 429). A URL that gave a feed once is polled on whatever
+// it answers later.
+type FeedURLError struct {
+	URL     string // without query and user info
+	Poll    int    // the poll the error ended
+	Refused bool
+	Status  int   // HTTP status of the last answer; 0 = none
+	Err     error // the last failure
+}
+
+func (e *FeedURLError) Error() string {
+	if e.Refused {
+		return fmt.Sprintf("feed URL %s answered %v at poll %d and never gave a feed: "+
+			"check the URL (and --http-header where it needs a key)", e.URL, e.Err, e.Poll)
+	}
+	return fmt.Sprintf("feed URL %s never gave a feed in %d polls; last: %v", e.URL, e.Poll, e.Err)
+}
+
+func (e *FeedURLError) Unwrap() error { return e.Err }
 
 // PollReport is one poll.
 type PollReport struct {
@@ -68,6 +95,7 @@ type feedState struct {
 	etag         string
 	lastModified string
 	stream       *gtfsrt.Stream
+	fed          bool // a poll gave a feed (200 that maps, or 304)
 }
 
 // Poll polls cfg.URLs every cfg.Interval and produces the events each poll
@@ -77,7 +105,9 @@ type feedState struct {
 // 5xx and 429 are retried with backoff inside the poll; a URL that still
 // fails is reported and polled again next time. Records the producer gave up
 // on are kept and produced first at the next poll, so none is lost while the
-// process runs. Poll returns nil after cfg.Polls polls, or ctx.Err().
+// process runs. A URL that never gave a feed ends Poll with a
+// *FeedURLError (see there for when). Poll returns nil after cfg.Polls
+// polls, or ctx.Err().
 func Poll(ctx context.Context, cfg PollConfig) error {
 	if len(cfg.URLs) == 0 {
 		return errors.New("produce: no feed URLs")
@@ -115,15 +145,20 @@ func Poll(ctx context.Context, cfg PollConfig) error {
 		feeds[i] = &feedState{url: u, stream: gtfsrt.NewStream(cfg.Options, cfg.Retention)}
 	}
 	var pending []Message
+	lastFetch := make([]FetchReport, len(feeds))
 	for n := 1; cfg.Polls == 0 || n <= cfg.Polls; n++ {
 		rep := PollReport{Poll: n, Started: time.Now()}
 		var res gtfsrt.Result
-		for _, f := range feeds {
+		for i, f := range feeds {
 			fr, r := fetch(ctx, cfg, f)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			rep.Fetches = append(rep.Fetches, fr)
+			rep.Fetches, lastFetch[i] = append(rep.Fetches, fr), fr
+			f.fed = f.fed || fr.Err == nil
+			if !f.fed && fr.refused {
+				return &FeedURLError{URL: fr.URL, Poll: n, Refused: true, Status: fr.Status, Err: fr.Err}
+			}
 			if r != nil {
 				res.Predictions = append(res.Predictions, r.Predictions...)
 				res.Positions = append(res.Positions, r.Positions...)
@@ -169,10 +204,16 @@ func Poll(ctx context.Context, cfg PollConfig) error {
 			return err
 		}
 	}
-	if len(pending) > 0 {
-		return fmt.Errorf("produce: %d records could not be produced", len(pending))
+	var errs []error
+	for i, f := range feeds {
+		if !f.fed {
+			errs = append(errs, &FeedURLError{URL: displayURL(f.url), Poll: cfg.Polls, Status: lastFetch[i].Status, Err: lastFetch[i].Err})
+		}
 	}
-	return nil
+	if len(pending) > 0 {
+		errs = append(errs, fmt.Errorf("produce: %d records could not be produced", len(pending)))
+	}
+	return errors.Join(errs...)
 }
 
 // messages turns mapped events into records (predictions first, as GTFSRT).
@@ -205,7 +246,7 @@ func fetch(ctx context.Context, cfg PollConfig, f *feedState) (FetchReport, *gtf
 				res, header, err := f.stream.Feed(body)
 				fr.FeedTime = header
 				if err != nil {
-					fr.Err = err
+					fr.Err, fr.refused = err, true
 					return fr, nil
 				}
 				Conform(res)
@@ -214,7 +255,7 @@ func fetch(ctx context.Context, cfg PollConfig, f *feedState) (FetchReport, *gtf
 			}
 			err = fmt.Errorf("HTTP %d", status)
 			if !(status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout) {
-				fr.Err = err // a client error: retrying will not help
+				fr.Err, fr.refused = err, true // a client error: retrying will not help
 				return fr, nil
 			}
 		}

@@ -49,7 +49,8 @@ func (c Config) Validate() error {
 }
 
 // NewSaramaConfig returns the producer configuration: idempotent, acks=all,
-// hash partitioner on the key, batches flushed every 5 ms or 512 KiB.
+// hash partitioner on the key, batches flushed every 5 ms or 512 KiB, no
+// topic auto-creation.
 func NewSaramaConfig(clientID string) *sarama.Config {
 	if clientID == "" {
 		clientID = "ovstream-produce"
@@ -69,6 +70,10 @@ func NewSaramaConfig(clientID string) *sarama.Config {
 	cfg.Producer.Flush.Bytes = 512 << 10
 	cfg.Metadata.Retry.Max = 10
 	cfg.Metadata.Retry.Backoff = 250 * time.Millisecond
+	// A topic is never created by producing to it (CheckTopics creates
+	// one when asked): Kafka's default auto.create.topics.enable=true would
+	// make a misspelt one.
+	cfg.Metadata.AllowAutoTopicCreation = false
 	return cfg
 }
 

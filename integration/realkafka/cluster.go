@@ -333,6 +333,21 @@ func (c *Cluster) Java(ctx context.Context, heapMB int, dir string, args ...stri
 	return string(out), err
 }
 
+// Tool runs a Kafka tool's main class (TopicCommand, ...) from the jars of
+// Version (Jars) to its end, against any broker, no Cluster needed (e.g.
+// ovstream's embedded broker), and returns its output. dir receives the
+// log4j2 configuration.
+func Tool(ctx context.Context, dir string, args ...string) (string, error) {
+	jars, err := Jars()
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "log4j2.properties"), []byte(log4j2), 0o644); err != nil {
+		return "", fmt.Errorf("realkafka: %w", err)
+	}
+	return (&Cluster{Jars: jars}).Java(ctx, 128, dir, args...)
+}
+
 // launch starts the node's JVM (kafka.Kafka) in a process group of its own,
 // killed with SIGKILL if the test process dies (Pdeathsig), so no JVM
 // outlives a crashed or timed-out test (checked: after a test binary's
