@@ -5,6 +5,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ovstream/ovstream/store"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
@@ -82,12 +83,15 @@ func TestDashboardBadInputIsA400(t *testing.T) {
 		unknown := code == 404 && p != "" && p != "ovstream" && json.Unmarshal([]byte(body), &nf) == nil &&
 			nf.Error == fmt.Sprintf(`no pipeline %q in this database; known pipelines: "ovstream"`, p)
 		bad := code >= 500 || (code != 200 && code != 400 && !unknown) || dbText.MatchString(body)
-		// A value with invalid UTF-8 or a NUL, or tz=Local: a 400 naming
-		// one of the parameters that hold one.
+		// A value with invalid UTF-8 or a NUL, tz=Local, or a pipeline name
+		// no pipeline can have (store.CheckPipelineName): a 400 naming one
+		// of the parameters that hold one.
 		var refused []string
 		for name, vs := range q {
 			v := vs[0]
-			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) || (name == "tz" && strings.EqualFold(strings.TrimSpace(v), "local")) {
+			tv := strings.TrimSpace(v)
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) || (name == "tz" && strings.EqualFold(tv, "local")) ||
+				(name == "pipeline" && tv != "" && store.CheckPipelineName(tv) != nil) {
 				refused = append(refused, name)
 			}
 		}
