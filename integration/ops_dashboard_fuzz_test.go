@@ -5,7 +5,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ovstream/ovstream/store"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
@@ -13,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ovstream/ovstream/store"
 )
 
 // threeEventsDrained returns a database where run drained three
