@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,50 +344,36 @@ func (r *leaderRig) fault(kind string, victim *realkafka.Node) (heal func()) {
 }
 
 // waitLeaders waits until each partition of moved has a leader other than
-// victim with a larger leader epoch.
+// victim with a larger leader epoch, as the metadata of the other nodes says.
 func (r *leaderRig) waitLeaders(victim *realkafka.Node, moved map[int32]int32) {
 	r.t.Helper()
-	waitFor(r.t, time.Minute, "new leaders elected", func() bool {
+	r.waitMetadata("new leaders elected", func(md kadm.Metadata) bool {
+		t, ok := md.Topics[r.pred]
+		if !ok || t.Err != nil {
+			return false
+		}
 		for p, epoch := range moved {
-			l, e, err := r.c.Leader(r.pred, p)
-			if err != nil || l < 0 || l == victim.ID || e <= epoch {
+			pd, ok := t.Partitions[p]
+			if !ok || pd.Err != nil || pd.Leader < 0 || pd.Leader == victim.ID || pd.LeaderEpoch <= epoch {
 				return false
 			}
 		}
 		return true
-	})
+	}, victim)
 }
 
 // waitWritable waits until every partition of the rig's topics has a leader
 // other than down and at least two in-sync replicas (min.insync.replicas),
-// as the metadata of a running node but down says: a produce then succeeds
-// at once, so no record waits in the producer for a leader and reaches the
-// log later than its event time (which would make it late by definition).
+// as the metadata of the other nodes says: a produce then succeeds at once,
+// so no record waits in the producer for a leader and reaches the log later
+// than its event time (which would make it late by definition).
 func (r *leaderRig) waitWritable(down ...*realkafka.Node) {
 	r.t.Helper()
 	gone := map[int32]bool{}
 	for _, n := range down {
 		gone[n.ID] = true
 	}
-	var seeds []string
-	for _, n := range r.c.Nodes {
-		if !gone[n.ID] {
-			seeds = append(seeds, n.Addr())
-		}
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.MetadataMinAge(100*time.Millisecond))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	waitFor(r.t, 2*time.Minute, "every partition writable (a leader, 2 in-sync replicas)", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		md, err := adm.Metadata(ctx, r.pred, r.pos)
-		if err != nil {
-			return false
-		}
+	r.waitMetadata("every partition writable (a leader, 2 in-sync replicas)", func(md kadm.Metadata) bool {
 		for _, topic := range []string{r.pred, r.pos} {
 			t, ok := md.Topics[topic]
 			if !ok || t.Err != nil || len(t.Partitions) == 0 {
@@ -399,6 +386,32 @@ func (r *leaderRig) waitWritable(down ...*realkafka.Node) {
 			}
 		}
 		return true
+	}, down...)
+}
+
+// waitMetadata waits up to 2 minutes until the metadata of the rig's topics,
+// asked of the nodes but down (a stopped JVM would hold every request to it
+// until its timeout), satisfies ok.
+func (r *leaderRig) waitMetadata(what string, ok func(kadm.Metadata) bool, down ...*realkafka.Node) {
+	r.t.Helper()
+	var seeds []string
+	for _, n := range r.c.Nodes {
+		if !slices.Contains(down, n) {
+			seeds = append(seeds, n.Addr())
+		}
+	}
+	waitFor(r.t, 2*time.Minute, what, func() bool {
+		// A new client each time: its first request goes to a seed, never
+		// to a node it learnt of (the stopped one among them).
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		md, err := kadm.NewClient(cl).Metadata(ctx, r.pred, r.pos)
+		return err == nil && ok(md)
 	})
 }
 
