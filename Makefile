@@ -27,7 +27,7 @@ test: vet lint build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' -skip '$(LONG_TESTS)' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -run '^TestRealKafka' -skip '$(LONG_TESTS)' ./integration/
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^(TestCopyConnectionBroken|TestOutcomeFromCommitSeq)$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
@@ -38,13 +38,14 @@ test: vet lint build
 
 # The long tier: the crash-injection tests (SIGKILL, SIGSTOP and crash points at every step of the
 # commit, PostgreSQL and broker restarts, lost COMMIT answers, failovers of a replicated
-# PostgreSQL, the three-node Kafka cluster's leader kill, unclean election and a seeded schedule
+# PostgreSQL, the three-node Kafka cluster's leader kill, unclean election, leader changes
+# during a quiet live feed (0 late) and a seeded schedule
 # of leader kills, JVM pauses and quorum loss under a live feed), a reader
 # recovering from a flaky network and a rejection of 100,000 rows; each
 # compared with an uninterrupted run and the SQL oracle. make test keeps one
 # of each kind (TestKillMidStreamThenRestart, TestFailoverAsync, TestCrashPointsKnown); CI
 # (.ci/run) runs this tier after make test. (make crash is the much longer release schedule.)
-LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation|LeaderChangesLong))$$
+LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation|LeaderChangeNoLateRecords|LeaderChangesLong))$$
 test-long: build
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 30m -run '$(LONG_TESTS)' ./integration/
