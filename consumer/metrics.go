@@ -200,6 +200,12 @@ func (h *Health) Standby() (bool, string) {
 	return false, ""
 }
 
+// HighWaterGrace is how long a partition's high water mark may be unknown
+// before /readyz says the instance is not ready: a reading goes out every
+// second and fails within endOffsetsTimeout, so a shorter gap is one slow
+// or failed reading, or the first one at start-up.
+const HighWaterGrace = hwStale + pollInterval
+
 // HighWatersUnknown returns how many assigned partitions' high water marks
 // cannot be read now (their leader is down, stopped or moving), and since
 // when one has been unknown (zero: all known).

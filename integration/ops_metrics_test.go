@@ -307,8 +307,8 @@ func TestOpsGroupOffsetFailuresAreNotFatal(t *testing.T) {
 		return m[`ovstream_consumed_messages_total{topic="arrival_predictions"}`] == 4610 &&
 			m["ovstream_uncommitted_messages"] == 0 && m["ovstream_kafka_offset_commit_failures_total"] >= 2
 	})
-	if c, _ := httpGet(t, "http://"+ops+"/readyz"); c != 200 {
-		t.Errorf("/readyz %d with group commits failing, want 200 (monitoring only)", c)
+	if c, body := httpGet(t, "http://"+ops+"/readyz"); c != 200 {
+		t.Errorf("/readyz %d with group commits failing, want 200 (monitoring only):\n%s", c, body)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ const defaultMetricsAddr = "127.0.0.1:9464"
 // its own (not the one the run loop commits on), every partition is assigned,
 // the last successful commit is younger than three flush intervals, and no
 // partition's high water mark has been unknown (its leader does not answer)
-// for three flush intervals. A
+// for three flush intervals or consumer.HighWaterGrace (8 s), the longer. A
 // standby (waiting for partitions a live instance holds) answers 503
 // "standby" without asking the database.
 type readiness struct {
@@ -82,7 +82,7 @@ func (r *readiness) check(ctx context.Context) (bool, []string) {
 		lines = append(lines, fmt.Sprintf("last commit: %s ago", age.Round(time.Millisecond)))
 	}
 	switch n, since := r.health.HighWatersUnknown(); {
-	case n > 0 && r.now().Sub(since) >= limit:
+	case n > 0 && r.now().Sub(since) >= max(limit, consumer.HighWaterGrace):
 		ok = false
 		lines = append(lines, fmt.Sprintf("kafka: the high water marks of %d partitions unknown for %s (their leaders do not answer; they hold the watermark)",
 			n, r.now().Sub(since).Round(time.Millisecond)))
