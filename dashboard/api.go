@@ -95,11 +95,17 @@ type DelayPoint struct {
 	Stats
 }
 
-// Delay is GET api/delay?pipeline&from&to&bucket&tz: the network's delay
-// (dimension network) per bucket, exact (rollup.Run).
+// Delay is GET api/delay?pipeline&from&to&bucket&line&tz: the network's
+// delay (dimension network) per bucket, or with line one line's (dimension
+// line), exact (rollup.Run). Lines are the lines with windows in the range,
+// busiest first (at most 500), which the form offers; Line is the line
+// shown, with its names and events in the range (null: the network). A
+// line that is no line of the pipeline (checkLine) is a 400 naming line.
 type Delay struct {
 	Query               Query        `json:"query"`
 	Extent              Extent       `json:"extent"`
+	Line                *LineChoice  `json:"line"`
+	Lines               []LineChoice `json:"lines"`
 	Points              []DelayPoint `json:"points"`
 	WithoutDistribution int64        `json:"without_distribution"` // rows written before migration 5, left out
 }
@@ -135,7 +141,7 @@ func (h *Handler) withPage(ctx context.Context, r *http.Request, f func(s *store
 }
 
 func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
-	out := &Delay{Points: []DelayPoint{}}
+	out := &Delay{Points: []DelayPoint{}, Lines: []LineChoice{}}
 	err := h.withPage(ctx, r, func(s *store.Store, p page) error {
 		v, loc, pipeline, e := p.v, p.loc, p.pipeline, p.extent
 		from, to, err := timeRange(v, loc, e, 24*time.Hour)
@@ -151,13 +157,34 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 			return err
 		}
 		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339),
-			Bucket: name, BucketS: approx.Seconds()}
+			Bucket: name, BucketS: approx.Seconds(), Line: strings.TrimSpace(v.Get("line"))}
 		out.Extent = e.json(loc)
 		if pipeline == "" {
 			return nil
 		}
-		res, err := runRollup(ctx, s, rollup.Query{Pipeline: pipeline, Dimension: aggregate.DimNetwork, From: from, To: to,
-			Bucket: bucket, Location: loc, Quantiles: quantiles})
+		rq := rollup.Query{Pipeline: pipeline, Dimension: aggregate.DimNetwork, From: from, To: to,
+			Bucket: bucket, Location: loc, Quantiles: quantiles}
+		if err := s.Read(ctx, func(c *pgx.Conn) error {
+			if out.Lines, err = linesIn(ctx, c, pipeline, from, to); err != nil {
+				return err
+			}
+			if out.Query.Line == "" {
+				_, err = nameLines(ctx, c, pipeline, "", out.Lines)
+				return err
+			}
+			if err := checkLine(ctx, c, pipeline, out.Query.Line, from, to, out.Lines); err != nil {
+				return err
+			}
+			l, err := nameLines(ctx, c, pipeline, out.Query.Line, out.Lines)
+			out.Line = &l
+			return err
+		}); err != nil {
+			return err
+		}
+		if out.Line != nil {
+			rq.Dimension, rq.IDs = aggregate.DimLine, []string{out.Line.ID}
+		}
+		res, err := runRollup(ctx, s, rq)
 		if err != nil {
 			return err
 		}
@@ -314,32 +341,6 @@ FROM (SELECT extract(hour FROM a.window_start AT TIME ZONE $5)::int AS h,
       OFFSET 0) AS g
 ORDER BY h`
 
-const linesSQL = `
-SELECT dimension_id, sum(event_count)::bigint FROM delay_aggregates
-WHERE pipeline = $1 AND dimension = 'line' AND window_start >= $2 AND window_start < $3
-GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 500`
-
-// addNames sets the names of the lines offered and of the line shown, and
-// the events of the line shown.
-func (out *Line) addNames(ctx context.Context, c *pgx.Conn) error {
-	ids := []string{out.Query.Line}
-	for _, l := range out.Lines {
-		ids = append(ids, l.ID)
-	}
-	nm, err := lookupNames(ctx, c, out.Query.Pipeline, aggregate.DimLine, ids)
-	if err != nil {
-		return err
-	}
-	out.Line = LineChoice{ID: out.Query.Line, Named: nm.of(out.Query.Line)}
-	for i := range out.Lines {
-		out.Lines[i].Named = nm.of(out.Lines[i].ID)
-		if out.Lines[i].ID == out.Query.Line {
-			out.Line.Events = out.Lines[i].Events
-		}
-	}
-	return nil
-}
-
 func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 	out := &Line{Lines: []LineChoice{}, Hours: []HourStats{}}
 	err := h.withPage(ctx, r, func(s *store.Store, p page) error {
@@ -352,16 +353,9 @@ func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 			Line: strings.TrimSpace(v.Get("line"))}
 		out.Extent = e.json(loc)
 		return s.Read(ctx, func(c *pgx.Conn) error {
-			rows, err := c.Query(ctx, linesSQL, pipeline, from, to)
-			if err != nil {
-				return fmt.Errorf("dashboard: lines: %w", err)
-			}
-			var l LineChoice
-			if _, err := pgx.ForEachRow(rows, []any{&l.ID, &l.Events}, func() error {
-				out.Lines = append(out.Lines, l)
-				return nil
-			}); err != nil {
-				return fmt.Errorf("dashboard: lines: %w", err)
+			var err error
+			if out.Lines, err = linesIn(ctx, c, pipeline, from, to); err != nil {
+				return err
 			}
 			if out.Query.Line == "" && len(out.Lines) > 0 {
 				out.Query.Line = out.Lines[0].ID
@@ -369,7 +363,7 @@ func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 			if out.Query.Line == "" {
 				return nil
 			}
-			if err := out.addNames(ctx, c); err != nil {
+			if out.Line, err = nameLines(ctx, c, pipeline, out.Query.Line, out.Lines); err != nil {
 				return err
 			}
 			if known, err := h.zoneKnown(ctx, c, loc); err != nil {
@@ -377,7 +371,7 @@ func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 			} else if !known {
 				return badParam("tz", "%q is a time zone PostgreSQL does not know: choose another name of it", loc.String())
 			}
-			rows, err = c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
+			rows, err := c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
 			if err != nil {
 				return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
 			}

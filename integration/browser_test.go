@@ -71,21 +71,35 @@ func newBrowser(t *testing.T) *browser {
 // (body data-state ready), failing with the page's error message otherwise.
 func (b *browser) open(t *testing.T, url string) {
 	t.Helper()
+	if state := b.load(t, url); state != "ready" {
+		msg := eval[string](t, b, `document.getElementById("error").textContent`)
+		t.Fatalf("%s: the page shows an error: %s", url, msg)
+	}
+}
+
+// load loads url and waits until the page is no longer loading; it
+// returns the body's data-state: ready, or error (the page shows it).
+func (b *browser) load(t *testing.T, url string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
+	return b.settled(t, ctx, url)
+}
+
+// settled waits until the page loaded after a navigation is no longer
+// loading and returns its data-state.
+func (b *browser) settled(t *testing.T, ctx context.Context, what string) string {
+	t.Helper()
 	state, err := chromedp.Run(ctx, chromedp.Poll[string](
 		`document.body && document.body.dataset.state !== "loading" && document.body.dataset.state`,
 		chromedp.WithPollingTimeout(45*time.Second)))
 	if err != nil {
-		t.Fatalf("%s: the page did not finish loading: %v", url, err)
+		t.Fatalf("%s: the page did not finish loading: %v", what, err)
 	}
-	if state != "ready" {
-		msg, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("error").textContent`))
-		t.Fatalf("%s: the page shows an error: %s", url, msg)
-	}
+	return state
 }
 
 // resize emulates a browser window of w x h CSS pixels for the pages

@@ -35,7 +35,7 @@ func threeEventsDrained(t *testing.T) string {
 // dashboardParams are the parameters of every API of the dashboard.
 var dashboardParams = map[string][]string{
 	"pipelines": {"pipeline", "tz"},
-	"delay":     {"pipeline", "tz", "from", "to", "bucket"},
+	"delay":     {"pipeline", "tz", "from", "to", "bucket", "line"},
 	"top":       {"pipeline", "tz", "day", "dimension", "min_events", "top"},
 	"line":      {"pipeline", "tz", "from", "to", "line"},
 	"health":    {"pipeline", "tz"},

@@ -31,13 +31,13 @@ type Report struct {
 	Events        map[string]int64 // sum of event_count per dimension
 	BusiestWindow time.Time        // window_start of the window with the most events (network row); zero if none
 	BusiestCount  int64
-	TopLines      []Ranked         // the ten lines with the highest mean delay in the busiest window
+	TopLines      []Ranked         // the ten lines with the highest P90 delay in the busiest window (ties by id), as the dashboard ranks
 	TopStations   []Ranked         // the same for stations
 	Names         map[string]int64 // rows of the names table per dimension
 	// NamedWindow is the window_start of the window whose named lines had
 	// the most events (NamedCount); when it is not the busiest window,
 	// TopNamedLines and TopNamedStations are its ten named lines and
-	// stations with the highest mean delay (the busiest window may be of
+	// stations with the highest P90 delay (the busiest window may be of
 	// a feed without names).
 	NamedWindow                     time.Time
 	NamedCount                      int64
@@ -68,15 +68,16 @@ func (s *Store) Report(ctx context.Context, pipeline string) (*Report, error) {
 		if err != nil && err != pgx.ErrNoRows {
 			return err
 		}
-		// top returns the ten rows of dim in window with the highest mean
-		// delay, with their names; only named ones when named.
+		// top returns the ten rows of dim in window with the highest P90
+		// delay (ties by id: the dashboard's order, docs/dashboard.md), with
+		// their names; only named ones when named.
 		top := func(window time.Time, dim string, named bool) ([]Ranked, error) {
 			rows, err := c.Query(ctx, `SELECT a.dimension_id, coalesce(n.name, ''), a.event_count, a.mean_delay_s,
 				a.p90_delay_s, a.max_delay_s
 				FROM delay_aggregates AS a LEFT JOIN names AS n
 				    ON n.pipeline = a.pipeline AND n.dimension = a.dimension AND n.dimension_id = a.dimension_id
 				WHERE a.pipeline = $3 AND a.window_start = $1 AND a.dimension = $2 AND (NOT $4 OR n.name IS NOT NULL)
-				ORDER BY a.mean_delay_s DESC, a.dimension_id LIMIT 10`, window, dim, pipeline, named)
+				ORDER BY a.p90_delay_s DESC, a.dimension_id LIMIT 10`, window, dim, pipeline, named)
 			if err != nil {
 				return nil, err
 			}

@@ -265,11 +265,11 @@ func printReport(w io.Writer, r *store.Report, window time.Duration) {
 	if len(r.TopLines) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "ten most delayed lines of the busiest window [%s, %s), %d events:\n",
+	fmt.Fprintf(w, "ten most delayed lines of the busiest window [%s, %s), %d events, ranked by P90 as the dashboard:\n",
 		r.BusiestWindow.Format(time.RFC3339), r.BusiestWindow.Add(window).Format("15:04:05Z"), r.BusiestCount)
-	fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "mean s", "p90 s", "max s")
+	fmt.Fprintf(w, "  %-28s %-34s %6s %9s %9s %9s\n", "id", "name", "count", "p90 s", "mean s", "max s")
 	for _, k := range r.TopLines {
-		fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.Mean, k.P90, k.Max)
+		fmt.Fprintf(w, "  %-28s %-34s %6d %9.1f %9.1f %9.0f\n", k.ID, shorten(cmp.Or(k.Name, "-"), 34), k.Count, k.P90, k.Mean, k.Max)
 	}
 }
 

@@ -5,10 +5,10 @@
 
 (function () {
   const pages = {
-    delay: { title: "Network delay over time", render: renderDelay },
-    top: { title: "Most delayed lines and stations", render: renderTop },
-    line: { title: "One line's delay by hour of day", render: renderLine },
-    health: { title: "Pipeline health", render: renderHealth },
+    delay: { title: "Network delay over time", render: renderDelay, form: delayForm },
+    top: { title: "Most delayed lines and stations", render: renderTop, form: topForm },
+    line: { title: "One line's delay by hour of day", render: renderLine, form: lineForm },
+    health: { title: "Pipeline health", render: renderHealth, form: healthForm },
   };
   const seg = location.pathname.split("/").pop();
   const page = pages[seg] ? seg : "delay";
@@ -54,8 +54,9 @@
   // localTime shows an RFC 3339 time of the API (already in the page's time
   // zone) as "YYYY-MM-DD HH:MM:SS".
   const localTime = (s) => (s ? s.slice(0, 19).replace("T", " ") : "–");
-  // inputTime is the value of a datetime-local input: "YYYY-MM-DDTHH:MM".
-  const inputTime = (s) => (s ? s.slice(0, 16) : "");
+  // inputTime is an RFC 3339 time of the API as the from and to inputs
+  // show it: "YYYY-MM-DD HH:MM", 24-hour clock, like the charts.
+  const inputTime = (s) => (s ? s.slice(0, 16).replace("T", " ") : "");
 
   // A numeric cell: rounded text, the exact value in data-v and the title.
   function num(v, digits = 1) {
@@ -127,6 +128,16 @@
     return el("label", {}, label, el("input", Object.assign({ name, value: value == null ? "" : value }, attrs || {})));
   }
 
+  // timeInput is a from or to field: text in the page's time zone, 24-hour
+  // clock as the charts ("YYYY-MM-DD HH:MM", or a date alone), not a
+  // datetime-local input, whose clock follows the browser's locale (12-hour
+  // in en-US). The server also reads RFC 3339.
+  function timeInput(label, name, value) {
+    return el("label", {}, `${label} (YYYY-MM-DD HH:MM, 24 h)`,
+      el("input", { name, value: value == null ? "" : value, type: "text", size: 16, placeholder: "YYYY-MM-DD HH:MM",
+        pattern: "\\d{4}-\\d{2}-\\d{2}([ T]\\d{2}:\\d{2}(:\\d{2})?)?", title: "a date and a 24-hour time, e.g. 2016-05-19 17:30" }));
+  }
+
   function select(label, name, value, options, attrs) {
     return el(
       "label",
@@ -145,10 +156,13 @@
     return Math.max(300, (box.clientWidth || $("content").clientWidth || 1100) - 18);
   }
 
-  // Time labels in the page's time zone, 24-hour clock: "HH:MM", the date
-  // under the first label of each day, the date alone for day steps.
+  // Time labels in the page's time zone, 24-hour clock: "HH:MM" ("HH:MM:SS"
+  // when the ticks are less than a minute apart, as over one short bucket:
+  // "HH:MM" would repeat), the date under the first label of each day, the
+  // date alone for day steps.
   function timeFormats(tz) {
     const hm = new Intl.DateTimeFormat("en-GB", { timeZone: tz, hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+    const hms = new Intl.DateTimeFormat("en-GB", { timeZone: tz, hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
     const ymd = new Intl.DateTimeFormat("en-CA", { timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit" });
     const date = (ts) => ymd.format(new Date(ts * 1e3));
     const time = (ts) => hm.format(new Date(ts * 1e3));
@@ -158,10 +172,14 @@
         splits.map((ts, i) => {
           if (incr >= 86400) return date(ts);
           const d = date(ts);
-          return i === 0 || d !== date(splits[i - 1]) ? `${time(ts)}\n${d}` : time(ts);
+          const t = incr < 60 ? hms.format(new Date(ts * 1e3)) : time(ts);
+          return i === 0 || d !== date(splits[i - 1]) ? `${t}\n${d}` : t;
         }),
     };
   }
+
+  // axisFont is uPlot's default font of axis labels.
+  const axisFont = "12px system-ui, -apple-system, \"Segoe UI\", Roboto, \"Helvetica Neue\", Arial, \"Noto Sans\", sans-serif, \"Apple Color Emoji\", \"Segoe UI Emoji\", \"Segoe UI Symbol\", \"Noto Color Emoji\"";
 
   // Tick steps of counts: whole numbers only.
   const wholeIncrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
@@ -181,9 +199,15 @@
     });
     const value = (u, v) => fmt1(v);
     const tf = timeFormats(tz);
+    // The last tick label is centred on the plot's right edge: the right
+    // padding holds half of the widest (a date, YYYY-MM-DD), so none is cut.
+    const ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = axisFont;
+    const rightPad = Math.ceil(ctx.measureText("0000-00-00").width / 2) + 6;
     const opts = {
       width: width(box),
       height: 380,
+      padding: [null, rightPad, null, null],
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), tz),
       // The range asked for; a calendar bucket may start before it.
       scales: { x: { time: true, range: [Math.min(Date.parse(q.from) / 1e3, xs[0]), Date.parse(q.to) / 1e3] } },
@@ -195,7 +219,7 @@
       ],
       bands: [{ series: [1, 2], fill: "rgba(192, 57, 43, 0.13)" }],
       axes: [
-        { label: `bucket start (${tz})`, labelSize: 28, values: tf.axis, size: 56, space: 70 },
+        { label: `bucket start (${tz})`, labelSize: 28, values: tf.axis, size: 56, space: 70, font: axisFont },
         { label: "delay (s)", labelSize: 28, size: 60 },
       ],
     };
@@ -294,17 +318,42 @@
 
   // --- pages ---------------------------------------------------------------
 
+  // The forms of the pages. d is the API's answer and q its query; when the
+  // request failed (d null) q holds the URL's parameters as given, shown
+  // as they are so that the wrong one can be corrected (main).
+
+  // lineOptions are the options of a line select: the lines with events,
+  // busiest first, and the chosen one when it has none.
+  function lineOptions(q, d) {
+    const options = d ? d.lines.map((l) => [l.id, `${labelOf(l)} (${l.events} events)`]) : [];
+    if (q.line && !(d && d.lines.some((l) => l.id === q.line))) {
+      options.unshift([q.line, d && d.line ? `${labelOf(d.line)} (no events)` : q.line]);
+    }
+    return options;
+  }
+
+  function delayForm(meta, q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    controls(meta, q, [
+      timeInput("from", "from", from),
+      timeInput("to", "to", to),
+      select("bucket", "bucket", params.get("bucket") || "auto",
+        [["auto", d ? `auto (${q.bucket})` : "auto"], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
+      select("line", "line", q.line || "", [["", "all lines (network)"], ...lineOptions(q, d)], { class: "wide" }),
+    ]);
+  }
+
   async function renderDelay(meta, base) {
     const d = await getJSON("api/delay", params);
     const q = d.query;
-    controls(meta, q, [
-      input("from", "from", inputTime(q.from), { type: "datetime-local" }),
-      input("to", "to", inputTime(q.to), { type: "datetime-local" }),
-      select("bucket", "bucket", params.get("bucket") || "auto",
-        [["auto", `auto (${q.bucket})`], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
-    ]);
+    delayForm(meta, q, d);
     const events = d.points.reduce((s, p) => s + p.events, 0);
-    $("subtitle").textContent = `Pipeline ${q.pipeline}, network (every event), ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}, ` +
+    const what = d.line ? `line ${labelOf(d.line)}` : "network (every event)";
+    if (d.line) {
+      $("title").textContent = `Line ${labelOf(d.line)}: delay over time`;
+      document.title = `${$("title").textContent} · ovstream`;
+    }
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, ${what}, ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}, ` +
       `buckets of ${q.bucket}: ${d.points.length} buckets, ${events} events. The shaded band lies between P50 and P90.`;
     const c = $("content");
     if (d.points.length === 0) {
@@ -326,9 +375,7 @@
     return `Its windows run from ${localTime(e.first_window)} to ${localTime(e.last_window_end)}.`;
   }
 
-  async function renderTop(meta) {
-    const d = await getJSON("api/top", params);
-    const q = d.query;
+  function topForm(meta, q, d) {
     const day = new Date(q.day + "T12:00:00Z");
     const shift = (n) => {
       const x = new Date(day.getTime() + n * 86400e3).toISOString().slice(0, 10);
@@ -336,15 +383,22 @@
       p.set("day", x), p.set("pipeline", q.pipeline), p.set("tz", q.tz);
       return "?" + p.toString();
     };
+    const e = d ? d.extent : {};
     controls(meta, q, [
-      input("day", "day", q.day, { type: "date", min: d.extent.first_window ? d.extent.first_window.slice(0, 10) : null,
-        max: d.extent.last_window_end ? d.extent.last_window_end.slice(0, 10) : null }),
-      select("of", "dimension", q.dimension, [["line", "lines"], ["station", "stations"], ["operator", "operators"]]),
-      input("min. events", "min_events", q.min_events, { type: "number", min: 1, style: "width:7em" }),
-      input("top", "top", q.top, { type: "number", min: 1, max: 500, style: "width:5em" }),
-      el("a", { href: shift(-1), id: "prev-day" }, "◀ day before"),
-      el("a", { href: shift(1), id: "next-day" }, "day after ▶"),
+      input("day", "day", q.day, d ? { type: "date", min: e.first_window ? e.first_window.slice(0, 10) : null,
+        max: e.last_window_end ? e.last_window_end.slice(0, 10) : null } : { size: 10, placeholder: "YYYY-MM-DD" }),
+      select("of", "dimension", q.dimension || "line", [["line", "lines"], ["station", "stations"], ["operator", "operators"]]),
+      input("min. events", "min_events", q.min_events, { type: d ? "number" : "text", min: 1, style: "width:7em" }),
+      input("top", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+      isNaN(day) ? null : el("a", { href: shift(-1), id: "prev-day" }, "◀ day before"),
+      isNaN(day) ? null : el("a", { href: shift(1), id: "next-day" }, "day after ▶"),
     ]);
+  }
+
+  async function renderTop(meta) {
+    const d = await getJSON("api/top", params);
+    const q = d.query;
+    topForm(meta, q, d);
     const what = q.dimension === "station" ? "stations" : q.dimension + "s";
     $("subtitle").textContent = `Pipeline ${q.pipeline}, ${q.day} (${q.tz}): the ${q.top} ${what} with the highest P90 ` +
       `among those with at least ${q.min_events} events that day.`;
@@ -373,21 +427,24 @@
     return d;
   }
 
+  function lineForm(meta, q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    controls(meta, q, [
+      select("line", "line", q.line, lineOptions(q, d), { class: "wide", title: d && q.line ? labelOf(d.line) : null }),
+      timeInput("from", "from", from),
+      timeInput("to", "to", to),
+    ]);
+  }
+
   async function renderLine(meta) {
     const d = await getJSON("api/line", params);
     const q = d.query;
-    const options = d.lines.map((l) => [l.id, `${labelOf(l)} (${l.events} events)`]);
-    if (q.line && !d.lines.some((l) => l.id === q.line)) options.unshift([q.line, `${labelOf(d.line)} (no events)`]);
     const line = q.line ? labelOf(d.line) : "–";
     if (q.line) {
       $("title").textContent = `Line ${line} by hour of day`;
       document.title = `${$("title").textContent} · ovstream`;
     }
-    controls(meta, q, [
-      select("line", "line", q.line, options, { class: "wide", title: q.line ? line : null }),
-      input("from", "from", inputTime(q.from), { type: "datetime-local" }),
-      input("to", "to", inputTime(q.to), { type: "datetime-local" }),
-    ]);
+    lineForm(meta, q, d);
     const events = d.hours.reduce((s, h) => s + h.events, 0);
     $("subtitle").textContent = `Pipeline ${q.pipeline}, line ${line}, ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
       `${events} events, grouped by the hour of day (${q.tz}) of their window.`;
@@ -420,10 +477,14 @@
       sub ? el("div", { class: "s" }, sub) : null);
   }
 
+  function healthForm(meta, q) {
+    controls(meta, q, [el("a", { href: location.search || "?" }, "refresh")]);
+  }
+
   async function renderHealth(meta) {
     const d = await getJSON("api/health", params);
     const q = d.query;
-    controls(meta, q, [el("a", { href: location.search || "?" }, "refresh")]);
+    healthForm(meta, q);
     const c = $("content");
     const dead = d.dead_letters.reduce((s, r) => s + r.total, 0);
     const lag = d.lag;
@@ -530,8 +591,9 @@
   async function main() {
     document.title = `${pages[page].title} · ovstream`;
     $("title").textContent = pages[page].title;
+    let meta = null;
     try {
-      const meta = await getJSON("api/pipelines", {});
+      meta = await getJSON("api/pipelines", {});
       const pipeline = params.get("pipeline") || meta.default;
       const tz = params.get("tz") || meta.tz;
       if (!params.get("pipeline") && pipeline) params.set("pipeline", pipeline);
@@ -546,6 +608,13 @@
     } catch (e) {
       $("error").hidden = false;
       $("error").textContent = e.message;
+      // The form stays, with the parameters as given (the wrong one
+      // among them), so that they can be corrected.
+      if (meta && !$("controls").hasChildNodes()) {
+        const q = Object.fromEntries(params);
+        q.pipeline = q.pipeline || meta.default || "";
+        pages[page].form(meta, q, null);
+      }
       document.body.dataset.state = "error";
     }
   }
