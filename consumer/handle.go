@@ -110,6 +110,14 @@ func (l *loop) future(r *record, t, now time.Time) bool {
 // finalized before it arrived.
 func (l *loop) late(r *record, p aggregate.Prediction, end time.Time) {
 	l.cfg.Metrics.Late.WithLabelValues(r.tp.Topic).Inc()
+	if l.cfg.IdleFinalize && !l.sum.lateUnderIdleFinalize {
+		l.sum.lateUnderIdleFinalize = true
+		l.cfg.Logger.Warn("a record is late under --idle-finalize: when every partition is idle the watermark follows "+
+			"the wall clock, so records older than the wall clock minus the allowed lateness are late; "+
+			"run without --idle-finalize to read old data (docs/windows.md)", "setting", "--idle-finalize",
+			"partition", r.tp.String(), "offset", r.offset, "event_time", p.EventTime.Format(time.RFC3339),
+			"watermark", l.wm.Current().Format(time.RFC3339))
+	}
 	l.deadLetter(r, store.ReasonLate, fmt.Sprintf("event_time %s: window [%s, %s) was finalized at watermark %s",
 		p.EventTime.Format(time.RFC3339), end.Add(-l.cfg.Window).Format(time.RFC3339),
 		end.Format(time.RFC3339), l.wm.Current().Format(time.RFC3339)))

@@ -40,6 +40,7 @@ type Summary struct {
 	HighWater                           map[aggregate.PartitionID]int64 // high water mark per partition, last seen
 	Elapsed                             time.Duration
 	progress                            progress // the progress line's memory (progress.go)
+	lateUnderIdleFinalize               bool     // the warning of a record late under --idle-finalize was logged
 }
 
 const (

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +67,29 @@ func TestIdleFinalizeQuietLiveFeed(t *testing.T) {
 	checkOnce(t, db, addr, map[int64]string{4: store.ReasonLate})
 	if sum := on.stop(t); sum.DeadLetters[store.ReasonLate] != 1 || sum.Predictions != 3 {
 		t.Fatalf("run with --idle-finalize: %d predictions, dead letters %v; want 3 and one late", sum.Predictions, sum.DeadLetters)
+	}
+}
+
+// --idle-finalize over old data: a service started on empty topics moves
+// its watermark with the wall clock, then a backfill of 2016 predictions
+// arrives and every one is late. The log says why, once, naming the setting.
+func TestIdleFinalizeOldDataWarns(t *testing.T) {
+	addr, db := startBroker(t), freshDB(t)
+	run := startOvstream(t, nil, runArgs(db, addr, "--idle-finalize", "--metrics-addr", "127.0.0.1:0")...)
+	ops := opsAddr(t, run)
+	waitFor(t, time.Minute, "the watermark following the wall clock", func() bool {
+		return scrape(t, ops)["ovstream_watermark_timestamp_seconds"] > float64(time.Now().Add(-time.Hour).Unix())
+	})
+	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	waitFor(t, time.Minute, "every prediction late", func() bool {
+		return scrape(t, ops)[`ovstream_late_events_total{topic="arrival_predictions"}`] == 4610
+	})
+	const warning = "a record is late under --idle-finalize"
+	if n := strings.Count(run.output(), warning); n != 1 || !strings.Contains(lineWith(run, warning), "setting=--idle-finalize") {
+		t.Errorf("%d warnings %q naming setting=--idle-finalize, want 1:\n%s", n, warning, tail(run.output(), 20))
+	}
+	_ = run.cmd.Process.Signal(sigterm)
+	if code := run.wait(t, time.Minute); code != 0 {
+		t.Fatalf("run after SIGTERM: exit %d\n%s", code, tail(run.output(), 20))
 	}
 }
