@@ -26,7 +26,7 @@ run: build
 test: vet lint build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 25m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -run '^TestRealKafka' -skip '$(LONG_TESTS)' ./integration/
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^(TestCopyConnectionBroken|TestOutcomeFromCommitSeq)$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
