@@ -119,18 +119,41 @@ func (s *source) leaderEpoch(tp aggregate.PartitionID) int32 {
 	return epoch
 }
 
-// refreshMetadata reads the metadata of the topics of failed partitions
+// refreshMetadata has the metadata of the topics of failed partitions read
 // again: franz-go's at its next request, sarama's (the run loop's client:
-// leaders of marker probes and start-up reads) now.
+// leaders and epochs of the readings, marker probes and start-up reads) on
+// a goroutine of its own, one at a time, so that neither the reading that
+// failed nor the run loop waits for it (a stopped broker holds a metadata
+// request until sarama's read timeout). source.close ends it (closing the
+// client) and waits for it.
 func (s *source) refreshMetadata(failed map[aggregate.PartitionID]error) {
 	s.admin.ForceMetadataRefresh()
+	if !s.refreshing.CompareAndSwap(false, true) {
+		return // one is under way; the next failure asks again
+	}
 	topics := map[string]bool{}
 	for tp := range failed {
 		topics[tp.Topic] = true
 	}
-	for t := range topics {
-		_ = s.client.RefreshMetadata(t) // a failure leaves the next reading failing too
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	if s.closed {
+		s.refreshing.Store(false)
+		return
 	}
+	s.refreshWG.Add(1)
+	go func() {
+		defer s.refreshWG.Done()
+		defer s.refreshing.Store(false)
+		for t := range topics {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			_ = s.client.RefreshMetadata(t) // a failure leaves the next reading failing too
+		}
+	}()
 }
 
 // highWaters reads the high water marks of parts (endOffsets). Safe to

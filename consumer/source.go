@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -105,7 +106,11 @@ type source struct {
 	errs                chan error
 	stop                chan struct{}
 	wg                  sync.WaitGroup
-	probeBytes          int32 // what a marker probe asks for: one fetch of a partition
+	refreshing          atomic.Bool    // a metadata refresh after a failed reading is under way (refreshMetadata)
+	refreshMu           sync.Mutex     // guards closed and refreshWG.Add
+	closed              bool           // close began: no refresh starts
+	refreshWG           sync.WaitGroup // the refresh under way; close ends it and waits
+	probeBytes          int32          // what a marker probe asks for: one fetch of a partition
 }
 
 // fetchMaxWait is how long the broker holds a fetch of a caught-up reader
@@ -380,10 +385,14 @@ func (s *source) close() {
 		case <-s.out:
 		case <-s.errs: //nolint:errcheck // drained on close so the readers can exit; the run is over
 		case <-done:
+			s.refreshMu.Lock()
+			s.closed = true
+			s.refreshMu.Unlock()
 			_ = s.consumer.Close()
 			s.fetches.Close()
-			s.client.Close()
+			s.client.Close() // ends a metadata refresh under way
 			s.admin.Close()
+			s.refreshWG.Wait()
 			return
 		}
 	}
