@@ -19,10 +19,11 @@ import "time"
 // windows.
 //
 // Leaving a partition out is decided in two steps, so that no reading older
-// than the event times it lets through can do it: Propose, at wall time At,
-// computes the watermark that leaving out the quiet partitions would give;
-// Confirm applies it only when each of them was found caught up by a reading
-// sent at or after At (SetCaughtUp) and delivered nothing since. A record
+// than the event times it lets through can do it: Propose notes, at wall
+// time At, each partition's max event time and whether it is quiet; Confirm
+// computes the watermark from that note, leaving out the quiet partitions
+// that a reading sent at or after At found caught up (SetCaughtUp) and that
+// delivered nothing since. A record
 // that was in a quiet partition's log before At is seen by that reading, so
 // the partition holds the watermark until the record is read: it can be late
 // only if it is more than the allowed lateness behind the event times the
@@ -130,93 +131,122 @@ func (w *Watermark) quiet(s *partitionState, now time.Time) bool {
 // (none left out: see Propose) and returns it (UTC). It never returns less
 // than before.
 func (w *Watermark) Advance(now time.Time) time.Time {
-	if mark, ok := w.candidate(func(*partitionState) bool { return false }, now); ok {
+	entries := make([]entry, 0, len(w.parts))
+	for _, s := range w.parts {
+		entries = append(entries, entry{maxEvent: s.maxEvent, hasMax: s.hasMax})
+	}
+	if mark, ok := w.mark(entries, now); ok {
 		w.Raise(mark)
 	}
 	return w.current
 }
 
-// Proposal is the watermark that leaving out the idle partitions would give
-// at wall time At: Mark, applied by Confirm once each partition of Idle was
-// found caught up by a reading of the high water marks sent at or after At.
-// A zero Mark proposes nothing.
-type Proposal struct {
-	At    time.Time
-	Mark  time.Time
-	Idle  []PartitionID
-	parts int // partitions assigned at At
+// CouldRaise reports whether leaving out the partitions quiet at wall time
+// now, were a reading to find them caught up, would raise the watermark: a
+// reason to read the high water marks now rather than at the next poll.
+func (w *Watermark) CouldRaise(now time.Time) bool {
+	entries := make([]entry, 0, len(w.parts))
+	quiet := false
+	for _, s := range w.parts {
+		q := w.quiet(s, now)
+		quiet = quiet || q
+		entries = append(entries, entry{maxEvent: s.maxEvent, hasMax: s.hasMax, out: q})
+	}
+	if !quiet {
+		return false
+	}
+	mark, ok := w.mark(entries, now)
+	return ok && mark.After(w.current)
 }
 
-// Propose returns, at wall time now, the watermark that leaving out the
-// partitions idle at now (Idle) would give, when it is above the current
-// one. Read the high water marks after calling it, then Confirm.
+// Proposal is what the partitions held at wall time At: per partition its
+// max event time and whether it was quiet (no delivery for the idle timeout,
+// or none since start). Confirm computes from it the watermark that leaving
+// out the quiet partitions found caught up by a reading sent at or after At
+// gives.
+type Proposal struct {
+	At    time.Time
+	parts map[PartitionID]proposed
+}
+
+type proposed struct {
+	maxEvent time.Time // valid when hasMax
+	hasMax   bool
+	quiet    bool
+}
+
+// Propose returns the partitions' state at wall time now. Read the high
+// water marks after calling it, record what the reading found
+// (SetCaughtUp, with the reading's send time), then Confirm.
 func (w *Watermark) Propose(now time.Time) Proposal {
-	p := Proposal{At: now, parts: len(w.parts)}
-	idle := func(s *partitionState) bool { return s.caughtUp && w.quiet(s, now) }
+	p := Proposal{At: now, parts: make(map[PartitionID]proposed, len(w.parts))}
 	for id, s := range w.parts {
-		if idle(s) {
-			p.Idle = append(p.Idle, id)
-		}
-	}
-	if len(p.Idle) == 0 {
-		return Proposal{}
-	}
-	if mark, ok := w.candidate(idle, now); ok && mark.After(w.current) {
-		p.Mark = mark
-	}
-	if p.Mark.IsZero() {
-		return Proposal{}
+		p.parts[id] = proposed{maxEvent: s.maxEvent, hasMax: s.hasMax, quiet: w.quiet(s, now)}
 	}
 	return p
 }
 
-// Confirm raises the watermark to p.Mark when every partition p left out is
-// caught up by a reading sent at or after p.At (SetCaughtUp) and delivered
-// nothing since p.At, and no partition was assigned since; it reports whether
-// it did. A proposal that fails this is dropped: the next one is made from
-// newer state.
+// Confirm raises the watermark to what p's state gives with the partitions
+// left out that were quiet at p.At, were found caught up by a reading sent
+// at or after p.At (SetCaughtUp), and delivered nothing since; it reports
+// whether it raised it. A proposal made before a partition was assigned
+// confirms nothing: the next one is made from newer state.
 func (w *Watermark) Confirm(p Proposal) bool {
-	if p.Mark.IsZero() || p.parts != len(w.parts) {
+	if len(p.parts) == 0 || len(p.parts) != len(w.parts) {
 		return false
 	}
-	for _, id := range p.Idle {
+	entries := make([]entry, 0, len(p.parts))
+	for id, pp := range p.parts {
 		s := w.parts[id]
-		if !s.caughtUp || s.caughtUpAsOf.Before(p.At) || (s.delivered && s.lastDelivery.After(p.At)) {
+		if s == nil {
 			return false
 		}
+		out := pp.quiet && s.caughtUp && !s.caughtUpAsOf.Before(p.At) && !(s.delivered && s.lastDelivery.After(p.At))
+		entries = append(entries, entry{maxEvent: pp.maxEvent, hasMax: pp.hasMax, out: out})
 	}
-	w.Raise(p.Mark)
+	mark, ok := w.mark(entries, p.At)
+	if !ok || !mark.After(w.current) {
+		return false
+	}
+	w.Raise(mark)
 	return true
 }
 
-// candidate is the watermark the partitions give with those for which out
-// is true left out: false when a partition kept has no event time yet, or
-// there is nothing to compute from.
-func (w *Watermark) candidate(out func(*partitionState) bool, now time.Time) (time.Time, bool) {
+// entry is one partition in the computation of a watermark.
+type entry struct {
+	maxEvent time.Time // valid when hasMax
+	hasMax   bool
+	out      bool // left out: idle
+}
+
+// mark is the watermark the entries give at wall time now, those marked out
+// left out: false when an entry kept has no event time yet, or there is
+// nothing to compute from.
+func (w *Watermark) mark(entries []entry, now time.Time) (time.Time, bool) {
 	var (
-		minActive time.Time // min of max event time over the partitions kept
+		minActive time.Time // min of max event time over the entries kept
 		haveMin   bool
 		allOut    = true
-		maxAll    time.Time // max of max event time over all partitions
+		maxAll    time.Time // max of max event time over all entries
 		haveMax   bool
 	)
-	for _, s := range w.parts {
-		if s.hasMax && (!haveMax || s.maxEvent.After(maxAll)) {
-			maxAll, haveMax = s.maxEvent, true
+	for _, e := range entries {
+		if e.hasMax && (!haveMax || e.maxEvent.After(maxAll)) {
+			maxAll, haveMax = e.maxEvent, true
 		}
-		if out(s) {
+		if e.out {
 			continue
 		}
 		allOut = false
-		if !s.hasMax {
+		if !e.hasMax {
 			return time.Time{}, false // it holds the watermark
 		}
-		if !haveMin || s.maxEvent.Before(minActive) {
-			minActive, haveMin = s.maxEvent, true
+		if !haveMin || e.maxEvent.Before(minActive) {
+			minActive, haveMin = e.maxEvent, true
 		}
 	}
 	switch {
-	case allOut && w.idleFinal && len(w.parts) > 0:
+	case allOut && w.idleFinal && len(entries) > 0:
 		mark := now.Add(-w.lateness)
 		if haveMax && maxAll.Add(-w.lateness).After(mark) {
 			mark = maxAll.Add(-w.lateness)

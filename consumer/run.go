@@ -178,6 +178,7 @@ func (l *loop) run(ctx context.Context) (err error) {
 	defer poll.Stop()
 	l.nextCommit = cfg.Now().Add(cfg.FlushInterval)
 	defer cfg.Health.assigned.Store(false)
+	l.pollHighWater() // at once: the first reading finds which partitions are caught up and confirms the first proposal
 	for {
 		in := l.src.out
 		if l.consumed-l.committed >= cfg.MaxUncommitted {
@@ -220,6 +221,9 @@ func (l *loop) run(ctx context.Context) (err error) {
 			now := cfg.Now()
 			l.updateCaughtUp(now)
 			cfg.Metrics.watermark(l.wm.Advance(now))
+			if l.hwPending == nil && l.wm.CouldRaise(now) {
+				l.pollHighWater() // a reading now may let the watermark leave quiet partitions out
+			}
 			l.noteClosable(now)
 			cfg.Metrics.Uncommitted.Set(float64(l.consumed - l.committed))
 			cfg.Metrics.OpenWindows.Set(float64(l.win.OpenWindows()))
