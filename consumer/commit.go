@@ -29,8 +29,9 @@ type commitResult struct {
 }
 
 // startCommit begins writing the pending batch, or a new one taken now, in
-// ONE transaction on a goroutine of its own; the loop goes on consuming. At
-// most one commit is in flight: commits are a sequence of prefixes.
+// ONE transaction on the commit connection's owner (committer); the loop
+// goes on consuming. At most one commit is in flight: commits are a
+// sequence of prefixes.
 func (l *loop) startCommit(ctx context.Context) {
 	if l.inflight != nil {
 		return
@@ -38,10 +39,10 @@ func (l *loop) startCommit(ctx context.Context) {
 	if l.pending == nil {
 		l.pending = l.takeBatch()
 	}
-	p, st := l.pending, l.st
+	p := l.pending
 	done := make(chan commitResult, 1)
 	l.inflight = done
-	go func() {
+	l.db.send(func(st *store.Store) {
 		switch {
 		case p.batch.Split != nil && p.batch.Partials == nil && p.set.Len() > 0:
 			p.batch.Partials = p.set.PartialWindows()
@@ -64,7 +65,7 @@ func (l *loop) startCommit(ctx context.Context) {
 		}
 		res.took = time.Since(began)
 		done <- res
-	}()
+	})
 }
 
 // takeBatch takes what the next commit writes: the windows the watermark

@@ -100,10 +100,8 @@ func (l *loop) discover(ctx context.Context) error {
 	if cfg.Partitions != nil {
 		// Registered, an added partition holds a split pipeline's merge (its
 		// watermark is NULL) until an instance consumes it.
-		if err := l.waitCommit(ctx); err != nil { // the store serves one call at a time
-			return err
-		}
-		if err := l.st.RegisterPartitions(ctx, cfg.Pipeline, added); err != nil {
+		err := l.db.do(func(st *store.Store) error { return st.RegisterPartitions(ctx, cfg.Pipeline, added) })
+		if err != nil {
 			cfg.Logger.Warn("registering added partitions failed; trying again at the next metadata refresh", "err", err)
 			for _, tp := range added {
 				delete(topo.known, tp)
@@ -127,10 +125,16 @@ func (l *loop) discover(ctx context.Context) error {
 // refresh.
 func (l *loop) claimAdded(ctx context.Context, added []aggregate.PartitionID) error {
 	cfg := l.cfg
-	if err := l.waitCommit(ctx); err != nil { // the store serves one call at a time
+	// The commit in flight may find the claim lost (finishCommit): claim
+	// more only at an epoch the database still holds.
+	if err := l.waitCommit(ctx); err != nil {
 		return err
 	}
-	got, err := l.st.ClaimAdded(ctx, cfg.Pipeline, cfg.Owner, l.epoch, added, l.src.topo.ids)
+	var got []store.Added
+	err := l.db.do(func(st *store.Store) (err error) {
+		got, err = st.ClaimAdded(ctx, cfg.Pipeline, cfg.Owner, l.epoch, added, l.src.topo.ids)
+		return err
+	})
 	if err != nil && store.Retryable(err) {
 		cfg.Logger.Warn("claim of added partitions failed; trying again at the next metadata refresh", "err", err)
 		for _, tp := range added {

@@ -25,16 +25,21 @@
 //     forwarder): owns its sarama PartitionConsumer; decodes records and sends
 //     batches on source.out, errors on source.errs; a leader change or an
 //     ended consumer is reported on source.errs (leaderChanged, readerEnded).
-//   - The commit in flight (loop.startCommit), at most one: owns the commit
-//     Store while it runs and answers on loop.inflight. The loop touches the
-//     Store only when no commit is in flight (loop.waitCommit).
+//   - The commit connection's owner (committer.go): runs every call on the
+//     commit Store, one at a time in the order sent: the commit in flight
+//     (loop.startCommit, at most one, answering on loop.inflight), claims,
+//     start-up reads, the release, a heartbeat while the lease connection is
+//     lent. Nobody else holds the Store, so no caller waits for another's
+//     call; the loop waits for the commit in flight only where its result
+//     decides what comes next (drain, shutdown, claiming added partitions).
 //   - The high water mark poll (loop.pollHighWater), at most one: reads the
 //     end offsets through source.admin (franz-go) and answers on
 //     loop.hwPending.
 //   - The instance's heartbeat (lease.go, instance.heartbeat): owns the lease
-//     connection (instance.hb, guarded by instance.hbMu, which the commit path
-//     takes when it must commit on the lease connection: instance.spare);
-//     instance.mu guards its role and partitions.
+//     connection (instance.hb, guarded by instance.hbMu; instance.spare takes
+//     hbMu on the commit connection's owner to lend hb's connection to the
+//     commit Store, store.WithSpare); instance.mu guards its role and
+//     partitions.
 //   - Retention (retention.go), when configured: its own connection; the loop
 //     tells it when the instance is active.
 //
@@ -45,7 +50,7 @@
 //
 // run.go (Run, the loop's select), start.go (claim, seek, KIP-320 checks,
 // watermark seed), handle.go (one record: count, skip, dead-letter),
-// commit.go, partitions.go (high water marks, caught-up, marker probes),
+// commit.go, committer.go, partitions.go (high water marks, caught-up, marker probes),
 // endoffsets.go (ListOffsets), source.go (sarama readers), truncation.go and
 // lost.go (leader changes, truncated or lost logs), split.go (split
 // pipelines), lease.go (heartbeat, standby), drain.go, progress.go,

@@ -42,16 +42,16 @@ var errStandbyStopped = errors.New("consumer: stopped while waiting as a standby
 // instance holds the lease and the commit connection. When an active
 // instance's commit connection is lost and the server refuses a new one for
 // want of a slot (SQLSTATE 53300: a newcomer took the slot), the commit
-// Store takes the lease connection (store.Store.Spare, spare): commits go
+// Store takes the lease connection (store.WithSpare, spare): commits go
 // on, and the run loop renews the heartbeat on the commit connection between
 // commits (beatInline) until the heartbeat goroutine gets a connection of
 // its own again.
 type instance struct {
 	cfg   Config
-	st    *store.Store // the run's Store, for the release (after the loop ended)
-	clock *dbClock     // measured with every heartbeat (clock.go)
+	db    *committer // the commit connection's owner, for the release (after the loop ended)
+	clock *dbClock   // measured with every heartbeat (clock.go)
 
-	hbMu sync.Mutex   // held while hb is used: by the heartbeat, a standby's poll, spare
+	hbMu sync.Mutex   // held while hb is used: by the heartbeat, a standby's poll, spare (which lends its connection)
 	hb   *store.Store // the lease connection
 	lent atomic.Bool  // hb's connection was taken by st: the run loop renews the heartbeat
 	// closable is when the oldest closable window not yet written became
@@ -75,15 +75,24 @@ type instance struct {
 // startInstance starts the heartbeat of this instance (role standby until
 // it claims). The goroutine runs until stop, also after ctx is cancelled:
 // the final commit after SIGTERM still holds the lease.
-func startInstance(ctx context.Context, cfg Config, st *store.Store) *instance {
-	st.LimitIdleTransactions(idleTransactionLimit)
-	in := &instance{cfg: cfg, st: st, clock: &dbClock{cfg: cfg}, hb: st.Clone("ovstream-lease"), role: store.RoleStandby, first: true,
+//
+// The commit connection (store.Lazy of databaseURL with the options commit
+// and spare) gets its owner (committer); the lease connection is its clone.
+// Errors: a databaseURL that does not parse.
+func startInstance(ctx context.Context, cfg Config, databaseURL string, commit ...store.Option) (*instance, error) {
+	in := &instance{cfg: cfg, clock: &dbClock{cfg: cfg}, role: store.RoleStandby, first: true,
 		parts: cfg.Partitions, active: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})}
-	st.Spare = in.spare
+	st, err := store.Lazy(databaseURL, append(commit, store.WithSpare(in.spare))...)
+	if err != nil {
+		return nil, err
+	}
+	st.LimitIdleTransactions(idleTransactionLimit)
+	in.hb = st.Clone("ovstream-lease")
+	in.db = startCommitter(st)
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in.cancel = cancel
 	go in.heartbeat(hctx)
-	return in
+	return in, nil
 }
 
 // setClosable records when the oldest closable window not yet written
@@ -177,29 +186,33 @@ func (in *instance) beat(ctx context.Context, st *store.Store) error {
 	return err
 }
 
-// spare is the commit Store's Spare: an active instance whose commit
-// connection cannot be replaced (53300) takes the lease connection.
-func (in *instance) spare() (*store.Store, func(bool)) {
+// spare is the commit Store's spare (store.WithSpare), called on the
+// commit connection's owner: an active instance whose commit connection
+// cannot be replaced (53300) lends it the lease connection.
+func (in *instance) spare(to *store.Store) bool {
 	in.mu.Lock()
 	active := in.role == store.RoleActive
 	in.mu.Unlock()
 	if !active {
-		return nil, nil // a standby or a starting instance waits for a slot like anyone
+		return false // a standby or a starting instance waits for a slot like anyone
 	}
 	in.hbMu.Lock()
-	return in.hb, func(taken bool) {
-		if taken && !in.lent.Swap(true) {
-			in.cfg.Logger.Warn("the commit connection was lost and PostgreSQL has no connection slot free (SQLSTATE 53300, max_connections): "+
-				"commits go on on the lease connection, which renews the heartbeat between commits until a second connection is granted",
-				"limit", "max_connections")
-		}
-		in.hbMu.Unlock()
+	defer in.hbMu.Unlock()
+	if !in.hb.Lend(to) {
+		return false
 	}
+	if !in.lent.Swap(true) {
+		in.cfg.Logger.Warn("the commit connection was lost and PostgreSQL has no connection slot free (SQLSTATE 53300, max_connections): "+
+			"commits go on on the lease connection, which renews the heartbeat between commits until a second connection is granted",
+			"limit", "max_connections")
+	}
+	return true
 }
 
-// beatInline renews the heartbeat on the commit Store st, from the goroutine
-// that owns st while no commit runs, when the commit path took the lease
-// connection and a renewal is due (every lease/3).
+// beatInline renews the heartbeat on the commit connection, between
+// commits (a renewal queued behind a commit would stall the loop), when the
+// commit path took the lease connection and a renewal is due (every
+// lease/3).
 func (l *loop) beatInline(ctx context.Context) {
 	in := l.in
 	if !in.lent.Load() || l.inflight != nil {
@@ -213,7 +226,8 @@ func (l *loop) beatInline(ctx context.Context) {
 	}
 	bctx, cancel := context.WithTimeout(ctx, in.cfg.Lease/3)
 	defer cancel()
-	if err := in.beat(bctx, l.st); err != nil && ctx.Err() == nil {
+	err := l.db.do(func(st *store.Store) error { return in.beat(bctx, st) })
+	if err != nil && ctx.Err() == nil {
 		in.cfg.Logger.Warn("lease heartbeat on the commit connection failed", "err", err)
 	}
 }
@@ -237,7 +251,12 @@ func (in *instance) stop(err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if epoch != 0 && !errors.Is(err, ErrFenced) {
-		if n, rerr := in.st.Release(ctx, cfg.Pipeline, cfg.Owner, epoch, parts); rerr != nil {
+		var n int
+		rerr := in.db.do(func(st *store.Store) (err error) {
+			n, err = st.Release(ctx, cfg.Pipeline, cfg.Owner, epoch, parts)
+			return err
+		})
+		if rerr != nil {
 			cfg.Logger.Warn("could not release the partitions: a standby takes them when the lease expires",
 				"err", rerr, "lease", cfg.Lease)
 		} else {
@@ -246,12 +265,15 @@ func (in *instance) stop(err error) {
 	}
 	in.cancel()
 	<-in.done
-	in.st.Spare = nil
-	del := in.hb
+	deleteInstance := func(st *store.Store) error { return st.DeleteInstance(ctx, cfg.Pipeline, cfg.Owner) }
+	var derr error
 	if in.lent.Load() { // the lease session is the commit Store's now
-		del = in.st
+		derr = in.db.do(deleteInstance)
+	} else {
+		derr = deleteInstance(in.hb)
 	}
-	if derr := del.DeleteInstance(ctx, cfg.Pipeline, cfg.Owner); derr != nil {
+	in.db.close()
+	if derr != nil {
 		cfg.Logger.Warn("could not delete this instance's pipeline_instances row", "err", derr)
 	}
 	_ = in.hb.Close(ctx)
@@ -282,8 +304,10 @@ func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) erro
 		if held == nil {
 			var c store.Claimed
 			err = retry(ctx, cfg, "claim partitions", func() (err error) {
-				c, err = l.st.Claim(ctx, cfg.Pipeline, cfg.Owner, assigned, opts)
-				return err
+				return l.db.do(func(st *store.Store) (err error) {
+					c, err = st.Claim(ctx, cfg.Pipeline, cfg.Owner, assigned, opts)
+					return err
+				})
 			})
 			if !errors.As(err, &held) {
 				if err != nil {
@@ -293,7 +317,7 @@ func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) erro
 				return nil
 			}
 			// Held: wait without the commit connection.
-			_ = l.st.Close(context.WithoutCancel(ctx))
+			_ = l.db.do(func(st *store.Store) error { return st.Close(context.WithoutCancel(ctx)) })
 		}
 		l.lastHeld = held
 		now := time.Now()

@@ -32,7 +32,10 @@ func (l *loop) loadReplay(ctx context.Context) error {
 	}
 	l.deadBefore = nil
 	return retry(ctx, l.cfg, "load dead-letter offsets to replay", func() (err error) {
-		l.deadBefore, err = l.st.DeadLetterOffsets(ctx, l.cfg.Pipeline, ranges)
+		err = l.db.do(func(st *store.Store) (err error) {
+			l.deadBefore, err = st.DeadLetterOffsets(ctx, l.cfg.Pipeline, ranges)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("consumer: %w", err)
 		}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
@@ -67,41 +68,53 @@ const (
 // cfg.OnOffsetOutOfRange is "fail"; *AuthorizationError when the broker
 // refuses a partition's fetch for want of an ACL (authz.go); otherwise a wrapped Kafka or database
 // error that did not clear with retries.
-func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
+func Run(ctx context.Context, cfg Config, databaseURL string) (*Summary, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	st.OnNameRefused = func(n aggregate.Name, reason string) {
-		cfg.Logger.Warn("name left out: "+reason, "dimension", n.Dimension, "id", n.ID)
-	}
-	st.OnServerChange = func(from, to string) {
-		cfg.Logger.Warn("connected to another PostgreSQL server (a failover?): commits go on there once it holds what this instance committed",
-			"from", from, "to", to)
+	opts := []store.Option{
+		store.WithNameRefused(func(n aggregate.Name, reason string) {
+			cfg.Logger.Warn("name left out: "+reason, "dimension", n.Dimension, "id", n.ID)
+		}),
+		store.WithServerChange(func(from, to string) {
+			cfg.Logger.Warn("connected to another PostgreSQL server (a failover?): commits go on there once it holds what this instance committed",
+				"from", from, "to", to)
+		}),
 	}
 	if crashpoint.Enabled {
-		st.Hooks.AfterWindows = func() { crashpoint.Hit(crashpoint.MidCommit) }
-		st.Hooks.BeforeCommit = func() { crashpoint.Hit(crashpoint.BeforeCommit) }
+		opts = append(opts, store.WithHooks(store.Hooks{
+			AfterWindows: func() { crashpoint.Hit(crashpoint.MidCommit) },
+			BeforeCommit: func() { crashpoint.Hit(crashpoint.BeforeCommit) },
+		}))
 	}
 	began := cfg.Now()
 	sum := &Summary{Consumed: map[string]int64{}, DeadLetters: map[string]int64{},
 		Stored: map[aggregate.PartitionID]int64{}, HighWater: map[aggregate.PartitionID]int64{}}
-	in := startInstance(ctx, cfg, st)
+	in, err := startInstance(ctx, cfg, databaseURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
 	// The skew of this host's clock, before any event is judged by it
 	// (clock.go); the heartbeat measures it again from then on.
 	if err := retry(ctx, cfg, "read the database's clock", func() error {
-		return in.clock.measure(ctx, st.DatabaseTime)
+		return in.clock.measure(ctx, func(ctx context.Context) (t time.Time, err error) {
+			err = in.db.do(func(st *store.Store) (err error) {
+				t, err = st.DatabaseTime(ctx)
+				return err
+			})
+			return t, err
+		})
 	}); err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn("cannot read PostgreSQL's clock at start-up: the host's clock is used until a heartbeat reads it", "err", err)
 	}
 	// Retention runs on a connection of its own, never in a commit.
-	ret := startRetention(ctx, cfg, st, in.active)
-	var epoch int64 // claimed by the first loop's start; a resync keeps it
-	var err error
+	ret := startRetention(ctx, cfg, in.hb, in.active)
+	var epoch int64                                     // claimed by the first loop's start; a resync keeps it
 	rej := &rejects{}                                   // what PostgreSQL refused: a resync keeps it
 	var stored map[aggregate.PartitionID]store.Position // what the loop before last wrote
 	for {
-		l := &loop{cfg: cfg, st: st, in: in, epoch: epoch, sum: sum, rej: rej.forLoop(), before: stored}
+		l := &loop{cfg: cfg, db: in.db, in: in, epoch: epoch, sum: sum, rej: rej.forLoop(), before: stored}
 		err = l.run(ctx)
 		epoch, stored = l.epoch, l.stored
 		if !errors.Is(err, errResync) {
@@ -126,8 +139,8 @@ func Run(ctx context.Context, cfg Config, st *store.Store) (*Summary, error) {
 // latest-state buffers and the dead letters: no locks.
 type loop struct {
 	cfg   Config
-	st    *store.Store
-	in    *instance // this instance's heartbeat and lease
+	db    *committer // the commit connection
+	in    *instance  // this instance's heartbeat and lease
 	epoch int64
 	sum   *Summary
 	src   *source

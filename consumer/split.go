@@ -86,13 +86,15 @@ func (l *loop) startSplit(ctx context.Context, assigned []aggregate.PartitionID,
 	}
 	var pending int
 	err := retry(ctx, cfg, "register the pipeline's partitions", func() (err error) {
-		if !ownsAll {
-			if err := l.st.RegisterPartitions(ctx, cfg.Pipeline, all); err != nil {
-				return err
+		return l.db.do(func(st *store.Store) error {
+			if !ownsAll {
+				if err := st.RegisterPartitions(ctx, cfg.Pipeline, all); err != nil {
+					return err
+				}
 			}
-		}
-		pending, err = l.st.PendingPartials(ctx, cfg.Pipeline)
-		return err
+			pending, err = st.PendingPartials(ctx, cfg.Pipeline)
+			return err
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
@@ -208,8 +210,10 @@ func (l *loop) awaitMerge(ctx context.Context) error {
 		var done bool
 		var waiting []string
 		err := retry(ctx, l.cfg, "check the merge of the drain", func() (err error) {
-			done, waiting, err = l.st.DrainMerged(ctx, l.cfg.Pipeline, mine, idleLease(l.cfg))
-			return err
+			return l.db.do(func(st *store.Store) (err error) {
+				done, waiting, err = st.DrainMerged(ctx, l.cfg.Pipeline, mine, idleLease(l.cfg))
+				return err
+			})
 		})
 		if err != nil || done {
 			return err

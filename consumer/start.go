@@ -58,14 +58,16 @@ func (l *loop) start(ctx context.Context) (err error) {
 	}
 	var stored map[aggregate.PartitionID]store.Position
 	var seed time.Time
-	err = retry(ctx, cfg, "load stream_positions and watermark", func() (err error) {
-		if stored, err = l.st.LoadPositions(ctx, cfg.Pipeline); err != nil {
-			return fmt.Errorf("consumer: load stream_positions: %w", err)
-		}
-		if seed, err = l.st.SeedWatermark(ctx, cfg.Pipeline, assigned); err != nil {
-			return fmt.Errorf("consumer: seed watermark: %w", err)
-		}
-		return nil
+	err = retry(ctx, cfg, "load stream_positions and watermark", func() error {
+		return l.db.do(func(st *store.Store) (err error) {
+			if stored, err = st.LoadPositions(ctx, cfg.Pipeline); err != nil {
+				return fmt.Errorf("consumer: load stream_positions: %w", err)
+			}
+			if seed, err = st.SeedWatermark(ctx, cfg.Pipeline, assigned); err != nil {
+				return fmt.Errorf("consumer: seed watermark: %w", err)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return err
@@ -134,9 +136,11 @@ func (l *loop) claimAssignment(ctx context.Context, assigned []aggregate.Partiti
 	// A resync keeps the claim: read only what it holds, not a partition
 	// added since and claimed by another instance.
 	var owned []aggregate.PartitionID
-	err := retry(ctx, cfg, "read the partitions this instance owns", func() (err error) {
-		owned, err = l.st.Owned(ctx, cfg.Pipeline, cfg.Owner, l.epoch)
-		return err
+	err := retry(ctx, cfg, "read the partitions this instance owns", func() error {
+		return l.db.do(func(st *store.Store) (err error) {
+			owned, err = st.Owned(ctx, cfg.Pipeline, cfg.Owner, l.epoch)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -246,7 +250,8 @@ func (l *loop) seekPartition(ctx context.Context, tp aggregate.PartitionID, r lo
 		cfg.Logger.Warn(msg, "partition", tp.String(),
 			"stored", pos.NextOffset, "log_start", logStart, "high_water", hw, "resume_at", from, "err", why)
 		reset := store.Position{PartitionID: tp, NextOffset: from, ConsumedOffset: from, Seq: pos.Seq, LeaderEpoch: epoch}
-		if err := l.st.ResetPosition(ctx, cfg.Pipeline, cfg.Owner, l.epoch, reset); err != nil {
+		err := l.db.do(func(st *store.Store) error { return st.ResetPosition(ctx, cfg.Pipeline, cfg.Owner, l.epoch, reset) })
+		if err != nil {
 			return err
 		}
 		l.stored[tp] = reset
@@ -321,9 +326,11 @@ func (l *loop) claimLost(ctx context.Context, assigned, owned []aggregate.Partit
 		return false, nil
 	}
 	var leases []store.PartitionLease
-	err := retry(ctx, l.cfg, "read the partitions' epochs", func() (err error) {
-		leases, err = l.st.Leases(ctx, l.cfg.Pipeline, l.cfg.Lease)
-		return err
+	err := retry(ctx, l.cfg, "read the partitions' epochs", func() error {
+		return l.db.do(func(st *store.Store) (err error) {
+			leases, err = st.Leases(ctx, l.cfg.Pipeline, l.cfg.Lease)
+			return err
+		})
 	})
 	if err != nil {
 		return false, fmt.Errorf("consumer: %w", err)

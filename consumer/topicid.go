@@ -142,9 +142,11 @@ func (l *loop) checkTopics(ctx context.Context, assigned []aggregate.PartitionID
 		topo.known[tp] = true
 	}
 	var have map[aggregate.PartitionID]string
-	if err := retry(ctx, cfg, "load topic IDs", func() (err error) {
-		have, err = l.st.TopicIDs(ctx, cfg.Pipeline)
-		return err
+	if err := retry(ctx, cfg, "load topic IDs", func() error {
+		return l.db.do(func(st *store.Store) (err error) {
+			have, err = st.TopicIDs(ctx, cfg.Pipeline)
+			return err
+		})
 	}); err != nil {
 		return err
 	}
@@ -181,7 +183,9 @@ func (l *loop) checkTopics(ctx context.Context, assigned []aggregate.PartitionID
 		return nil
 	}
 	return retry(ctx, cfg, "record topic IDs", func() error {
-		return l.st.SetTopicIDs(ctx, cfg.Pipeline, cfg.Owner, l.epoch, set, resets)
+		return l.db.do(func(st *store.Store) error {
+			return st.SetTopicIDs(ctx, cfg.Pipeline, cfg.Owner, l.epoch, set, resets)
+		})
 	})
 }
 

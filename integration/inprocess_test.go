@@ -65,16 +65,11 @@ func runInProcess(t *testing.T, db, addr string, clock *skewClock, cfg consumer.
 	cfg.Metrics = consumer.NewMetrics(nil)
 	log := &lockedWriter{w: &bytes.Buffer{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	st, err := store.Open(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &inProcess{cfg: cfg, cancel: cancel, done: make(chan struct{}), log: log}
 	go func() {
 		defer close(r.done)
-		r.sum, r.err = consumer.Run(ctx, cfg, st)
-		_ = st.Close(context.Background())
+		r.sum, r.err = consumer.Run(ctx, cfg, db)
 	}()
 	t.Cleanup(func() {
 		cancel()

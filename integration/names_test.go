@@ -376,10 +376,9 @@ func TestProduceLineIDRouteShortName(t *testing.T) {
 // PostgreSQL refuses (an operator's CHECK) is left out and reported; the
 // commit, and the other names, go through.
 func TestStoreNamesNewerWins(t *testing.T) {
-	s, url, epoch := openStore(t)
-	ctx := testCtx(t)
 	var refused []string
-	s.OnNameRefused = func(n aggregate.Name, reason string) { refused = append(refused, n.ID+": "+reason) }
+	s, url, epoch := openStore(t, store.WithNameRefused(func(n aggregate.Name, reason string) { refused = append(refused, n.ID+": "+reason) }))
+	ctx := testCtx(t)
 	line := func(id, name string, at time.Time) aggregate.Name {
 		return aggregate.Name{NameKey: aggregate.NameKey{Dimension: aggregate.DimLine, ID: id}, Name: name, ShortName: "7", EventTime: at}
 	}

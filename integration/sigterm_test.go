@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ovstream/ovstream/consumer"
-	"github.com/ovstream/ovstream/store"
 )
 
 // SIGTERM during start-up ends the run with exit 0, as it does once the
@@ -91,17 +90,12 @@ func TestRunStoppedDuringStartup(t *testing.T) {
 	t.Parallel()
 	addr := onePartitionBroker(t)
 	db := freshDB(t)
-	st, err := store.Open(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	log := &lockedWriter{w: &bytes.Buffer{}}
 	cfg := consumer.Config{Brokers: []string{addr}, PredictionsTopic: predictionsTopic, Owner: "stopped-early",
 		Metrics: consumer.NewMetrics(nil), Logger: slog.New(slog.NewTextHandler(log, nil))}
-	if _, err := consumer.Run(ctx, cfg, st); err != nil {
+	if _, err := consumer.Run(ctx, cfg, db); err != nil {
 		t.Fatalf("Run stopped during start-up: %v, want nil; log:\n%s", err, log.w.String())
 	}
 	if owned := dump(t, db, `SELECT count(*) FROM stream_positions WHERE owner IS NOT NULL`); owned[0] != "[0]" {

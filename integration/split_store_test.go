@@ -37,11 +37,11 @@ type splitStoreRig struct {
 // splitOwner is the owner that claims partition part of topic t in newSplitStoreRig.
 func splitOwner(part int32) string { return fmt.Sprintf("instance-%d", part) }
 
-func newSplitStoreRig(t *testing.T) *splitStoreRig {
+func newSplitStoreRig(t *testing.T, opts ...store.Option) *splitStoreRig {
 	ctx := testCtx(t)
 	url := freshDB(t)
 	open := func(part int32) (*store.Store, int64, aggregate.PartitionID) {
-		s, err := store.Open(ctx, url)
+		s, err := store.Open(ctx, url, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,8 +260,7 @@ func TestStoreSplitMergeLeftByTheSlowest(t *testing.T) {
 // whole windows at a time (store.MergeChunkRows), writes the rows one
 // Windower fed every event gives, for every window.
 func TestStoreSplitMergeInChunks(t *testing.T) {
-	g := newSplitStoreRig(t)
-	g.sb.MergeChunkRows = 1 // each window a chunk of its own
+	g := newSplitStoreRig(t, store.WithMergeChunkRows(1)) // each window a chunk of its own
 	if m := g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false)); m.Windows != 0 || m.Pending != 2 {
 		t.Fatalf("A past both windows: %+v", m)
 	}
@@ -367,12 +366,11 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 	}
 	var is []*inst
 	for p := range int32(n) {
-		s, err := store.Open(ctx, url)
+		s, err := store.Open(ctx, url, store.WithMergeChunkRows(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close(context.Background()) })
-		s.MergeChunkRows = 1
 		tp := aggregate.PartitionID{Topic: "t", Partition: p}
 		owner := fmt.Sprintf("i%d", p)
 		c, err := s.Claim(ctx, "p", owner, []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})

@@ -34,11 +34,11 @@ func at0(next int64) []store.Position {
 }
 
 // openStore opens a Store on a fresh database and claims partition tp0 of pipeline "p".
-func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
+func openStore(t *testing.T, opts ...store.Option) (s *store.Store, url string, epoch int64) {
 	t.Helper()
 	ctx := testCtx(t)
 	url = freshDB(t)
-	s, err := store.Open(ctx, url)
+	s, err := store.Open(ctx, url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,23 +484,24 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 // commit reconnects.
 func TestStoreConnectionKilledMidCommit(t *testing.T) {
 	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
+	var url, at string // at: the hook that kills the connection ("": none)
+	kill := func(hook string) func() {
+		return func() {
+			if hook == at {
+				query[int64](t, url, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
+					WHERE datname = current_database() AND application_name = 'ovstream' AND pid <> pg_backend_pid()`)
+			}
+		}
+	}
+	s, url, epoch := openStore(t, store.WithHooks(store.Hooks{AfterWindows: kill("AfterWindows"), BeforeCommit: kill("BeforeCommit")}))
 	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0)})); err != nil { // warm the connection
 		t.Fatal(err)
-	}
-	kill := func() {
-		query[int64](t, url, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'ovstream' AND pid <> pg_backend_pid()`)
 	}
 	batch := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
 		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 2, 1, 1, 1, 1)},
 		Positions: at0(3)}
 	for _, hook := range []string{"AfterWindows", "BeforeCommit"} {
-		if hook == "AfterWindows" {
-			s.Hooks = store.Hooks{AfterWindows: kill}
-		} else {
-			s.Hooks = store.Hooks{BeforeCommit: kill}
-		}
+		at = hook
 		err := s.Commit(ctx, withSeqs(t, s, batch))
 		if err == nil || !store.Retryable(err) {
 			t.Fatalf("%s: commit on a killed connection = %v, want a retryable error", hook, err)
@@ -515,7 +516,7 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 			t.Fatalf("%s: killed commit wrote %d rows", hook, n)
 		}
 	}
-	s.Hooks = store.Hooks{}
+	at = ""
 	if err := s.Commit(ctx, withSeqs(t, s, batch)); err != nil {
 		t.Fatalf("retry after reconnect: %v", err)
 	}

@@ -124,7 +124,7 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	if err := s.writeNames(ctx, tx, b.Pipeline, b.Names); err != nil {
 		return fmt.Errorf("upsert names: %w", err)
 	}
-	if h := s.Hooks.AfterWindows; h != nil {
+	if h := s.hooks.AfterWindows; h != nil {
 		h()
 	}
 	if err := insertDeadLetters(ctx, tx, b.Pipeline, b.DeadLetters); err != nil {
@@ -148,7 +148,7 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 			return fmt.Errorf("count %d replayed dead letters: %w", len(b.Replayed), err)
 		}
 	}
-	if h := s.Hooks.BeforeCommit; h != nil {
+	if h := s.hooks.BeforeCommit; h != nil {
 		h()
 	}
 	committed = true // from here on Commit closes the transaction either way

@@ -60,14 +60,14 @@ func upsertNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggreg
 // writeNames writes a commit's names inside a savepoint. When PostgreSQL
 // refuses some of them (Refused: a constraint an operator added, an
 // encoding the database cannot hold), the others are written and each
-// refused one is reported to s.OnNameRefused: a name is a label, and must
+// refused one is reported to s.onNameRefused: a name is a label, and must
 // never stall a partition (G10, docs/design.md "Guarantees the tests assert"). Other errors fail the commit.
 func (s *Store) writeNames(ctx context.Context, tx pgx.Tx, pipeline string, names []aggregate.Name) error {
 	return refusedRows(ctx, func() pgx.Tx { return tx }, names, probeMode[aggregate.Name]{keep: true}, func(tx pgx.Tx, ns []aggregate.Name) error {
 		return upsertNames(ctx, tx, pipeline, ns)
 	}, func(nm aggregate.Name, e *pgconn.PgError) {
-		if s.OnNameRefused != nil {
-			s.OnNameRefused(nm, refusal("names", fmt.Sprintf("(%s, %s)", nm.Dimension, nm.ID), e))
+		if s.onNameRefused != nil {
+			s.onNameRefused(nm, refusal("names", fmt.Sprintf("(%s, %s)", nm.Dimension, nm.ID), e))
 		}
 	})
 }

@@ -299,8 +299,8 @@ func pendingWindows(ctx context.Context, tx pgx.Tx, pipeline string, until *time
 }
 
 func (s *Store) mergeChunkRows() int64 {
-	if s.MergeChunkRows > 0 {
-		return int64(s.MergeChunkRows)
+	if s.chunkRows > 0 {
+		return int64(s.chunkRows)
 	}
 	return 100_000
 }

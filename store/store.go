@@ -46,41 +46,14 @@ func (e *CommitError) Error() string {
 
 func (e *CommitError) Unwrap() error { return e.Err }
 
-// Hooks are called inside Commit, for crash-injection tests; nil = no-op.
-type Hooks struct {
-	// AfterWindows runs once the windows and latest-state rows are upserted
-	// and before dead letters and stream_positions are written.
-	AfterWindows func()
-	// BeforeCommit runs once every statement is sent, before COMMIT.
-	BeforeCommit func()
-}
-
 // Store writes ovstream's results on one PostgreSQL connection. It is not
 // safe for concurrent use: one goroutine owns it.
 type Store struct {
-	Hooks Hooks
-	// OnNameRefused, when set, is called by a commit (on the goroutine that
-	// commits) for each names row PostgreSQL refuses, with the database's
-	// message; the commit writes the other names and goes on (writeNames).
-	OnNameRefused func(n aggregate.Name, reason string)
-	// OnServerChange, when set, is called when the Store connects to another
-	// server than its last connection's (host:port as connected, e.g. after a
-	// failover with a multi-host URL and target_session_attrs=read-write).
-	OnServerChange func(from, to string)
-	// Spare, when set, is asked for a connection to take over when the
-	// server refuses this Store a new one for want of a slot
-	// (TooManyConnections): it returns a Store whose connection nobody uses
-	// until done is called (taken: whether it had one), or nil when it has
-	// none to spare. The taken
-	// connection becomes this Store's, with this Store's session settings;
-	// the other Store connects anew on its next use. A run's commit Store
-	// takes its lease connection so (consumer/lease.go), so that an active
-	// instance never lacks a commit path to a newcomer taking the slot it
-	// lost.
-	Spare func() (from *Store, done func(taken bool))
-	// MergeChunkRows bounds the rows one step of a split commit's merge
-	// holds in memory (partials.go); 0 means 100,000.
-	MergeChunkRows int
+	hooks          Hooks
+	onNameRefused  func(n aggregate.Name, reason string)
+	onServerChange func(from, to string)
+	spare          func(to *Store) bool
+	chunkRows      int
 
 	config   *pgx.ConnConfig
 	settings pgsession.Settings // set on each new session (pgsession.Apply), not sent at its start
@@ -95,8 +68,8 @@ type Store struct {
 // (pgsession.CheckSession: an error wrapping pgsession.ErrSessionPooling
 // through a pooler in transaction mode, before anything is written).
 // Errors never hold the password.
-func Open(ctx context.Context, databaseURL string) (*Store, error) {
-	s, err := Lazy(databaseURL)
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
+	s, err := Lazy(databaseURL, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +85,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 // Lazy is Open without connecting (nor checking the session): the first
 // call connects. Errors (a URL that does not parse) never hold the
 // password.
-func Lazy(databaseURL string) (*Store, error) {
+func Lazy(databaseURL string, opts ...Option) (*Store, error) {
 	config, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -127,13 +100,17 @@ func Lazy(databaseURL string) (*Store, error) {
 	if config.ConnectTimeout == 0 { // no connect_timeout in the URL: do not hang on an unreachable host
 		config.ConnectTimeout = 10 * time.Second
 	}
-	return &Store{config: config, settings: pgsession.Split(config)}, nil
+	s := &Store{config: config, settings: pgsession.Split(config)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Clone returns a Store on the same database with a connection of its own,
 // opened on first use, that pg_stat_activity shows as applicationName: for
 // work that must not wait behind this Store's transactions (the lease
-// heartbeat). Hooks are not copied.
+// heartbeat). Options (WithHooks, ...) are not copied.
 func (s *Store) Clone(applicationName string) *Store {
 	config := s.config.Copy()
 	config.RuntimeParams["application_name"] = applicationName
@@ -213,7 +190,7 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 		ctx = cctx
 	}
 	conn, err := pgx.ConnectConfig(ctx, s.config)
-	if err != nil && TooManyConnections(err) && s.Spare != nil {
+	if err != nil && TooManyConnections(err) && s.spare != nil {
 		if c := s.takeSpare(ctx); c != nil {
 			conn, err = c, nil
 		}
@@ -240,29 +217,24 @@ func (s *Store) connection(ctx context.Context) (*pgx.Conn, error) {
 	}
 	s.conn = conn
 	if addr := conn.PgConn().Conn().RemoteAddr().String(); addr != s.server {
-		if s.server != "" && s.OnServerChange != nil {
-			s.OnServerChange(s.server, addr)
+		if s.server != "" && s.onServerChange != nil {
+			s.onServerChange(s.server, addr)
 		}
 		s.server = addr
 	}
 	return conn, nil
 }
 
-// takeSpare takes the connection of the Store that s.Spare offers, if it
-// is open and idle, and gives it s's session settings (set_config of each
-// run-time parameter s connects with, and of its settings); nil when there
-// is none.
+// takeSpare takes the connection that s's spare function lends it
+// (WithSpare), if it is open and idle, and gives it s's session settings
+// (set_config of each run-time parameter s connects with, and of its
+// settings); nil when there is none.
 func (s *Store) takeSpare(ctx context.Context) *pgx.Conn {
-	from, done := s.Spare()
-	if from == nil {
+	if !s.spare(s) {
 		return nil
 	}
-	conn := from.conn
-	from.conn = nil
-	done(conn != nil)
-	if conn == nil {
-		return nil
-	}
+	conn := s.conn
+	s.conn = nil
 	if conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil

@@ -340,11 +340,13 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 		defer mirror.Close()
 		cfg.OnCommit = mirror.Commit
 	}
+	// Wait for PostgreSQL and check that the URL keeps its session (a pooler
+	// in transaction mode is refused here); Run opens connections of its own.
 	st, err := openStore(ctx, f.databaseURL, f.connectTimeout, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close(context.Background())
+	_ = st.Close(context.Background())
 	if f.migrate {
 		err := store.WaitConnect(ctx, f.connectTimeout, cfg.Logger, "migrate up", func(ctx context.Context) error {
 			return migrations.Up(ctx, f.databaseURL)
@@ -356,7 +358,7 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	if err := checkSchema(ctx, f.databaseURL, f.connectTimeout, cfg.Logger); err != nil {
 		return nil, err
 	}
-	return consumer.Run(ctx, cfg, st)
+	return consumer.Run(ctx, cfg, f.databaseURL)
 }
 
 // reportRun prints the outcome to w, errors to errw, and returns the exit code.
