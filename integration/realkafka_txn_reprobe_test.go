@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -39,24 +38,8 @@ func TestRealKafkaAbortAfterProbeReleasesWatermark(t *testing.T) {
 		}
 		return out
 	}
-	produce := func(cl *kgo.Client, rs []*kgo.Record) {
-		t.Helper()
-		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	adm := kadm.NewClient(plain)
-	ends := func() (hw, lso int64) {
-		t.Helper()
-		h, err1 := adm.ListEndOffsets(ctx, pred)
-		l, err2 := adm.ListCommittedOffsets(ctx, pred)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("ListOffsets: %v %v", err1, err2)
-		}
-		a, _ := h.Lookup(pred, 0)
-		b, _ := l.Lookup(pred, 0)
-		return a.Offset, b.Offset
-	}
+	produce := func(cl *kgo.Client, rs []*kgo.Record) { t.Helper(); produceSync(t, ctx, cl, rs) }
+	ends := partitionEnds(t, ctx, plain, pred)
 	produce(plain, recs(0, "a", 0, 1, 2, 3))
 	produce(plain, recs(1, "b", 1, 4, 5))
 	open := kafkaClient(t, c, kgo.TransactionalID("rk-reprobe"), kgo.TransactionTimeout(2*time.Minute))

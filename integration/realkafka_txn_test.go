@@ -51,6 +51,31 @@ func kafkaClient(t *testing.T, c *realkafka.Cluster, opts ...kgo.Opt) *kgo.Clien
 	return cl
 }
 
+// produceSync produces recs with cl and fails the test on an error.
+func produceSync(t *testing.T, ctx context.Context, cl *kgo.Client, recs []*kgo.Record) {
+	t.Helper()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// partitionEnds returns a function reading partition 0 of topic's high
+// water mark and last stable offset through kadm (ListOffsets).
+func partitionEnds(t *testing.T, ctx context.Context, cl *kgo.Client, topic string) func() (hw, lso int64) {
+	adm := kadm.NewClient(cl)
+	return func() (hw, lso int64) {
+		t.Helper()
+		h, err1 := adm.ListEndOffsets(ctx, topic)
+		l, err2 := adm.ListCommittedOffsets(ctx, topic)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("ListOffsets: %v %v", err1, err2)
+		}
+		a, _ := h.Lookup(topic, 0)
+		b, _ := l.Lookup(topic, 0)
+		return a.Offset, b.Offset
+	}
+}
+
 // networkRows is delay_aggregates' network rows: window start (UTC), count,
 // mean, p90, min, max.
 func networkRows(t *testing.T, db string) []string {
@@ -79,24 +104,8 @@ func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 	pred := "txn_predictions"
 	ctx := kafkaTopic(t, c, pred, 1)
 	plain := kafkaClient(t, c)
-	produce := func(cl *kgo.Client, recs []*kgo.Record) {
-		t.Helper()
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	adm := kadm.NewClient(plain)
-	ends := func() (hw, lso int64) {
-		t.Helper()
-		h, err1 := adm.ListEndOffsets(ctx, pred)
-		l, err2 := adm.ListCommittedOffsets(ctx, pred)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("ListOffsets: %v %v", err1, err2)
-		}
-		a, _ := h.Lookup(pred, 0)
-		b, _ := l.Lookup(pred, 0)
-		return a.Offset, b.Offset
-	}
+	produce := func(cl *kgo.Client, recs []*kgo.Record) { t.Helper(); produceSync(t, ctx, cl, recs) }
+	ends := partitionEnds(t, ctx, plain, pred)
 	// txn produces recs in a transaction of its own and returns its client
 	// with the transaction still open.
 	txn := func(id string, recs []*kgo.Record) *kgo.Client {
