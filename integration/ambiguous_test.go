@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // pgProxy forwards PostgreSQL connections and, when armed, breaks the next
@@ -341,29 +343,29 @@ func (p *pgProxy) serve(client net.Conn) {
 // nor recorded as late. The tables are exact.
 func TestAmbiguousCommit(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 40)
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	r := newRig(t, rng, ds, harness.StartBroker(t), 40)
 	direct := r.db
-	proxy := startPgProxy(t, testServerAddr(t))
+	proxy := startPgProxy(t, harness.TestServerAddr(t))
 	r.db = proxy.url(direct) // the service's URL; the checks below go direct
 	p := r.start()
 	r.db = direct
-	r.feed.holdBack(4) // for the drain at the end
-	r.feed.paced(200 * time.Millisecond)
+	r.feed.HoldBack(4) // for the drain at the end
+	r.feed.Paced(200 * time.Millisecond)
 	r.waitProgress(p, time.Minute, "before the first broken COMMIT")
 	modes := []string{dropAfter, dropAfter, dropBefore, dropAfter, dropBefore}
 	rng.Shuffle(len(modes), func(i, j int) { modes[i], modes[j] = modes[j], modes[i] })
 	for i, mode := range modes {
 		r.sleepOrExit(p, time.Duration(100+rng.IntN(500))*time.Millisecond, "before arming the proxy")
-		resyncs := strings.Count(p.output(), "COMMIT outcome unknown")
+		resyncs := strings.Count(p.Output(), "COMMIT outcome unknown")
 		proxy.armNext(mode)
 		deadline := time.Now().Add(time.Minute)
-		for len(proxy.dropped()) <= i || strings.Count(p.output(), "COMMIT outcome unknown") == resyncs {
+		for len(proxy.dropped()) <= i || strings.Count(p.Output(), "COMMIT outcome unknown") == resyncs {
 			r.alive(p, "after an ambiguous COMMIT")
 			if time.Now().After(deadline) {
 				t.Fatalf("COMMIT %d (%s): drops %v; the service did not report an unknown outcome; output:\n%s",
-					i+1, mode, proxy.dropped(), tail(p.output(), 40))
+					i+1, mode, proxy.dropped(), harness.Tail(p.Output(), 40))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -389,26 +391,26 @@ func TestAmbiguousCommit(t *testing.T) {
 		r.waitProgress(p, time.Minute, "after its connection was killed at "+point)
 		if failures(p) == failed {
 			t.Fatalf("%s: the service logged no failed and retried commit after its connection was killed; output:\n%s",
-				point, tail(p.output(), 40))
+				point, harness.Tail(p.Output(), 40))
 		}
 		r.mon.check(t, "after the connection was killed at "+point)
 		r.stopGracefully(p)
 	}
 	// The drain: records nobody consumed yet, and its windows-writing COMMIT
 	// answered to nobody.
-	r.feed.release()
-	r.feed.all(t)
+	r.feed.Release()
+	r.feed.All(t)
 	proxy.armNext(dropAfterWindows)
-	resyncs := strings.Count(p.output(), "COMMIT outcome unknown")
-	d := startOvstream(t, nil, runArgs(proxy.url(direct), r.brokers, "--drain", "--flush-interval", "50ms",
-		"--allowed-lateness", ds.lateness)...)
-	if code := d.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("drain through the proxy: exit %d; output:\n%s", code, tail(d.output(), 40))
+	resyncs := strings.Count(p.Output(), "COMMIT outcome unknown")
+	d := harness.StartOvstream(t, nil, harness.RunArgs(proxy.url(direct), r.brokers, "--drain", "--flush-interval", "50ms",
+		"--allowed-lateness", ds.Lateness)...)
+	if code := d.Wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("drain through the proxy: exit %d; output:\n%s", code, harness.Tail(d.Output(), 40))
 	}
 	if drops := proxy.dropped(); len(drops) != len(modes)+1 || !strings.Contains(drops[len(modes)], "answered COMMIT") ||
-		strings.Count(d.output(), "COMMIT outcome unknown") != 1 {
+		strings.Count(d.Output(), "COMMIT outcome unknown") != 1 {
 		t.Fatalf("the drain's windows COMMIT was not made ambiguous: drops %q, %d resyncs before; drain output:\n%s",
-			drops, resyncs, tail(d.output(), 40))
+			drops, resyncs, harness.Tail(d.Output(), 40))
 	}
 	r.mon.check(t, "after the drain with an ambiguous final COMMIT")
 	r.finish(0)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // A burst of new stations: the Auckland peak, then 50,000 predictions for
@@ -22,9 +24,9 @@ import (
 // measured by the bench: go run ./integration/bench --burst-keys 400000.)
 func TestBurstOfKeysEqualsSQLOracle(t *testing.T) {
 	const stations = 50_000
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	db := freshDB(t)
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	db := harness.FreshDB(t)
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
 
 	window := time.Date(2016, 5, 18, 20, 5, 0, 0, time.UTC) // inside the peak's 10 minutes
 	var b strings.Builder
@@ -45,31 +47,31 @@ func TestBurstOfKeysEqualsSQLOracle(t *testing.T) {
 	if err := os.WriteFile(lines, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	produceCLI(t, addr, "--jsonl", lines, "--topic", predictionsTopic)
+	harness.ProduceCLI(t, addr, "--jsonl", lines, "--topic", harness.PredictionsTopic)
 
-	out := drain(t, db, addr)
-	if n := loadOracleInput(t, db, addr, predictionsTopic); n != 4610+burst {
+	out := harness.Drain(t, db, addr)
+	if n := harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic); n != 4610+burst {
 		t.Fatalf("topic holds %d records, want %d", n, 4610+burst)
 	}
-	got := dump(t, db, dumpAggregates)
+	got := harness.Dump(t, db, harness.DumpAggregates)
 	if len(got) < stations {
 		t.Fatalf("%d delay_aggregates rows; run output:\n%s", len(got), out)
 	}
-	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, oracleAggregates))
-	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+	harness.SameRows(t, "delay_aggregates vs SQL oracle", got, harness.Dump(t, db, harness.OracleAggregates))
+	harness.SameRows(t, "stored distributions vs SQL oracle", harness.Dump(t, db, harness.DumpDistributions), harness.Dump(t, db, harness.OracleDistributions))
 
-	rows := dump(t, db, `SELECT count(*), sum(event_count)::bigint FROM delay_aggregates
+	rows := harness.Dump(t, db, `SELECT count(*), sum(event_count)::bigint FROM delay_aggregates
 		WHERE dimension = 'station' AND dimension_id LIKE 'burst-%' AND window_start = '2016-05-18T20:05:00Z'`)
 	if want := fmt.Sprintf("[[%d %d]]", stations, burst); fmt.Sprint(rows) != want {
 		t.Fatalf("burst window: station rows and events %v, want %s", rows, want)
 	}
-	if dead := dump(t, db, `SELECT count(*) FROM dead_letters`); fmt.Sprint(dead) != "[[0]]" {
+	if dead := harness.Dump(t, db, `SELECT count(*) FROM dead_letters`); fmt.Sprint(dead) != "[[0]]" {
 		t.Fatalf("dead letters %v, want none", dead)
 	}
 	names := namesTable(t, db, "ovstream")["station"]
 	for i := range stations {
 		id := fmt.Sprintf("burst-%05d", i)
-		if nr := names[id]; nr.name != fmt.Sprint("Burst Road ", i) || nr.short != "" {
+		if nr := names[id]; nr.Name != fmt.Sprint("Burst Road ", i) || nr.Short != "" {
 			t.Fatalf("names table: %s is %+v, want %q", id, nr, fmt.Sprint("Burst Road ", i))
 		}
 	}

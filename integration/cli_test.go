@@ -12,19 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// cliEnv empties the variables that settle flags (empty counts as unset), so
-// that the machine's DATABASE_URL or OVSTREAM_* do not reach the binary.
-func cliEnv(extra ...string) []string {
-	env := []string{"DATABASE_URL=", "KAFKA_BROKERS=", "KAFKA_SASL_PASSWORD="}
-	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "OVSTREAM_") {
-			env = append(env, name+"=")
-		}
-	}
-	return append(env, extra...)
-}
+	"github.com/ovstream/ovstream/integration/harness"
+)
 
 // The binary as a user meets it: every command's --help on stdout with exit
 // 0; --version names the module version and commit that `go version -m`
@@ -36,14 +26,14 @@ func TestCLIHelpVersionAndUsageErrors(t *testing.T) {
 		"broker", "produce", "status", "healthcheck", "dlq", "dlq list", "dlq replay", "report", "version", "completion",
 		"crashpoints"} {
 		args := append(strings.Fields(cmd), "--help")
-		out, errOut, code := runCLI(t, cliEnv(), args...)
+		out, errOut, code := harness.RunCLI(t, harness.CliEnv(), args...)
 		if code != 0 || errOut != "" || !strings.Contains(out, "Usage:\n  "+strings.TrimSpace("ovstream "+cmd)) {
 			t.Errorf("ovstream %s --help: exit %d, stderr %q, stdout:\n%s", cmd, code, errOut, out)
 		}
 	}
 
 	// --version against the build info as `go version -m` reads it.
-	info, err := exec.Command("go", "version", "-m", ovstreamBin(t)).Output()
+	info, err := exec.Command("go", "version", "-m", harness.OvstreamBin(t)).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +47,7 @@ func TestCLIHelpVersionAndUsageErrors(t *testing.T) {
 		want += string(rev[1])
 	}
 	for _, args := range [][]string{{"--version"}, {"version"}} {
-		out, _, code := runCLI(t, cliEnv(), args...)
+		out, _, code := harness.RunCLI(t, harness.CliEnv(), args...)
 		if code != 0 || !strings.HasPrefix(out, want) {
 			t.Errorf("ovstream %v: exit %d, %q; want it to start with %q (go version -m:\n%s)", args, code, out, want, info)
 		}
@@ -73,7 +63,7 @@ func TestCLIHelpVersionAndUsageErrors(t *testing.T) {
 		{[]string{"run", "--idle-timeout", "0"}, "--idle-timeout 0s: want a positive duration"},
 		{[]string{"run", "--pipeline", ""}, "--pipeline is empty"},
 	} {
-		out, errOut, code := runCLI(t, cliEnv(), tc.args...)
+		out, errOut, code := harness.RunCLI(t, harness.CliEnv(), tc.args...)
 		hint := "Run 'ovstream"
 		if code != 2 || out != "" || !strings.Contains(errOut, tc.says) || !strings.Contains(errOut, hint) || strings.Count(errOut, "\n") > 6 {
 			t.Errorf("ovstream %v: exit %d, stdout %q, stderr:\n%s\nwant 2 and a short message with %q and %q", tc.args, code, out, errOut, tc.says, hint)
@@ -92,7 +82,7 @@ func TestCLISettingsPrecedence(t *testing.T) {
 	}
 	started := func(env []string, args ...string) string {
 		t.Helper()
-		out, errOut, code := runCLI(t, cliEnv(env...), append([]string{"run", "--brokers", "127.0.0.1:1", "--metrics-addr", "", "--connect-timeout", "1ms"}, args...)...)
+		out, errOut, code := harness.RunCLI(t, harness.CliEnv(env...), append([]string{"run", "--brokers", "127.0.0.1:1", "--metrics-addr", "", "--connect-timeout", "1ms"}, args...)...)
 		if code != 1 {
 			t.Fatalf("run %v: exit %d, want 1\n%s%s", args, code, out, errOut)
 		}
@@ -131,32 +121,32 @@ func TestCLISettingsPrecedence(t *testing.T) {
 // watermark stored with the commit is the partition's max event time itself,
 // so the window that ended before it is written, and the one holding it is not.
 func TestCLIZeroLatenessReachesTheWatermark(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
 	base := time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC)
-	produceToZero(t, addr, pred("T", "L", "S", "AT", 60, rfc(base.Add(time.Minute))),
-		pred("T", "L", "S", "AT", 90, rfc(base.Add(6*time.Minute+30*time.Second))))
-	p := startOvstream(t, cliEnv(), runArgs(db, addr, "--allowed-lateness", "0s", "--idle-timeout", "1h")...)
+	harness.ProduceToZero(t, addr, harness.Pred("T", "L", "S", "AT", 60, harness.Rfc(base.Add(time.Minute))),
+		harness.Pred("T", "L", "S", "AT", 90, harness.Rfc(base.Add(6*time.Minute+30*time.Second))))
+	p := harness.StartOvstream(t, harness.CliEnv(), harness.RunArgs(db, addr, "--allowed-lateness", "0s", "--idle-timeout", "1h")...)
 	const utc = `to_char(watermark AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`
-	wantWM := "[" + rfc(base.Add(6*time.Minute+30*time.Second)) + "]"
+	wantWM := "[" + harness.Rfc(base.Add(6*time.Minute+30*time.Second)) + "]"
 	var got []string
 	// The watermark is committed with the offsets; a commit after both
 	// records were read holds both times.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		got = dump(t, db, `SELECT `+utc+` FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0 AND consumed_offset = 2`)
+		got = harness.Dump(t, db, `SELECT `+utc+` FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0 AND consumed_offset = 2`)
 		if len(got) == 1 && got[0] == wantWM {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stored watermark %v after both records, want %s: the max event time (lateness 0); output:\n%s", got, wantWM, p.output())
+			t.Fatalf("stored watermark %v after both records, want %s: the max event time (lateness 0); output:\n%s", got, wantWM, p.Output())
 		}
 	}
-	if w := dump(t, db, `SELECT to_char(window_start AT TIME ZONE 'UTC', 'HH24:MI'), event_count FROM delay_aggregates
+	if w := harness.Dump(t, db, `SELECT to_char(window_start AT TIME ZONE 'UTC', 'HH24:MI'), event_count FROM delay_aggregates
 		WHERE dimension = 'network'`); len(w) != 1 || w[0] != "[20:00 1]" {
 		t.Errorf("windows written %v, want only [20:00, 20:05) with its 1 event", w)
 	}
-	_ = p.cmd.Process.Signal(sigterm)
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Errorf("SIGTERM: exit %d\n%s", code, p.output())
+	_ = p.Cmd.Process.Signal(harness.Sigterm)
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Errorf("SIGTERM: exit %d\n%s", code, p.Output())
 	}
 }
 
@@ -175,18 +165,18 @@ func TestCLIPipelineNameRejected(t *testing.T) {
 	for _, name := range []string{" ", "\t", " ovstream", "ovstream ", "ovstream\n", "ov\tstream", "ov\x1bstream", "ov\x7fstream", "ov\u0085stream", "ov\u200bstream"} {
 		for _, cmd := range cmds {
 			args := append(slices.Clone(cmd), "--pipeline", name)
-			out, errOut, code := runCLI(t, cliEnv(), args...)
+			out, errOut, code := harness.RunCLI(t, harness.CliEnv(), args...)
 			if code != 2 || out != "" || !strings.Contains(errOut, "--pipeline "+strconv.Quote(name)) ||
 				!strings.Contains(errOut, "Run 'ovstream") || strings.Count(errOut, "\n") > 3 {
 				t.Errorf("ovstream %q: exit %d, stdout %q, stderr:\n%s\nwant 2 and a short message naming --pipeline %q", args, code, out, errOut, name)
 			}
 		}
 	}
-	_, errOut, code := runCLI(t, cliEnv("OVSTREAM_PIPELINE= x"), cmds[0]...)
+	_, errOut, code := harness.RunCLI(t, harness.CliEnv("OVSTREAM_PIPELINE= x"), cmds[0]...)
 	if code != 2 || !strings.Contains(errOut, `--pipeline " x" (from env OVSTREAM_PIPELINE)`) {
 		t.Errorf("OVSTREAM_PIPELINE=' x': exit %d, stderr:\n%s", code, errOut)
 	}
-	_, errOut, code = runCLI(t, cliEnv(), append(slices.Clone(cmds[0]), "--pipeline", "Nederland – ov 2")...)
+	_, errOut, code = harness.RunCLI(t, harness.CliEnv(), append(slices.Clone(cmds[0]), "--pipeline", "Nederland – ov 2")...)
 	if code != 1 || !strings.Contains(errOut, "kafka: cannot connect") {
 		t.Errorf("--pipeline 'Nederland – ov 2': exit %d, want 1 (Kafka unreachable), stderr:\n%s", code, errOut)
 	}

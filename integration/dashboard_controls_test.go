@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // tickLabel is one tick label of a chart's x axis as uPlot drew it on the
@@ -29,13 +30,13 @@ type tickLabel struct {
 
 // xTicks returns the x-axis tick labels the chart drew (uPlot's own splits
 // and values, measured in its own font) and the canvas's width, CSS px.
-func xTicks(t *testing.T, b *browser, name string) ([]tickLabel, float64) {
+func xTicks(t *testing.T, b *harness.Browser, name string) ([]tickLabel, float64) {
 	t.Helper()
 	var out struct {
 		Ticks []tickLabel `json:"ticks"`
 		Width float64     `json:"width"`
 	}
-	raw := eval[string](t, b, fmt.Sprintf(`JSON.stringify((() => {
+	raw := harness.Eval[string](t, b, fmt.Sprintf(`JSON.stringify((() => {
 		const u = window.ovs.charts[%q], a = u.axes[0], r = window.devicePixelRatio || 1;
 		const ctx = document.createElement("canvas").getContext("2d");
 		ctx.font = a.font[0];
@@ -59,7 +60,7 @@ func xTicks(t *testing.T, b *browser, name string) ([]tickLabel, float64) {
 // checkTicks fails unless the delay chart's x-axis labels differ from the
 // one before (a label repeats only on another day) and each lies wholly
 // within the canvas.
-func checkTicks(t *testing.T, b *browser, what string) {
+func checkTicks(t *testing.T, b *harness.Browser, what string) {
 	t.Helper()
 	ticks, width := xTicks(t, b, "delay")
 	if len(ticks) < 2 {
@@ -91,9 +92,9 @@ type formField struct {
 	Value string `json:"value"`
 }
 
-func formFields(t *testing.T, b *browser) []formField {
+func formFields(t *testing.T, b *harness.Browser) []formField {
 	t.Helper()
-	return eval[[]formField](t, b, `[...document.querySelectorAll("#controls input, #controls select")].map((e) =>
+	return harness.Eval[[]formField](t, b, `[...document.querySelectorAll("#controls input, #controls select")].map((e) =>
 		({name: e.name, type: e.type, value: e.value}))`)
 }
 
@@ -124,53 +125,53 @@ func field(fields []formField, name string) formField {
 //
 // With -dashboard.screenshots DIR it writes a PNG of each view.
 func TestDashboardDelayPageAxesFormAndLineFilter(t *testing.T) {
-	bro := newBrowser(t)
-	dir := extractTarGz(t, dashboardArchive)
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
-	db := freshDB(t)
-	drain(t, db, addr)
-	createOracleEvents(t, db, addr)
-	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
-		"--tz", rollupTZ)
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
-	q := url.Values{"tz": {rollupTZ}}
+	bro := harness.NewBrowser(t)
+	dir := harness.ExtractTarGz(t, dashboardArchive)
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
+	db := harness.FreshDB(t)
+	harness.Drain(t, db, addr)
+	harness.CreateOracleEvents(t, db, addr)
+	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
+		"--tz", harness.RollupTZ)
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
+	q := url.Values{"tz": {harness.RollupTZ}}
 
 	// One bucket of 5 minutes: ticks less than a minute apart.
-	bro.open(t, base+"delay?"+with(q, "from", "2016-05-19 07:00", "to", "2016-05-19 07:05", "bucket", "5m"))
+	bro.Open(t, base+"delay?"+with(q, "from", "2016-05-19 07:00", "to", "2016-05-19 07:05", "bucket", "5m"))
 	if n := len(tableRows(t, bro, "delay-table")); n != 1 {
 		t.Errorf("07:00-07:05 in buckets of 5m: %d rows, want 1", n)
 	}
 	checkTicks(t, bro, "one bucket")
-	bro.screenshot(t, "delay-one-bucket")
+	bro.Screenshot(t, "delay-one-bucket")
 
 	// Across midnight: the date of the new day at the right edge.
-	bro.open(t, base+"delay?"+with(q, "from", "2016-05-18 20:00", "to", "2016-05-19 09:00", "bucket", "hour"))
+	bro.Open(t, base+"delay?"+with(q, "from", "2016-05-18 20:00", "to", "2016-05-19 09:00", "bucket", "hour"))
 	checkTicks(t, bro, "20:00 to 09:00 the next day")
-	bro.open(t, base+"delay?"+with(q, "from", "2016-05-18 00:00", "to", "2016-05-20 00:00", "bucket", "hour"))
+	bro.Open(t, base+"delay?"+with(q, "from", "2016-05-18 00:00", "to", "2016-05-20 00:00", "bucket", "hour"))
 	checkTicks(t, bro, "two days")
-	bro.screenshot(t, "delay-two-days")
-	bro.open(t, base+"delay?"+q.Encode())
+	bro.Screenshot(t, "delay-two-days")
+	bro.Open(t, base+"delay?"+q.Encode())
 	checkTicks(t, bro, "default view")
 
 	// The fields of from and to: 24-hour text; what is typed is shown.
-	bro.open(t, base+"delay?"+with(q, "tz", "UTC", "from", "2016-05-18T19:00", "to", "2016-05-18T21:00"))
+	bro.Open(t, base+"delay?"+with(q, "tz", "UTC", "from", "2016-05-18T19:00", "to", "2016-05-18T21:00"))
 	fs := formFields(t, bro)
 	for name, want := range map[string]string{"from": "2016-05-18 19:00", "to": "2016-05-18 21:00"} {
 		if f := field(fs, name); f.Type != "text" || f.Value != want {
 			t.Errorf("the %s field: %+v, want a text field holding %q (24-hour clock)", name, f, want)
 		}
 	}
-	hint := eval[string](t, bro, `document.querySelector("#controls input[name=from]").parentElement.textContent`)
+	hint := harness.Eval[string](t, bro, `document.querySelector("#controls input[name=from]").parentElement.textContent`)
 	if hint != "from (YYYY-MM-DD HH:MM, 24 h)" {
 		t.Errorf("the from field's label %q says no format", hint)
 	}
-	if !eval[bool](t, bro, `!!document.querySelector("#controls input[name=from]").checkValidity()`) {
+	if !harness.Eval[bool](t, bro, `!!document.querySelector("#controls input[name=from]").checkValidity()`) {
 		t.Error("the from field refuses its own value")
 	}
-	ctx, cancel := context.WithTimeout(bro.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(bro.Ctx, time.Minute)
 	defer cancel()
-	eval[bool](t, bro, `(() => { const f = document.getElementById("controls");
+	harness.Eval[bool](t, bro, `(() => { const f = document.getElementById("controls");
 		f.elements.from.value = "2016-05-18 19:30"; f.elements.to.value = "2016-05-18 20:45";
 		f.requestSubmit(); return true; })()`)
 	submitted := false
@@ -180,27 +181,27 @@ func TestDashboardDelayPageAxesFormAndLineFilter(t *testing.T) {
 	}
 	if !submitted {
 		t.Error("from 19:30 to 20:45 typed: the form was not submitted (the fields refuse a 24-hour time)")
-	} else if state := bro.settled(t, ctx, "the submitted form"); state != "ready" {
+	} else if state := bro.Settled(t, ctx, "the submitted form"); state != "ready" {
 		t.Errorf("the submitted form: state %s", state)
-	} else if got := eval[string](t, bro, `ovs.data.query.from + " " + ovs.data.query.to`); got != "2016-05-18T19:30:00Z 2016-05-18T20:45:00Z" {
+	} else if got := harness.Eval[string](t, bro, `ovs.data.query.from + " " + ovs.data.query.to`); got != "2016-05-18T19:30:00Z 2016-05-18T20:45:00Z" {
 		t.Errorf("from 19:30 to 20:45 typed: the page shows %s", got)
 	}
-	bro.screenshot(t, "delay-24h-form")
+	bro.Screenshot(t, "delay-24h-form")
 
 	// One line per 15 minutes, against the oracle.
-	busiest := strings.Trim(dump(t, db, `SELECT line FROM oracle_events GROUP BY line ORDER BY count(*) DESC, line LIMIT 1`)[0], "[]")
+	busiest := strings.Trim(harness.Dump(t, db, `SELECT line FROM oracle_events GROUP BY line ORDER BY count(*) DESC, line LIMIT 1`)[0], "[]")
 	from, to := "2016-05-19T07:00:00+12:00", "2016-05-19T09:00:00+12:00"
-	want := queryRollup(t, db, `SELECT date_bin('15 minutes', at, $1::timestamptz), 'all', count(*), avg(d), min(d), max(d),
+	want := harness.QueryRollup(t, db, `SELECT date_bin('15 minutes', at, $1::timestamptz), 'all', count(*), avg(d), min(d), max(d),
 		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d)
 		FROM oracle_events WHERE at >= $1::timestamptz AND at < $2::timestamptz AND line = $3 GROUP BY 1`, from, to, busiest)
-	bro.open(t, base+"delay?"+with(q, "from", "2016-05-19 07:00", "to", "2016-05-19 09:00", "bucket", "15m", "line", busiest))
+	bro.Open(t, base+"delay?"+with(q, "from", "2016-05-19 07:00", "to", "2016-05-19 09:00", "bucket", "15m", "line", busiest))
 	checkShown(t, "line "+busiest+" per 15 minutes", byTime(t, tableRows(t, bro, "delay-table")), want)
 	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, sortedKeys(want), want, 4, 3, 0)
 	if f := field(formFields(t, bro), "line"); f.Type != "select-one" || f.Value != busiest {
 		t.Errorf("the line field: %+v, want the select holding %q", f, busiest)
 	}
-	offered := eval[[]string](t, bro, `[...document.querySelectorAll("#controls select[name=line] option")].map((o) => o.value)`)
-	lines := dump(t, db, `SELECT line FROM oracle_events WHERE at >= '2016-05-19T07:00:00+12:00' AND at < '2016-05-19T09:00:00+12:00'
+	offered := harness.Eval[[]string](t, bro, `[...document.querySelectorAll("#controls select[name=line] option")].map((o) => o.value)`)
+	lines := harness.Dump(t, db, `SELECT line FROM oracle_events WHERE at >= '2016-05-19T07:00:00+12:00' AND at < '2016-05-19T09:00:00+12:00'
 		GROUP BY line ORDER BY count(*) DESC, line`)
 	for i := range lines {
 		lines[i] = strings.Trim(lines[i], "[]")
@@ -210,10 +211,10 @@ func TestDashboardDelayPageAxesFormAndLineFilter(t *testing.T) {
 		t.Errorf("the line select offers %d values %q..., want all lines (\"\") and the %d lines with events",
 			len(offered), offered[:min(3, len(offered))], len(lines))
 	}
-	if title := eval[string](t, bro, `document.getElementById("title").textContent`); title != "Line "+busiest+": delay over time" {
+	if title := harness.Eval[string](t, bro, `document.getElementById("title").textContent`); title != "Line "+busiest+": delay over time" {
 		t.Errorf("line page title %q", title)
 	}
-	bro.screenshot(t, "delay-line")
+	bro.Screenshot(t, "delay-line")
 
 	// Bad values: the error, and the form holding them.
 	for _, tc := range []struct {
@@ -223,10 +224,10 @@ func TestDashboardDelayPageAxesFormAndLineFilter(t *testing.T) {
 		{"line", "NOPE", `line: "NOPE" is no line of pipeline "ovstream": it has no window from 2016-05-19T07:00:00+12:00 to 2016-05-19T09:00:00+12:00 and no name`},
 	} {
 		u := base + "delay?" + with(q, "from", "2016-05-19 07:00", "to", "2016-05-19 09:00", tc.param, tc.value)
-		if state := bro.load(t, u); state != "error" {
+		if state := bro.Load(t, u); state != "error" {
 			t.Errorf("%s=%s: state %s, want error", tc.param, tc.value, state)
 		}
-		if msg := eval[string](t, bro, `document.getElementById("error").textContent`); !strings.HasPrefix(msg, tc.says) {
+		if msg := harness.Eval[string](t, bro, `document.getElementById("error").textContent`); !strings.HasPrefix(msg, tc.says) {
 			t.Errorf("%s=%s: the page says %q, want %q", tc.param, tc.value, msg, tc.says)
 		}
 		fs := formFields(t, bro)
@@ -245,11 +246,11 @@ func TestDashboardDelayPageAxesFormAndLineFilter(t *testing.T) {
 		if resp.StatusCode != 400 || !strings.Contains(string(b), strings.ReplaceAll(tc.says, `"`, `\"`)) {
 			t.Errorf("api/delay %s=%s: %d %.300s", tc.param, tc.value, resp.StatusCode, b)
 		}
-		bro.screenshot(t, "delay-bad-"+tc.param)
+		bro.Screenshot(t, "delay-bad-"+tc.param)
 	}
 	// The other pages keep their forms too.
 	for _, page := range []string{"top", "line", "health"} {
-		if state := bro.load(t, base+page+"?"+with(q, "tz", "Mars/Olympus", "day", "2016-05-19")); state != "error" {
+		if state := bro.Load(t, base+page+"?"+with(q, "tz", "Mars/Olympus", "day", "2016-05-19")); state != "error" {
 			t.Errorf("%s?tz=Mars/Olympus: state %s, want error", page, state)
 		}
 		if f := field(formFields(t, bro), "tz"); f.Value != "Mars/Olympus" {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // halifaxTZ is the Halifax sample's time zone: its one window,
@@ -30,9 +32,9 @@ type label struct {
 
 // chartLabels reads the category labels of the horizontal bar chart in the
 // element with that id.
-func chartLabels(t *testing.T, b *browser, id string) []label {
+func chartLabels(t *testing.T, b *harness.Browser, id string) []label {
 	t.Helper()
-	return eval[[]label](t, b, fmt.Sprintf(`(() => {
+	return harness.Eval[[]label](t, b, fmt.Sprintf(`(() => {
 		const box = document.getElementById(%q);
 		const plot = box.querySelector(".u-over").getBoundingClientRect();
 		const outer = box.getBoundingClientRect();
@@ -55,18 +57,18 @@ type apiNames struct {
 // line (route_id) -> route_long_name and route_short_name; station
 // (stop_id) -> stop_name. Every route of the sample has route_short_name =
 // route_id and a long name, so the dashboard names a line by its long name.
-func zipNames(t *testing.T) map[string]map[string]nameRow {
+func zipNames(t *testing.T) map[string]map[string]harness.NameRow {
 	t.Helper()
-	out := map[string]map[string]nameRow{"line": {}, "station": {}}
-	for _, r := range zipTable(t, halifaxStatic, "routes.txt") {
+	out := map[string]map[string]harness.NameRow{"line": {}, "station": {}}
+	for _, r := range harness.ZipTable(t, harness.HalifaxStatic, "routes.txt") {
 		if r["route_short_name"] != r["route_id"] || r["route_long_name"] == "" {
 			t.Fatalf("routes.txt: route %q has short name %q, long name %q", r["route_id"], r["route_short_name"], r["route_long_name"])
 		}
-		out["line"][r["route_id"]] = nameRow{name: r["route_long_name"], short: r["route_short_name"]}
+		out["line"][r["route_id"]] = harness.NameRow{Name: r["route_long_name"], Short: r["route_short_name"]}
 	}
-	for _, r := range zipTable(t, halifaxStatic, "stops.txt") {
+	for _, r := range harness.ZipTable(t, harness.HalifaxStatic, "stops.txt") {
 		if r["stop_name"] != "" {
-			out["station"][r["stop_id"]] = nameRow{name: r["stop_name"]}
+			out["station"][r["stop_id"]] = harness.NameRow{Name: r["stop_name"]}
 		}
 	}
 	return out
@@ -74,11 +76,11 @@ func zipNames(t *testing.T) map[string]map[string]nameRow {
 
 // shown is how the page labels an id: "id — name", or the id alone when
 // the static feed does not name it.
-func shown(id string, n nameRow, ok bool) string {
+func shown(id string, n harness.NameRow, ok bool) string {
 	if !ok {
 		return id
 	}
-	return id + " — " + n.name
+	return id + " — " + n.Name
 }
 
 // checkDashboardNames: the Halifax pair produced with its static feed
@@ -96,12 +98,12 @@ func shown(id string, n nameRow, ok bool) string {
 //   - line by hour: every option of the line chooser, the title of the
 //     default (busiest) line, and of sp6;
 //   - a line whose short name differs from its id shows both.
-func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
+func checkDashboardNames(t *testing.T, bro *harness.Browser, db, base string) {
 	zip := zipNames(t)
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	produceCLI(t, addr, "--operator", "HFX", "--gtfs-static", halifaxStatic, "--gtfs-rt", "../testdata/halifax-20251106")
-	drain(t, db, addr, "--pipeline", "halifax", "--allowed-lateness", "1h")
-	if w := dump(t, db, `SELECT count(DISTINCT window_start) FROM delay_aggregates WHERE pipeline = 'halifax'`); w[0] != "[1]" {
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", harness.HalifaxStatic, "--gtfs-rt", "../testdata/halifax-20251106")
+	harness.Drain(t, db, addr, "--pipeline", "halifax", "--allowed-lateness", "1h")
+	if w := harness.Dump(t, db, `SELECT count(DISTINCT window_start) FROM delay_aggregates WHERE pipeline = 'halifax'`); w[0] != "[1]" {
 		t.Fatalf("the Halifax sample fills %v windows, want 1", w)
 	}
 	q := url.Values{"pipeline": {"halifax"}, "tz": {halifaxTZ}}
@@ -111,7 +113,7 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 	}{{"line", "sp6", 10, 15}, {"station", "6084", 30, 15}} {
 		names := zip[tc.dim]
 		var want []string
-		for _, r := range dump(t, db, fmt.Sprintf(`SELECT dimension_id FROM delay_aggregates WHERE pipeline = 'halifax'
+		for _, r := range harness.Dump(t, db, fmt.Sprintf(`SELECT dimension_id FROM delay_aggregates WHERE pipeline = 'halifax'
 			AND dimension = '%s' AND event_count >= %d ORDER BY p90_delay_s DESC, dimension_id LIMIT %d`, tc.dim, tc.minEvents, tc.top)) {
 			want = append(want, strings.Trim(r, "[]"))
 		}
@@ -121,15 +123,15 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 				named++
 			}
 		}
-		if len(want) != tc.top || !slices.Contains(want, tc.unnamed) || names[tc.unnamed] != (nameRow{}) || named != tc.top-1 {
+		if len(want) != tc.top || !slices.Contains(want, tc.unnamed) || names[tc.unnamed] != (harness.NameRow{}) || named != tc.top-1 {
 			t.Fatalf("halifax top %ss %v: %d named by the zip; want %d, all but %s", tc.dim, want, named, tc.top, tc.unnamed)
 		}
 
-		bro.open(t, base+"top?"+with(q, "day", "2025-11-06", "dimension", tc.dim,
+		bro.Open(t, base+"top?"+with(q, "day", "2025-11-06", "dimension", tc.dim,
 			"min_events", strconv.Itoa(tc.minEvents), "top", strconv.Itoa(tc.top)))
 		rows := tableRows(t, bro, "top-table")
 		labels := chartLabels(t, bro, "top-chart")
-		api := eval[[]apiNames](t, bro, `window.ovs.data.rows`)
+		api := harness.Eval[[]apiNames](t, bro, `window.ovs.data.rows`)
 		if len(rows) != tc.top || len(labels) != tc.top || len(api) != tc.top {
 			t.Fatalf("halifax top %ss: %d rows, %d chart labels, %d API rows; want %d", tc.dim, len(rows), len(labels), len(api), tc.top)
 		}
@@ -140,7 +142,7 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 			n, ok := names[id]
 			wantCell := cell{"–", ""}
 			if ok {
-				wantCell = cell{n.name, n.name}
+				wantCell = cell{n.Name, n.Name}
 			}
 			if r[2] != wantCell {
 				t.Errorf("halifax top %s %s: name cell %+v, the zip %+v", tc.dim, id, r[2], wantCell)
@@ -152,24 +154,24 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 			a := api[i]
 			wantShort := (*string)(nil)
 			if tc.dim == "line" && ok {
-				wantShort = &n.short
+				wantShort = &n.Short
 			}
-			if a.ID != id || (a.Name == nil) == ok || ok && *a.Name != n.name || !eqPtr(a.ShortName, wantShort) {
+			if a.ID != id || (a.Name == nil) == ok || ok && *a.Name != n.Name || !eqPtr(a.ShortName, wantShort) {
 				t.Errorf("halifax top %s %s: api/top names %s %v %v; the zip %+v (named %v)", tc.dim, id, a.ID, str(a.Name), str(a.ShortName), n, ok)
 			}
 		}
 		if !slices.Equal(slices.Sorted(slices.Values(ids)), slices.Sorted(slices.Values(want))) {
 			t.Errorf("halifax top %ss: the page ranks %v, delay_aggregates %v", tc.dim, ids, want)
 		}
-		bro.screenshot(t, "halifax-top-"+tc.dim+"s")
+		bro.Screenshot(t, "halifax-top-"+tc.dim+"s")
 		if tc.dim != "station" {
 			continue
 		}
 		// In a narrow window the label area (a third of the chart) is too
 		// small for the longer station labels: they are cut with an
 		// ellipsis, in full in their titles, and stay left of the bars.
-		bro.resize(t, 800, 900)
-		bro.open(t, base+"top?"+with(q, "day", "2025-11-06", "dimension", tc.dim,
+		bro.Resize(t, 800, 900)
+		bro.Open(t, base+"top?"+with(q, "day", "2025-11-06", "dimension", tc.dim,
 			"min_events", strconv.Itoa(tc.minEvents), "top", strconv.Itoa(tc.top)))
 		cut := 0
 		for i, l := range chartLabels(t, bro, "top-chart") {
@@ -185,18 +187,18 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 		if cut == 0 {
 			t.Error("halifax top stations, 800 px wide: no label is cut")
 		}
-		bro.screenshot(t, "halifax-top-stations-narrow")
-		bro.resize(t, 0, 0)
+		bro.Screenshot(t, "halifax-top-stations-narrow")
+		bro.Resize(t, 0, 0)
 	}
 
 	// Line by hour: the chooser names every line, the title the one shown.
-	lines := dump(t, db, `SELECT dimension_id || ' (' || event_count || ' events)' FROM delay_aggregates
+	lines := harness.Dump(t, db, `SELECT dimension_id || ' (' || event_count || ' events)' FROM delay_aggregates
 		WHERE pipeline = 'halifax' AND dimension = 'line'`)
-	busiest := strings.Trim(dump(t, db, `SELECT dimension_id FROM delay_aggregates WHERE pipeline = 'halifax' AND dimension = 'line'
+	busiest := strings.Trim(harness.Dump(t, db, `SELECT dimension_id FROM delay_aggregates WHERE pipeline = 'halifax' AND dimension = 'line'
 		ORDER BY event_count DESC, dimension_id LIMIT 1`)[0], "[]")
 	for _, line := range []string{"", "sp6"} {
-		bro.open(t, base+"line?"+with(q, "from", "2025-11-06", "to", "2025-11-07", "line", line))
-		opts := eval[[]string](t, bro, `[...document.querySelectorAll("select[name=line] option")].map(o => o.textContent)`)
+		bro.Open(t, base+"line?"+with(q, "from", "2025-11-06", "to", "2025-11-07", "line", line))
+		opts := harness.Eval[[]string](t, bro, `[...document.querySelectorAll("select[name=line] option")].map(o => o.textContent)`)
 		var wantOpts []string
 		for _, l := range lines {
 			id, events, _ := strings.Cut(strings.Trim(l, "[]"), " ")
@@ -209,15 +211,15 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 		}
 		id := cmp.Or(line, busiest)
 		n, ok := zip["line"][id]
-		if h1 := eval[string](t, bro, `document.getElementById("title").textContent`); h1 != "Line "+shown(id, n, ok)+" by hour of day" {
+		if h1 := harness.Eval[string](t, bro, `document.getElementById("title").textContent`); h1 != "Line "+shown(id, n, ok)+" by hour of day" {
 			t.Errorf("halifax line page of %s: title %q, want the line %q", id, h1, shown(id, n, ok))
 		}
-		got := eval[apiNames](t, bro, `window.ovs.data.line`)
-		if got.ID != id || (got.Name == nil) == ok || ok && (*got.Name != n.name || !eqPtr(got.ShortName, &n.short)) {
+		got := harness.Eval[apiNames](t, bro, `window.ovs.data.line`)
+		if got.ID != id || (got.Name == nil) == ok || ok && (*got.Name != n.Name || !eqPtr(got.ShortName, &n.Short)) {
 			t.Errorf("halifax api/line: line %s %v %v; the zip %+v (named %v)", got.ID, str(got.Name), str(got.ShortName), n, ok)
 		}
 		if line == "" {
-			bro.screenshot(t, "halifax-line")
+			bro.Screenshot(t, "halifax-line")
 		}
 	}
 
@@ -225,19 +227,19 @@ func checkDashboardNames(t *testing.T, bro *browser, db, base string) {
 	// --line-id route_id, with a static feed) shows both: "id — short long".
 	// Its names row is written here by hand, for the Auckland sample's
 	// busiest line (pipeline ovstream).
-	id := strings.Trim(dump(t, db, `SELECT dimension_id FROM delay_aggregates WHERE pipeline = 'ovstream' AND dimension = 'line'
+	id := strings.Trim(harness.Dump(t, db, `SELECT dimension_id FROM delay_aggregates WHERE pipeline = 'ovstream' AND dimension = 'line'
 		GROUP BY 1 ORDER BY sum(event_count) DESC, 1 LIMIT 1`)[0], "[]")
-	dump(t, db, `INSERT INTO names (pipeline, dimension, dimension_id, name, short_name, observed_at)
+	harness.Dump(t, db, `INSERT INTO names (pipeline, dimension, dimension_id, name, short_name, observed_at)
 		VALUES ('ovstream', 'line', '`+id+`', 'Hand-written Name', 'X1', now()) RETURNING 1`)
-	bro.open(t, base+"line?"+with(url.Values{"tz": {rollupTZ}}, "pipeline", "ovstream", "line", id, "from", "2016-05-19", "to", "2016-05-20"))
+	bro.Open(t, base+"line?"+with(url.Values{"tz": {harness.RollupTZ}}, "pipeline", "ovstream", "line", id, "from", "2016-05-19", "to", "2016-05-20"))
 	want := id + " — X1 Hand-written Name"
-	if h1 := eval[string](t, bro, `document.getElementById("title").textContent`); h1 != "Line "+want+" by hour of day" {
+	if h1 := harness.Eval[string](t, bro, `document.getElementById("title").textContent`); h1 != "Line "+want+" by hour of day" {
 		t.Errorf("line page of %s: title %q, want the line %q", id, h1, want)
 	}
-	if o := eval[string](t, bro, `document.querySelector("select[name=line]").selectedOptions[0].textContent`); !strings.HasPrefix(o, want+" (") {
+	if o := harness.Eval[string](t, bro, `document.querySelector("select[name=line]").selectedOptions[0].textContent`); !strings.HasPrefix(o, want+" (") {
 		t.Errorf("line page of %s: chooser %q, want %q", id, o, want)
 	}
-	if got := eval[apiNames](t, bro, `window.ovs.data.line`); str(got.Name) != `"Hand-written Name"` || str(got.ShortName) != `"X1"` {
+	if got := harness.Eval[apiNames](t, bro, `window.ovs.data.line`); str(got.Name) != `"Hand-written Name"` || str(got.ShortName) != `"X1"` {
 		t.Errorf("api/line of %s: %v %v", id, str(got.Name), str(got.ShortName))
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // The dashboard's API on time ranges at the edges of what a time can say,
@@ -21,8 +23,8 @@ import (
 // points' bound), is a 400 naming the parameter; never a 500.
 func TestDashboardTimeRangeEdges(t *testing.T) {
 	db := threeEventsDrained(t)
-	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`)) + "api/"
+	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`)) + "api/"
 
 	// percentile_cont(0.5, 0.9) over {0, 10, 20}: 10 and 18; mean 10.
 	const all = `"events":3,"mean":10,"p50":10,"p90":18,"min":0,"max":20`

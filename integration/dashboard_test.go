@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -17,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // dashboardArchive is the sample the dashboard tests show: the 2 h of
@@ -53,28 +52,28 @@ var dashboardBad = []string{"not json 1", "not json 2", `{"trip_id": 7}`, "late 
 // each page.
 func TestDashboard(t *testing.T) {
 	started := time.Now()
-	bro := newBrowser(t) // first: a missing Chromium fails at once
-	dir := extractTarGz(t, dashboardArchive)
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
-	produceLines(t, addr, predictionsTopic, dashboardBad[:3]...)
-	db := freshDB(t)
-	drain(t, db, addr)
-	createOracleEvents(t, db, addr)
-	produceLines(t, addr, predictionsTopic, dashboardBad[3:]...)
+	bro := harness.NewBrowser(t) // first: a missing Chromium fails at once
+	dir := harness.ExtractTarGz(t, dashboardArchive)
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, dashboardBad[:3]...)
+	db := harness.FreshDB(t)
+	harness.Drain(t, db, addr)
+	harness.CreateOracleEvents(t, db, addr)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, dashboardBad[3:]...)
 	t.Logf("sample drained in %v", time.Since(started).Round(time.Millisecond))
 
-	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
-		"--tz", rollupTZ, "--brokers", addr)
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
-	q := url.Values{"tz": {rollupTZ}}
+	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
+		"--tz", harness.RollupTZ, "--brokers", addr)
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
+	q := url.Values{"tz": {harness.RollupTZ}}
 
 	// (a) The network's delay per 15 minutes from 07:00 to 09:00.
 	from, to := "2016-05-19T07:00:00+12:00", "2016-05-19T09:00:00+12:00"
-	want := queryRollup(t, db, `SELECT date_bin('15 minutes', at, $1::timestamptz), 'all', count(*), avg(d), min(d), max(d),
+	want := harness.QueryRollup(t, db, `SELECT date_bin('15 minutes', at, $1::timestamptz), 'all', count(*), avg(d), min(d), max(d),
 		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d)
 		FROM oracle_events WHERE at >= $1::timestamptz AND at < $2::timestamptz GROUP BY 1`, from, to)
-	bro.open(t, base+"delay?"+with(q, "from", "2016-05-19T07:00", "to", "2016-05-19T09:00", "bucket", "15m"))
+	bro.Open(t, base+"delay?"+with(q, "from", "2016-05-19T07:00", "to", "2016-05-19T09:00", "bucket", "15m"))
 	rows := tableRows(t, bro, "delay-table")
 	got := byTime(t, rows)
 	checkShown(t, "delay per 15 minutes", got, want)
@@ -83,11 +82,11 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the oracle has %d buckets of 15 minutes from 07:00 to 09:00, want 8", len(keys))
 	}
 	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, keys, want, 4, 3, 0)
-	bro.screenshot(t, "delay")
+	bro.Screenshot(t, "delay")
 
 	// The default view: the pipeline's windows (06:55-09:05) in 5-minute buckets.
-	bro.open(t, base)
-	def := queryRollup(t, db, `SELECT to_timestamp(floor(extract(epoch FROM at) / 300) * 300), 'all', count(*), avg(d), min(d), max(d),
+	bro.Open(t, base)
+	def := harness.QueryRollup(t, db, `SELECT to_timestamp(floor(extract(epoch FROM at) / 300) * 300), 'all', count(*), avg(d), min(d), max(d),
 		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events GROUP BY 1`)
 	checkShown(t, "delay, default view", byTime(t, tableRows(t, bro, "delay-table")), def)
 	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, sortedKeys(def), def, 4, 3, 0)
@@ -98,56 +97,56 @@ func TestDashboard(t *testing.T) {
 		minEvents int64
 		top       int
 	}{{"line", "line", 100, 10}, {"station", "stop", 20, 15}} {
-		all := queryRollup(t, db, fmt.Sprintf(`SELECT date_trunc('day', at, $1), %s, count(*), avg(d), min(d), max(d),
-			percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events GROUP BY 1, 2`, tc.col), rollupTZ)
+		all := harness.QueryRollup(t, db, fmt.Sprintf(`SELECT date_trunc('day', at, $1), %s, count(*), avg(d), min(d), max(d),
+			percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events GROUP BY 1, 2`, tc.col), harness.RollupTZ)
 		ranked := rankByP90(all, tc.minEvents, tc.top)
-		bro.open(t, base+"top?"+with(q, "day", "2016-05-19", "dimension", tc.dim,
+		bro.Open(t, base+"top?"+with(q, "day", "2016-05-19", "dimension", tc.dim,
 			"min_events", strconv.FormatInt(tc.minEvents, 10), "top", strconv.Itoa(tc.top)))
 		rows := tableRows(t, bro, "top-table")
 		if len(rows) != len(ranked) || len(ranked) != tc.top {
 			t.Fatalf("top %ss: the page ranks %d, the oracle %d (want %d)", tc.dim, len(rows), len(ranked), tc.top)
 		}
-		p90s := make(map[groupKey]stats)
-		var ids []groupKey
+		p90s := make(map[harness.GroupKey]harness.Stats)
+		var ids []harness.GroupKey
 		labels := chartLabels(t, bro, "top-chart")
-		api := eval[[]apiNames](t, bro, `window.ovs.data.rows`)
+		api := harness.Eval[[]apiNames](t, bro, `window.ovs.data.rows`)
 		for i, r := range rows {
 			w := ranked[i]
-			if r[0].Text != strconv.Itoa(i+1) || r[1].Text != w.id {
-				t.Errorf("top %ss: rank %d is %q, the oracle ranks %q there", tc.dim, i+1, r[1].Text, w.id)
+			if r[0].Text != strconv.Itoa(i+1) || r[1].Text != w.Id {
+				t.Errorf("top %ss: rank %d is %q, the oracle ranks %q there", tc.dim, i+1, r[1].Text, w.Id)
 			}
 			// The Auckland sample has no names: none is made up.
-			if i >= len(labels) || labels[i].Text != w.id || labels[i].Title != w.id ||
+			if i >= len(labels) || labels[i].Text != w.Id || labels[i].Title != w.Id ||
 				i >= len(api) || api[i].Name != nil || api[i].ShortName != nil {
-				t.Errorf("top %s %s has no name, the page names it: labels %+v, api %+v", tc.dim, w.id, labels, api)
+				t.Errorf("top %s %s has no name, the page names it: labels %+v, api %+v", tc.dim, w.Id, labels, api)
 			}
-			checkCells(t, fmt.Sprintf("top %s %s", tc.dim, w.id), r[2:], all[w])
-			k := groupKey{int64(i), w.id}
+			checkCells(t, fmt.Sprintf("top %s %s", tc.dim, w.Id), r[2:], all[w])
+			k := harness.GroupKey{Bucket: int64(i), Id: w.Id}
 			ids, p90s[k] = append(ids, k), all[w]
 		}
-		if h := eval[[]string](t, bro, `[...document.querySelectorAll("#top-table th")].map(th => th.textContent)`); slices.Contains(h, "name") {
+		if h := harness.Eval[[]string](t, bro, `[...document.querySelectorAll("#top-table th")].map(th => th.textContent)`); slices.Contains(h, "name") {
 			t.Errorf("top %ss: a name column, and no id has a name: %q", tc.dim, h)
 		}
 		checkChart(t, bro, "top", []string{"P90 (s)", "P50 (s)", "mean (s)"}, ids, p90s, 4, 3, 0)
-		bro.screenshot(t, "top-"+tc.dim+"s")
+		bro.Screenshot(t, "top-"+tc.dim+"s")
 	}
 
 	// (c) The busiest line (the page's default) by hour of day.
-	busiest := strings.Trim(dump(t, db, `SELECT line FROM oracle_events GROUP BY line ORDER BY count(*) DESC, line LIMIT 1`)[0], "[]")
-	hours := queryRollup(t, db, `SELECT to_timestamp(extract(hour FROM at AT TIME ZONE $1)), line, count(*), avg(d), min(d), max(d),
+	busiest := strings.Trim(harness.Dump(t, db, `SELECT line FROM oracle_events GROUP BY line ORDER BY count(*) DESC, line LIMIT 1`)[0], "[]")
+	hours := harness.QueryRollup(t, db, `SELECT to_timestamp(extract(hour FROM at AT TIME ZONE $1)), line, count(*), avg(d), min(d), max(d),
 		percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY d) FROM oracle_events WHERE line = $2 GROUP BY 1, 2`,
-		rollupTZ, busiest)
-	bro.open(t, base+"line?"+with(q, "from", "2016-05-19", "to", "2016-05-20"))
-	if sel := eval[string](t, bro, `document.querySelector("select[name=line]").value`); sel != busiest {
+		harness.RollupTZ, busiest)
+	bro.Open(t, base+"line?"+with(q, "from", "2016-05-19", "to", "2016-05-20"))
+	if sel := harness.Eval[string](t, bro, `document.querySelector("select[name=line]").value`); sel != busiest {
 		t.Errorf("line page: the default line is %q, the busiest is %q", sel, busiest)
 	}
-	got = map[groupKey][]cell{}
+	got = map[harness.GroupKey][]cell{}
 	for _, r := range tableRows(t, bro, "line-table") {
 		h, err := strconv.Atoi(strings.TrimSuffix(r[0].Text, ":00"))
 		if err != nil {
 			t.Fatalf("line page: hour %q", r[0].Text)
 		}
-		got[groupKey{int64(h), busiest}] = r[1:]
+		got[harness.GroupKey{Bucket: int64(h), Id: busiest}] = r[1:]
 	}
 	checkShown(t, "line "+busiest+" by hour", got, hours)
 	if len(hours) != 4 {
@@ -155,17 +154,17 @@ func TestDashboard(t *testing.T) {
 	}
 	lc := chart(t, bro, "line")
 	for _, k := range sortedKeys(hours) { // the chart's x runs over the 24 hours
-		if v := lc.Data[1][k.bucket]; v == nil || *v != hours[k].vals[4] {
-			t.Errorf("line chart: P90 at hour %d is %v, the oracle %v", k.bucket, v, hours[k].vals[4])
+		if v := lc.Data[1][k.Bucket]; v == nil || *v != hours[k].Vals[4] {
+			t.Errorf("line chart: P90 at hour %d is %v, the oracle %v", k.Bucket, v, hours[k].Vals[4])
 		}
 	}
 	checkDrawn(t, "line", lc, 3)
-	bro.screenshot(t, "line")
+	bro.Screenshot(t, "line")
 
 	// (d) Health under serve --brokers.
-	bro.open(t, base+"health?"+q.Encode())
-	stored := storedOffsets(t, db, "ovstream", "next_offset")
-	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
+	bro.Open(t, base+"health?"+q.Encode())
+	stored := harness.StoredOffsets(t, db, "ovstream", "next_offset")
+	hw := harness.HighWaters(t, addr, nil, harness.PredictionsTopic, harness.PositionsTopic)
 	var wantLag int64
 	for p, h := range hw {
 		wantLag += h - stored[p]
@@ -187,7 +186,7 @@ func TestDashboard(t *testing.T) {
 	}
 	checkDrawn(t, "lag", chart(t, bro, "lag"), 1)
 	var wm, lastCommit time.Time
-	sqlRow(t, db, `SELECT (SELECT max(window_end) FROM delay_aggregates WHERE pipeline = 'ovstream'),
+	harness.SqlRow(t, db, `SELECT (SELECT max(window_end) FROM delay_aggregates WHERE pipeline = 'ovstream'),
 		(SELECT max(updated_at) FROM stream_positions WHERE pipeline = 'ovstream')`, &wm, &lastCommit)
 	checkTimeCard(t, bro, "h-watermark", wm)
 	checkTimeCard(t, bro, "h-newest", wm)
@@ -202,45 +201,45 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("health: dead letter chart data %v, want [3]", dc.Data)
 	}
 	checkDrawn(t, "dead", dc, 1)
-	if n := eval[int](t, bro, `document.querySelectorAll("#run").length`); n != 0 {
+	if n := harness.Eval[int](t, bro, `document.querySelectorAll("#run").length`); n != 0 {
 		t.Error("health under serve shows a running instance's section")
 	}
 	checkCard(t, bro, "h-fresh", "0.0 s", "0") // no instance runs
 	checkFreshCard(t, bro, db, base+"health?"+q.Encode())
-	bro.screenshot(t, "health")
+	bro.Screenshot(t, "health")
 
 	// The same pages under run --metrics-addr, at /dashboard/: its own
 	// pipeline's health comes from the run itself.
-	run := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "ovstream", "--metrics-addr", "127.0.0.1:0")...)
-	ops := opsAddr(t, run)
+	run := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "ovstream", "--metrics-addr", "127.0.0.1:0")...)
+	ops := harness.OpsAddr(t, run)
 	waitHealth(t, "http://"+ops+"/dashboard/api/health", func(h healthDoc) bool {
 		return h.Run != nil && h.Run.Assigned && h.Run.LastCommit != "" && h.Lag.Total != nil && *h.Lag.Total == 0 &&
 			h.deadLetters() == 7
 	})
-	bro.open(t, "http://"+ops+"/dashboard/health?"+q.Encode())
+	bro.Open(t, "http://"+ops+"/dashboard/health?"+q.Encode())
 	checkCard(t, bro, "h-lag", "0", "0")
 	checkCard(t, bro, "h-dead", "7", "7")
-	if title := eval[string](t, bro, `document.getElementById("run-title").textContent`); !strings.HasPrefix(title, "This instance: ") {
+	if title := harness.Eval[string](t, bro, `document.getElementById("run-title").textContent`); !strings.HasPrefix(title, "This instance: ") {
 		t.Errorf("health under run: no section of the instance (%q)", title)
 	}
-	if s := eval[string](t, bro, `document.querySelector("#r-state .v").textContent`); s != "running" {
+	if s := harness.Eval[string](t, bro, `document.querySelector("#r-state .v").textContent`); s != "running" {
 		t.Errorf("health under run: state %q, want running", s)
 	}
-	if s := eval[string](t, bro, `document.querySelector("#r-commit .v").dataset.v || ""`); s == "" {
+	if s := harness.Eval[string](t, bro, `document.querySelector("#r-commit .v").dataset.v || ""`); s == "" {
 		t.Error("health under run: no last commit of the instance")
 	}
 	if n := len(tableRows(t, bro, "lag-table")); n != len(hw) {
 		t.Errorf("health under run: %d partitions in the lag table, want %d", n, len(hw))
 	}
-	bro.screenshot(t, "health-run")
-	bro.open(t, "http://"+ops+"/dashboard/delay?"+with(q, "from", "2016-05-19T07:00", "to", "2016-05-19T09:00", "bucket", "15m"))
+	bro.Screenshot(t, "health-run")
+	bro.Open(t, "http://"+ops+"/dashboard/delay?"+with(q, "from", "2016-05-19T07:00", "to", "2016-05-19T09:00", "bucket", "15m"))
 	checkShown(t, "delay under run", byTime(t, tableRows(t, bro, "delay-table")), want)
 	checkChart(t, bro, "delay", []string{"P90 (s)", "P50 (s)", "mean (s)"}, keys, want, 4, 3, 0)
-	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := run.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := run.wait(t, time.Minute); code != 0 {
-		t.Errorf("run exited %d after SIGTERM:\n%s", code, run.output())
+	if code := run.Wait(t, time.Minute); code != 0 {
+		t.Errorf("run exited %d after SIGTERM:\n%s", code, run.Output())
 	}
 
 	// (e) Names of lines and stations, on the Halifax sample with its static feed.
@@ -260,53 +259,42 @@ func with(q url.Values, kv ...string) string {
 	return v.Encode()
 }
 
-// printed waits until p printed a line matching re and returns its first group.
-func printed(t *testing.T, p *proc, re *regexp.Regexp) string {
-	t.Helper()
-	var m []string
-	waitFor(t, 30*time.Second, "ovstream to print "+re.String(), func() bool {
-		m = re.FindStringSubmatch(p.output())
-		return m != nil
-	})
-	return m[1]
-}
-
 // byTime keys table rows whose first cell is a bucket start in rollupTZ
 // ("2016-05-19 07:15:00") by its Unix seconds; the rest are the statistics.
-func byTime(t *testing.T, rows [][]cell) map[groupKey][]cell {
+func byTime(t *testing.T, rows [][]cell) map[harness.GroupKey][]cell {
 	t.Helper()
-	loc, err := time.LoadLocation(rollupTZ)
+	loc, err := time.LoadLocation(harness.RollupTZ)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[groupKey][]cell{}
+	out := map[harness.GroupKey][]cell{}
 	for _, r := range rows {
 		at, err := time.ParseInLocation(time.DateTime, r[0].Text, loc)
 		if err != nil {
 			t.Fatalf("bucket start %q: %v", r[0].Text, err)
 		}
-		out[groupKey{at.Unix(), "all"}] = r[1:]
+		out[harness.GroupKey{Bucket: at.Unix(), Id: "all"}] = r[1:]
 	}
 	return out
 }
 
-func sortedKeys(m map[groupKey]stats) []groupKey {
-	ks := make([]groupKey, 0, len(m))
+func sortedKeys(m map[harness.GroupKey]harness.Stats) []harness.GroupKey {
+	ks := make([]harness.GroupKey, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
 	}
 	sort.Slice(ks, func(i, j int) bool {
-		if ks[i].bucket != ks[j].bucket {
-			return ks[i].bucket < ks[j].bucket
+		if ks[i].Bucket != ks[j].Bucket {
+			return ks[i].Bucket < ks[j].Bucket
 		}
-		return ks[i].id < ks[j].id
+		return ks[i].Id < ks[j].Id
 	})
 	return ks
 }
 
 // checkShown compares the rows a page shows with the oracle: the same groups,
 // and each row's cells (checkCells).
-func checkShown(t *testing.T, what string, got map[groupKey][]cell, want map[groupKey]stats) {
+func checkShown(t *testing.T, what string, got map[harness.GroupKey][]cell, want map[harness.GroupKey]harness.Stats) {
 	t.Helper()
 	if len(got) != len(want) || len(want) == 0 {
 		t.Errorf("%s: the page shows %d rows, the oracle has %d", what, len(got), len(want))
@@ -324,16 +312,16 @@ func checkShown(t *testing.T, what string, got map[groupKey][]cell, want map[gro
 // checkCells compares the cells events, mean, P50, P90, max with the
 // oracle's count and vals (mean, min, max, p50, p90): exact in data-v, and
 // to 0.1 s in the text.
-func checkCells(t *testing.T, what string, c []cell, w stats) {
+func checkCells(t *testing.T, what string, c []cell, w harness.Stats) {
 	t.Helper()
 	if len(c) != 5 {
 		t.Fatalf("%s: %d cells, want events, mean, P50, P90, max", what, len(c))
 	}
-	if c[0].V != strconv.FormatInt(w.count, 10) || c[0].Text != c[0].V {
-		t.Errorf("%s: events %q (data-v %q), the oracle %d", what, c[0].Text, c[0].V, w.count)
+	if c[0].V != strconv.FormatInt(w.Count, 10) || c[0].Text != c[0].V {
+		t.Errorf("%s: events %q (data-v %q), the oracle %d", what, c[0].Text, c[0].V, w.Count)
 	}
 	for i, name := range []string{"mean", "P50", "P90", "max"} {
-		want := w.vals[[]int{0, 3, 4, 2}[i]]
+		want := w.Vals[[]int{0, 3, 4, 2}[i]]
 		exact, err1 := strconv.ParseFloat(c[i+1].V, 64)
 		shown, err2 := strconv.ParseFloat(c[i+1].Text, 64)
 		if err1 != nil || err2 != nil || math.Abs(exact-want) > 1e-9 || math.Abs(shown-want) > 0.05+1e-9 {
@@ -345,7 +333,7 @@ func checkCells(t *testing.T, what string, c []cell, w stats) {
 // checkChart checks a chart: its series labels, one point per oracle group
 // in keys' order, series valIdx[j] of each (indexes into stats.vals), and
 // that each series was drawn.
-func checkChart(t *testing.T, b *browser, name string, series []string, keys []groupKey, want map[groupKey]stats, valIdx ...int) {
+func checkChart(t *testing.T, b *harness.Browser, name string, series []string, keys []harness.GroupKey, want map[harness.GroupKey]harness.Stats, valIdx ...int) {
 	t.Helper()
 	c := chart(t, b, name)
 	if !c.Found || strings.Join(c.Series[1:], ",") != strings.Join(series, ",") || c.Legend != len(series)+1 {
@@ -363,8 +351,8 @@ func checkChart(t *testing.T, b *browser, name string, series []string, keys []g
 			continue
 		}
 		for i, k := range keys {
-			if math.Abs(pts[i]-want[k].vals[vi]) > 1e-9 {
-				t.Errorf("chart %s: series %s point %d (%v) is %v, the oracle %v", name, series[j], i, k, pts[i], want[k].vals[vi])
+			if math.Abs(pts[i]-want[k].Vals[vi]) > 1e-9 {
+				t.Errorf("chart %s: series %s point %d (%v) is %v, the oracle %v", name, series[j], i, k, pts[i], want[k].Vals[vi])
 			}
 		}
 	}
@@ -390,27 +378,27 @@ func checkDrawn(t *testing.T, name string, c chartInfo, n int) {
 
 // rankByP90 ranks the oracle's groups with at least minEvents events by
 // P90 (vals[4]), greatest first, ties by id, and keeps top.
-func rankByP90(rows map[groupKey]stats, minEvents int64, top int) []groupKey {
-	var out []groupKey
+func rankByP90(rows map[harness.GroupKey]harness.Stats, minEvents int64, top int) []harness.GroupKey {
+	var out []harness.GroupKey
 	for k, s := range rows {
-		if s.count >= minEvents {
+		if s.Count >= minEvents {
 			out = append(out, k)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
-		a, b := rows[out[i]].vals[4], rows[out[j]].vals[4]
+		a, b := rows[out[i]].Vals[4], rows[out[j]].Vals[4]
 		if a != b {
 			return a > b
 		}
-		return out[i].id < out[j].id
+		return out[i].Id < out[j].Id
 	})
 	return out[:min(top, len(out))]
 }
 
 // checkCard checks a health card's text and data-v.
-func checkCard(t *testing.T, b *browser, id, text, v string) {
+func checkCard(t *testing.T, b *harness.Browser, id, text, v string) {
 	t.Helper()
-	got := eval[cell](t, b, fmt.Sprintf(`(() => { const e = document.querySelector("#%s .v");
+	got := harness.Eval[cell](t, b, fmt.Sprintf(`(() => { const e = document.querySelector("#%s .v");
 		return e ? {text: e.textContent, v: e.dataset.v ?? ""} : {text: "(none)", v: ""}; })()`, id))
 	if got.Text != text || got.V != v {
 		t.Errorf("health card %s: %q (data-v %q), want %q (%q)", id, got.Text, got.V, text, v)
@@ -423,20 +411,20 @@ func checkCard(t *testing.T, b *browser, id, text, v string) {
 // between 90 s and 90 s plus the time the page took to load, by the
 // database's clock, and the closable time to the second in the page's time
 // zone; the row is deleted afterwards.
-func checkFreshCard(t *testing.T, b *browser, db, page string) {
+func checkFreshCard(t *testing.T, b *harness.Browser, db, page string) {
 	t.Helper()
 	var since time.Time
-	sqlRow(t, db, `INSERT INTO pipeline_instances (pipeline, owner, role, partitions, closable_since)
+	harness.SqlRow(t, db, `INSERT INTO pipeline_instances (pipeline, owner, role, partitions, closable_since)
 		VALUES ('ovstream', 'fresh@test', 'active', '{arrival_predictions/0}', now() - interval '90 seconds')
 		RETURNING closable_since`, &since)
-	defer execSQL(t, db, `DELETE FROM pipeline_instances WHERE owner = 'fresh@test'`)
-	b.open(t, page)
+	defer harness.ExecSQL(t, db, `DELETE FROM pipeline_instances WHERE owner = 'fresh@test'`)
+	b.Open(t, page)
 	var upper float64
-	sqlRow(t, db, `SELECT extract(epoch FROM now() - closable_since)::float8 FROM pipeline_instances WHERE owner = 'fresh@test'`, &upper)
-	got := eval[cell](t, b, `(() => { const e = document.querySelector("#h-fresh"); return e ?
+	harness.SqlRow(t, db, `SELECT extract(epoch FROM now() - closable_since)::float8 FROM pipeline_instances WHERE owner = 'fresh@test'`, &upper)
+	got := harness.Eval[cell](t, b, `(() => { const e = document.querySelector("#h-fresh"); return e ?
 		{text: e.querySelector(".s").textContent, v: e.querySelector(".v").dataset.v ?? ""} : {text: "(none)", v: ""}; })()`)
 	age, err := strconv.ParseFloat(got.V, 64)
-	loc, _ := time.LoadLocation(rollupTZ)
+	loc, _ := time.LoadLocation(harness.RollupTZ)
 	if wantSub := "a window closable since " + since.In(loc).Format(time.DateTime) + " is not written yet (fresh@test)"; err != nil ||
 		age < 90 || age > upper || got.Text != wantSub {
 		t.Errorf("health card h-fresh: age %q, %q; want an age in [90, %.3f] and %q", got.V, got.Text, upper, wantSub)
@@ -445,29 +433,14 @@ func checkFreshCard(t *testing.T, b *browser, db, page string) {
 
 // checkTimeCard checks that a health card shows the instant want: data-v
 // (RFC 3339 in rollupTZ) to the microsecond, the text to the second.
-func checkTimeCard(t *testing.T, b *browser, id string, want time.Time) {
+func checkTimeCard(t *testing.T, b *harness.Browser, id string, want time.Time) {
 	t.Helper()
-	got := eval[cell](t, b, fmt.Sprintf(`(() => { const e = document.querySelector("#%s .v");
+	got := harness.Eval[cell](t, b, fmt.Sprintf(`(() => { const e = document.querySelector("#%s .v");
 		return {text: e.textContent, v: e.dataset.v ?? ""}; })()`, id))
-	loc, _ := time.LoadLocation(rollupTZ)
+	loc, _ := time.LoadLocation(harness.RollupTZ)
 	at, err := time.Parse(time.RFC3339Nano, got.V)
 	if err != nil || !at.Equal(want) || got.Text != want.In(loc).Format(time.DateTime) {
 		t.Errorf("health card %s: %q (data-v %q), want %s", id, got.Text, got.V, want.In(loc).Format(time.RFC3339Nano))
-	}
-}
-
-// sqlRow scans one row of query into dest.
-func sqlRow(t *testing.T, db, query string, dest ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, query).Scan(dest...); err != nil {
-		t.Fatalf("%s: %v", query, err)
 	}
 }
 
@@ -495,8 +468,8 @@ func (h healthDoc) deadLetters() (n int64) {
 // waitHealth polls the health API until ok holds (a minute at most).
 func waitHealth(t *testing.T, url string, ok func(healthDoc) bool) {
 	t.Helper()
-	waitFor(t, time.Minute, url+" as expected", func() bool {
-		code, body := httpGet(t, url)
+	harness.WaitFor(t, time.Minute, url+" as expected", func() bool {
+		code, body := harness.HttpGet(t, url)
 		var h healthDoc
 		return code == 200 && json.Unmarshal([]byte(body), &h) == nil && ok(h)
 	})

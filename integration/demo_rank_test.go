@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // The demo ranks the ten most delayed lines of each feed's busiest window
@@ -14,8 +16,8 @@ import (
 // its three tables has that header and its P90 column never rises from one
 // row to the next (ties by id), while the mean column is free to.
 func TestDemoRanksMostDelayedLinesByP90(t *testing.T) {
-	db := emptyDB(t)
-	out, errOut, code := runCLI(t, []string{"DATABASE_URL=" + db}, "demo", "--data", "../testdata")
+	db := harness.EmptyDB(t)
+	out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + db}, "demo", "--data", "../testdata")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s%s", code, out, errOut)
 	}

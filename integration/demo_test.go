@@ -12,18 +12,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
 // The demo says at once, before it starts a broker or produces anything,
 // that the database DATABASE_URL names does not exist, and how to create it.
 func TestDemoNamesAMissingDatabaseFirst(t *testing.T) {
-	u, err := url.Parse(testDatabaseURL())
+	u, err := url.Parse(harness.TestDatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.Path = "/ovs_no_such_database"
-	out, errOut, code := runCLI(t, []string{"DATABASE_URL=" + u.String()}, "demo", "--data", "../testdata")
+	out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + u.String()}, "demo", "--data", "../testdata")
 	if code != 1 || !strings.Contains(errOut, `database "ovs_no_such_database" does not exist`) ||
 		!strings.Contains(errOut, "createdb ovs_no_such_database") {
 		t.Errorf("demo with a missing database: exit %d, stderr:\n%s", code, errOut)
@@ -39,7 +40,7 @@ func TestDemoNamesAMissingDatabaseFirst(t *testing.T) {
 // pipeline's rows in that database are left alone, even when
 // OVSTREAM_PIPELINE names it.
 func TestDemoTwiceWritesTheSameTable(t *testing.T) {
-	db := emptyDB(t)
+	db := harness.EmptyDB(t)
 	// The production settings of another pipeline in the environment: the
 	// demo writes and drops its pipelines demo-* only, and drops no partitions.
 	env := []string{"DATABASE_URL=" + db, "OVSTREAM_DATABASE_URL=", "OVSTREAM_PIPELINE=other", "OVSTREAM_RETENTION=1d"}
@@ -48,14 +49,14 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 	for i := range tables {
 		var errOut string
 		var code int
-		out, errOut, code = runCLI(t, env, "demo", "--data", "../testdata")
+		out, errOut, code = harness.RunCLI(t, env, "demo", "--data", "../testdata")
 		if code != 0 {
 			t.Fatalf("demo %d: exit %d\n%s%s", i+1, code, out, errOut)
 		}
-		tables[i] = append(dump(t, db, dumpAggregates+` WHERE pipeline LIKE 'demo-%'`),
-			dump(t, db, dumpDistributions+` WHERE pipeline LIKE 'demo-%'`)...)
+		tables[i] = append(harness.Dump(t, db, harness.DumpAggregates+` WHERE pipeline LIKE 'demo-%'`),
+			harness.Dump(t, db, harness.DumpDistributions+` WHERE pipeline LIKE 'demo-%'`)...)
 		if i == 0 {
-			exec1(t, db, `INSERT INTO vehicle_latest (pipeline, vehicle_id, lat, lon, observed_at, kafka_partition, kafka_offset)
+			harness.Exec1(t, db, `INSERT INTO vehicle_latest (pipeline, vehicle_id, lat, lon, observed_at, kafka_partition, kafka_offset)
 				VALUES ('other', 'v1', 0, 0, now(), 0, 0)`)
 		}
 	}
@@ -63,12 +64,12 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 		t.Fatalf("the first demo wrote %d rows", len(tables[0]))
 	}
 	demoFeedsApart(t, db, out)
-	sameRows(t, "second demo vs first", tables[1], tables[0])
-	if n := dump(t, db, `SELECT count(*) FROM vehicle_latest WHERE pipeline = 'other'`); n[0] != "[1]" {
+	harness.SameRows(t, "second demo vs first", tables[1], tables[0])
+	if n := harness.Dump(t, db, `SELECT count(*) FROM vehicle_latest WHERE pipeline = 'other'`); n[0] != "[1]" {
 		t.Errorf("another pipeline's rows after the second demo: %v, want 1", n)
 	}
 	// store.DropPipeline, which the demo uses, knows every table keyed by pipeline.
-	want := dump(t, db, `SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+	want := harness.Dump(t, db, `SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE a.attname = 'pipeline' AND n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition`)
 	var got []string
@@ -76,7 +77,7 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 		got = append(got, "["+tbl+"]")
 	}
 	sort.Strings(got)
-	sameRows(t, "store.PipelineTables vs the tables with a pipeline column", got, want)
+	harness.SameRows(t, "store.PipelineTables vs the tables with a pipeline column", got, want)
 }
 
 // demoFeedsApart checks that each bundled feed went into a pipeline and
@@ -89,7 +90,7 @@ func demoFeedsApart(t *testing.T, db, out string) {
 	t.Helper()
 	years := map[string]string{"demo-nl-ovapi": "2014", "demo-auckland": "2016", "demo-halifax": "2025"}
 	for pipeline, year := range years {
-		got := dump(t, db, fmt.Sprintf(`SELECT (SELECT sum(event_count)::bigint FROM delay_aggregates WHERE pipeline = '%[1]s' AND dimension = 'network'),
+		got := harness.Dump(t, db, fmt.Sprintf(`SELECT (SELECT sum(event_count)::bigint FROM delay_aggregates WHERE pipeline = '%[1]s' AND dimension = 'network'),
 			(SELECT sum(next_offset)::bigint FROM stream_positions WHERE pipeline = '%[1]s' AND topic = '%[1]s.arrival_predictions'),
 			(SELECT count(*) FROM stream_positions WHERE pipeline = '%[1]s' AND topic NOT LIKE '%[1]s.%%'),
 			(SELECT string_agg(DISTINCT extract(year FROM window_start)::text, ',') FROM delay_aggregates WHERE pipeline = '%[1]s')`, pipeline))
@@ -104,8 +105,8 @@ func demoFeedsApart(t *testing.T, db, out string) {
 				"windows of %s; want equal counts, 0, %s", pipeline, events, stored, foreign, gotYears, year)
 		}
 	}
-	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0")
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline \S+: (http://[0-9.:]+/)`))
+	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0")
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline \S+: (http://[0-9.:]+/)`))
 	links := regexp.MustCompile(`http://127\.0\.0\.1:8080/\?(pipeline=(demo-[a-z-]+)&tz=\S+)`).FindAllStringSubmatch(out, -1)
 	if len(links) != len(years) {
 		t.Fatalf("the demo printed %d dashboard addresses, want %d:\n%s", len(links), len(years), out)

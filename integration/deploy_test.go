@@ -7,36 +7,38 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // `ovstream healthcheck`, the Dockerfile's HEALTHCHECK (the image has no
 // curl): exit 0 while `run` serves /healthz, 1 once it stopped, 2 on a bad
 // flag. With --dashboard=false the ops address serves no dashboard.
 func TestHealthcheckCommand(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "health", "--metrics-addr", "127.0.0.1:0", "--dashboard=false")...)
-	ops := opsAddr(t, p)
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "health", "--metrics-addr", "127.0.0.1:0", "--dashboard=false")...)
+	ops := harness.OpsAddr(t, p)
 	url := "http://" + ops + "/healthz"
-	if code, _ := httpGet(t, "http://"+ops+"/dashboard/"); code != 404 {
+	if code, _ := harness.HttpGet(t, "http://"+ops+"/dashboard/"); code != 404 {
 		t.Errorf("--dashboard=false: /dashboard/ answers %d, want 404", code)
 	}
-	if out, errOut, code := runCLI(t, nil, "healthcheck", "--url", url); code != 0 {
+	if out, errOut, code := harness.RunCLI(t, nil, "healthcheck", "--url", url); code != 0 {
 		t.Errorf("healthcheck of a running instance: exit %d: %s%s", code, out, errOut)
 	}
-	if _, errOut, code := runCLI(t, nil, "healthcheck", "--url", "http://"+ops+"/nope"); code != 1 || !strings.Contains(errOut, "404") {
+	if _, errOut, code := harness.RunCLI(t, nil, "healthcheck", "--url", "http://"+ops+"/nope"); code != 1 || !strings.Contains(errOut, "404") {
 		t.Errorf("healthcheck of a wrong path: exit %d: %s", code, errOut)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run exited %d:\n%s", code, p.output())
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, p.Output())
 	}
-	if _, errOut, code := runCLI(t, nil, "healthcheck", "--url", url, "--timeout", "1s"); code != 1 || errOut == "" {
+	if _, errOut, code := harness.RunCLI(t, nil, "healthcheck", "--url", url, "--timeout", "1s"); code != 1 || errOut == "" {
 		t.Errorf("healthcheck after the instance stopped: exit %d: %s", code, errOut)
 	}
-	if _, _, code := runCLI(t, nil, "healthcheck", "--timeout", "0s"); code != 2 {
+	if _, _, code := harness.RunCLI(t, nil, "healthcheck", "--timeout", "0s"); code != 2 {
 		t.Errorf("healthcheck --timeout 0s: exit %d, want 2", code)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // A split drain's last COMMIT, whose answer is lost, then lost with the
@@ -37,42 +38,42 @@ import (
 // to the SQL oracle).
 func TestFailoverSplitDrainEndLost(t *testing.T) {
 	t.Parallel()
-	ds := auckland2h(t)
-	ref := referenceFor(t, ds)
+	ds := harness.Auckland2h(t)
+	ref := harness.ReferenceFor(t, ds)
 	began := time.Now() // the reference is shared by the tests of the process
-	addr := startBroker(t)
-	f := newFeed(ds, addr, 1)
-	f.steps[len(f.steps)-1].settle = false
-	f.all(t)
-	rs := startReplicaSet(t, false)
-	rs.createDB()
+	addr := harness.StartBroker(t)
+	f := harness.NewFeed(ds, addr, 1)
+	f.Steps[len(f.Steps)-1].Settle = false
+	f.All(t)
+	rs := harness.StartReplicaSet(t, false)
+	rs.CreateDB()
 	ready := time.Now()
-	oldPrimary, standby := rs.nodes[0], rs.nodes[1]
-	toOld := startPgProxy(t, fmt.Sprintf("127.0.0.1:%d", oldPrimary.port))
-	toNew := startPgProxy(t, fmt.Sprintf("127.0.0.1:%d", standby.port))
+	oldPrimary, standby := rs.Nodes[0], rs.Nodes[1]
+	toOld := startPgProxy(t, fmt.Sprintf("127.0.0.1:%d", oldPrimary.Port))
+	toNew := startPgProxy(t, fmt.Sprintf("127.0.0.1:%d", standby.Port))
 	toNew.setDown(true)
 	hosts := func(first string) string {
 		return fmt.Sprintf("postgres://postgres@%s,%s/ovs?target_session_attrs=read-write&sslmode=disable", first, toNew.addr())
 	}
-	drainOn := func(db, parts string) *proc {
-		p := startOvstream(t, nil, runArgs(db, addr, "--drain", "--partitions", parts, "--flush-interval", "50ms",
-			"--allowed-lateness", ds.lateness, "--log-level", "info")...)
+	drainOn := func(db, parts string) *harness.Proc {
+		p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain", "--partitions", parts, "--flush-interval", "50ms",
+			"--allowed-lateness", ds.Lateness, "--log-level", "info")...)
 		t.Cleanup(func() {
 			if t.Failed() {
-				t.Logf("output of the drain of %s (tail):\n%s", parts, tail(p.output(), 40))
+				t.Logf("output of the drain of %s (tail):\n%s", parts, harness.Tail(p.Output(), 40))
 			}
 		})
 		return p
 	}
-	first := drainOn(hosts(fmt.Sprintf("127.0.0.1:%d", oldPrimary.port)), split2[1])
-	waitFor(t, 2*time.Minute, "the first drain waiting for the merge", func() bool {
-		if exited(first) {
-			t.Fatalf("the first drain ended before the second started:\n%s", tail(first.output(), 40))
+	first := drainOn(hosts(fmt.Sprintf("127.0.0.1:%d", oldPrimary.Port)), harness.Split2[1])
+	harness.WaitFor(t, 2*time.Minute, "the first drain waiting for the merge", func() bool {
+		if harness.Exited(first) {
+			t.Fatalf("the first drain ended before the second started:\n%s", harness.Tail(first.Output(), 40))
 		}
-		return dump(t, oldPrimary.url("ovs"), `SELECT count(*) FROM stream_positions WHERE drained AND `+partsFilter(t, split2[1]))[0] == "[5]"
+		return harness.Dump(t, oldPrimary.Url("ovs"), `SELECT count(*) FROM stream_positions WHERE drained AND `+partsFilter(t, harness.Split2[1]))[0] == "[5]"
 	})
-	rs.waitReplayed()
-	rs.hold()
+	rs.WaitReplayed()
+	rs.Hold()
 
 	type stop struct {
 		stage string
@@ -88,7 +89,7 @@ func TestFailoverSplitDrainEndLost(t *testing.T) {
 	}
 	toOld.mu.Unlock()
 	toOld.armNext(dropAfterDrainEnd)
-	second := drainOn(hosts(toOld.addr()), split2[0])
+	second := drainOn(hosts(toOld.addr()), harness.Split2[0])
 	next := func(stage string) stop {
 		t.Helper()
 		deadline := time.After(2 * time.Minute)
@@ -100,27 +101,27 @@ func TestFailoverSplitDrainEndLost(t *testing.T) {
 				}
 				return s
 			case <-time.After(100 * time.Millisecond):
-				if exited(second) {
+				if harness.Exited(second) {
 					t.Fatalf("the second drain exited %d before its drain-ending COMMIT was broken:\n%s",
-						second.cmd.ProcessState.ExitCode(), tail(second.output(), 40))
+						second.Cmd.ProcessState.ExitCode(), harness.Tail(second.Output(), 40))
 				}
 			case <-deadline:
-				t.Fatalf("no drain-ending COMMIT of the second drain within 2 minutes:\n%s", tail(second.output(), 40))
+				t.Fatalf("no drain-ending COMMIT of the second drain within 2 minutes:\n%s", harness.Tail(second.Output(), 40))
 			}
 		}
 	}
 	s := next("open")
-	xid := scalar[int64](t, oldPrimary.url("postgres"),
+	xid := harness.Scalar[int64](t, oldPrimary.Url("postgres"),
 		fmt.Sprintf(`SELECT backend_xid::text::bigint FROM pg_stat_activity WHERE client_port = %d`, s.port))
 	close(s.done)
 	s = next("answered")
-	died := rs.killPrimary()
+	died := rs.KillPrimary()
 	close(s.done)
-	rs.waitStandbyQuiet()
-	rs.promote()
+	rs.WaitStandbyQuiet()
+	rs.Promote()
 
 	// The new primary's transaction IDs, used up to past the lost one.
-	newDB := standby.url("ovs")
+	newDB := standby.Url("ovs")
 	var from, to int64
 	func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -139,7 +140,7 @@ func TestFailoverSplitDrainEndLost(t *testing.T) {
 			}
 		}
 	}()
-	status := standby.query("ovs", fmt.Sprintf(`SELECT txid_status(%d)`, xid))
+	status := standby.Query("ovs", fmt.Sprintf(`SELECT txid_status(%d)`, xid))
 	if status != "committed" {
 		t.Fatalf("txid_status(%d) on the new primary is %q after using its IDs %d..%d, want committed", xid, status, from, to)
 	}
@@ -147,34 +148,34 @@ func TestFailoverSplitDrainEndLost(t *testing.T) {
 		"to transactions of the test: txid_status(%d) says %s there", xid, from, to, xid, status)
 	toNew.setDown(false)
 
-	if code := second.wait(t, time.Minute); code != 0 {
-		t.Fatalf("the second drain exited %d; output:\n%s", code, tail(second.output(), 40))
+	if code := second.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("the second drain exited %d; output:\n%s", code, harness.Tail(second.Output(), 40))
 	}
 	ended := time.Now()
 	// It ended only once the new primary holds its drain: every partition
 	// consumed to its high water mark, no drained flag left (the last
 	// drain's commit merged everything and cleared them).
-	hw := highWaterMarks(t, addr)
+	hw := harness.HighWaterMarks(t, addr)
 	var want []string
 	for tp, n := range hw {
 		want = append(want, fmt.Sprintf("[%s %d %d]", tp.Topic, tp.Partition, n))
 	}
-	got := dump(t, newDB, `SELECT topic, partition, next_offset FROM stream_positions WHERE NOT drained AND next_offset IS NOT NULL`)
-	sameRows(t, "stored positions on the new primary when the second drain exited 0 (each partition at its high water mark, none drained)", got, want)
+	got := harness.Dump(t, newDB, `SELECT topic, partition, next_offset FROM stream_positions WHERE NOT drained AND next_offset IS NOT NULL`)
+	harness.SameRows(t, "stored positions on the new primary when the second drain exited 0 (each partition at its high water mark, none drained)", got, want)
 	if t.Failed() {
-		t.Fatalf("the second drain exited 0, yet the new primary does not hold its drain; its output:\n%s", tail(second.output(), 30))
+		t.Fatalf("the second drain exited 0, yet the new primary does not hold its drain; its output:\n%s", harness.Tail(second.Output(), 30))
 	}
-	if code := first.wait(t, time.Minute); code != 0 {
-		t.Fatalf("the first drain exited %d; output:\n%s", code, tail(first.output(), 40))
+	if code := first.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("the first drain exited %d; output:\n%s", code, harness.Tail(first.Output(), 40))
 	}
-	if n := strings.Count(second.output(), "COMMIT outcome unknown"); n != 0 {
+	if n := strings.Count(second.Output(), "COMMIT outcome unknown"); n != 0 {
 		t.Errorf("the second drain resynced %d times after an unknown outcome; the new primary could tell", n)
 	}
 	// The reference is checked against the SQL oracle (referenceFor): equal
 	// to it, every table here is.
-	compared, differing := compareWithReference(t, newDB, ref, "split drains, the drain-ending COMMIT lost in a failover")
+	compared, differing := harness.CompareWithReference(t, newDB, ref, "split drains, the drain-ending COMMIT lost in a failover")
 	t.Logf("%d rows compared with one uninterrupted drain, %d differ; the second drain: %s", compared, differing,
-		lineWith(second, "summary:"))
+		harness.LineWith(second, "summary:"))
 	t.Logf("without the reference: %v to the feed and the replicated cluster, %v to the primary's death, %v from it to the second drain's exit, %v to the checks' end",
 		ready.Sub(began).Round(time.Millisecond), died.Sub(ready).Round(time.Millisecond), ended.Sub(died).Round(time.Millisecond),
 		time.Since(ended).Round(time.Millisecond))

@@ -2,21 +2,8 @@
 
 package integration
 
-// PostgreSQL failover under a running service: `ovstream run`
-// is given a multi-host URL (both nodes of a replicated private cluster,
-// target_session_attrs=read-write); the primary is SIGKILLed while commits
-// flow, the hot standby promoted, and the service must carry on by itself.
-// With an asynchronous standby the commits the old primary acknowledged
-// and never shipped are lost with their offsets: the service must notice
-// that the database is behind what it committed and recompute them, never
-// write later offsets over the hole. Each test ends with SIGTERM and a final
-// drain against the new primary; every result table must then equal the
-// uninterrupted run's and delay_aggregates the SQL oracle, row for row.
-
 import (
 	"context"
-	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -24,55 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 )
-
-// dbState is what a node holds of the service's progress.
-type dbState struct {
-	positions  map[aggregate.PartitionID][3]int64 // next_offset, consumed_offset, commit_seq
-	lastCommit time.Time                          // max(stream_positions.updated_at)
-	windowRows int64
-}
-
-// state reads the service's progress on node n.
-func (n *pgNode) state() dbState {
-	n.t.Helper()
-	s := dbState{positions: map[aggregate.PartitionID][3]int64{}}
-	db := n.url("ovs")
-	for _, row := range scalar[[]string](n.t, db, `SELECT coalesce(array_agg(topic || ' ' || partition || ' ' || next_offset || ' ' || consumed_offset
-		|| ' ' || commit_seq), '{}') FROM stream_positions WHERE next_offset IS NOT NULL`) {
-		var tp aggregate.PartitionID
-		var next, consumed, seq int64
-		scan(n.t, row, "%s %d %d %d %d", &tp.Topic, &tp.Partition, &next, &consumed, &seq)
-		s.positions[tp] = [3]int64{next, consumed, seq}
-	}
-	s.lastCommit = scalar[time.Time](n.t, db, `SELECT coalesce(max(updated_at), 'epoch') FROM stream_positions`)
-	s.windowRows = scalar[int64](n.t, db, `SELECT count(*) FROM delay_aggregates`)
-	return s
-}
-
-// seqsAhead is the most commits (commit_seq) by which a partition of s is
-// ahead of o.
-func (s dbState) seqsAhead(o dbState) int64 {
-	var n int64
-	for tp, p := range s.positions {
-		n = max(n, p[2]-o.positions[tp][2])
-	}
-	return n
-}
-
-// ahead lists the partitions whose offsets in s are past those in o, with
-// the number of records by which next_offset is ahead in total.
-func (s dbState) ahead(o dbState) (parts []string, records int64) {
-	for tp, p := range s.positions {
-		q := o.positions[tp]
-		if p[0] > q[0] || p[1] > q[1] {
-			parts = append(parts, fmt.Sprintf("%s next %d/%d consumed %d/%d", tp, p[0], q[0], p[1], q[1]))
-			records += max(0, p[0]-q[0])
-		}
-	}
-	sort.Strings(parts)
-	return parts, records
-}
 
 // watchCommits polls max(stream_positions.updated_at) on db every 2 ms
 // over one connection (each commit upserts every partition it owns, so the
@@ -109,7 +49,7 @@ func watchCommits(t *testing.T, db string) func() []time.Time {
 }
 
 // aliveAll fails the test when one of ps has exited.
-func (r *rig) aliveAll(ps []*proc, when string) {
+func (r *rig) aliveAll(ps []*harness.Proc, when string) {
 	r.t.Helper()
 	for _, p := range ps {
 		r.alive(p, when)
@@ -143,42 +83,42 @@ type failoverFigures struct {
 // asynchronous mode, or a commit waits in synchronous mode), SIGKILLs the
 // primary, promotes the standby and waits until p commits on it. The
 // positions monitor is told the database lost what the new primary lacks.
-func (r *rig) failover(rs *pgReplicaSet, p *proc, minHold time.Duration) failoverFigures {
+func (r *rig) failover(rs *harness.PgReplicaSet, p *harness.Proc, minHold time.Duration) failoverFigures {
 	r.t.Helper()
-	return r.failoverWith(rs, []*proc{p}, minHold, nil)
+	return r.failoverWith(rs, []*harness.Proc{p}, minHold, nil)
 }
 
 // failoverWith is failover with held run first while the stream is held
 // (e.g. an instance's death and its standby's claim).
-func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, held func()) failoverFigures {
+func (r *rig) failoverWith(rs *harness.PgReplicaSet, ps []*harness.Proc, minHold time.Duration, held func()) failoverFigures {
 	t := r.t
 	t.Helper()
 	var f failoverFigures
-	primary, standby := rs.nodes[rs.primary], rs.nodes[1-rs.primary]
-	rs.waitReplayed()
+	primary, standby := rs.Nodes[rs.Primary], rs.Nodes[1-rs.Primary]
+	rs.WaitReplayed()
 	began := time.Now()
-	rs.hold()
-	commitsSeen := watchCommits(t, primary.url("ovs"))
+	rs.Hold()
+	commitsSeen := watchCommits(t, primary.Url("ovs"))
 	if held != nil {
 		held()
 	}
-	var before dbState
+	var before harness.DbState
 	for {
 		r.aliveAll(ps, "while the replication stream is held")
 		time.Sleep(20 * time.Millisecond)
-		on := standby.state()
-		before = primary.state()
+		on := standby.State()
+		before = primary.State()
 		f.held = time.Since(began)
-		parts, _ := before.ahead(on)
-		if f.held >= minHold && (rs.sync || len(parts) > 0) {
+		parts, _ := before.Ahead(on)
+		if f.held >= minHold && (rs.Sync || len(parts) > 0) {
 			break
 		}
 		if f.held > 15*time.Second {
 			t.Fatalf("replication held %v: the primary holds no commit that moved a position past the standby's; output:\n%s",
-				f.held.Round(time.Millisecond), tail(ps[0].output(), 40))
+				f.held.Round(time.Millisecond), harness.Tail(ps[0].Output(), 40))
 		}
 	}
-	f.lagBytes = rs.lagBytes()
+	f.lagBytes = rs.LagBytes()
 	if f.lagBytes <= 0 {
 		t.Fatalf("replication held %v, yet the standby is %d bytes behind the primary", f.held, f.lagBytes)
 	}
@@ -187,43 +127,43 @@ func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, 
 	// until its baseline is the new primary's.
 	logged, unknown := make([]int, len(ps)), make([]int, len(ps))
 	for i, p := range ps {
-		logged[i] = strings.Count(p.output(), lostLine)
-		unknown[i] = strings.Count(p.output(), ambiguousLine)
+		logged[i] = strings.Count(p.Output(), lostLine)
+		unknown[i] = strings.Count(p.Output(), ambiguousLine)
 	}
 	var died time.Time
-	var after dbState
+	var after harness.DbState
 	func() {
 		r.mon.mu.Lock()
 		defer r.mon.mu.Unlock() // also on t.Fatal: the rig's cleanup closes the monitor
-		died = rs.killPrimary()
+		died = rs.KillPrimary()
 		// What the new primary starts from, read on the standby before its
 		// promotion (once promoted, the service writes on it at once): all it
 		// received replayed, the stream gone.
-		rs.waitStandbyQuiet()
-		after = standby.state()
-		rs.promote()
+		rs.WaitStandbyQuiet()
+		after = standby.State()
+		rs.Promote()
 		f.promoteAfter = time.Since(died)
 		r.mon.last = map[aggregate.PartitionID][2]int64{}
 	}()
 
 	for _, c := range commits {
-		if c.After(after.lastCommit) {
+		if c.After(after.LastCommit) {
 			f.lostCommits++
 		}
 	}
-	f.lostParts, f.lostRecords = before.ahead(after)
-	f.lostWindows = before.windowRows - after.windowRows
-	f.lostSeq = before.seqsAhead(after)
+	f.lostParts, f.lostRecords = before.Ahead(after)
+	f.lostWindows = before.WindowRows - after.WindowRows
+	f.lostSeq = before.SeqsAhead(after)
 	t.Logf("failover %s -> %s (%s): stream held %v, standby %d bytes of WAL behind; the old primary had acknowledged %d commits the new one lacks "+
 		"(commit_seq back by %d): %d delay_aggregates rows, stored offsets of %d partitions back by %d records %v",
-		primary.name, rs.nodes[rs.primary].name, rs.mode(), f.held.Round(time.Millisecond), f.lagBytes, f.lostCommits, f.lostSeq,
+		primary.Name, rs.Nodes[rs.Primary].Name, rs.Mode(), f.held.Round(time.Millisecond), f.lagBytes, f.lostCommits, f.lostSeq,
 		f.lostWindows, len(f.lostParts), f.lostRecords, f.lostParts)
 
 	deadline := died.Add(time.Minute)
 	for !r.lastCommit().After(died) {
 		r.aliveAll(ps, "after the failover")
 		if time.Now().After(deadline) {
-			t.Fatalf("no commit on the new primary within a minute of the failover; output:\n%s", tail(ps[0].output(), 60))
+			t.Fatalf("no commit on the new primary within a minute of the failover; output:\n%s", harness.Tail(ps[0].Output(), 60))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -234,11 +174,11 @@ func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, 
 			parts, f.loggedLost = 0, 0
 			for i, p := range ps {
 				lines := 0
-				for _, l := range strings.Split(p.output(), "\n") {
+				for _, l := range strings.Split(p.Output(), "\n") {
 					if _, n, ok := strings.Cut(l, "commits_lost="); ok && strings.Contains(l, lostLine) {
 						if lines++; lines > logged[i] {
 							var c int64
-							scan(t, n, "%d", &c)
+							harness.Scan(t, n, "%d", &c)
 							f.loggedLost = max(f.loggedLost, c)
 							parts++
 						}
@@ -250,7 +190,7 @@ func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, 
 			}
 			resynced := false // a COMMIT in flight at the kill: the resync re-read the positions
 			for i, p := range ps {
-				resynced = resynced || strings.Count(p.output(), ambiguousLine) > unknown[i]
+				resynced = resynced || strings.Count(p.Output(), ambiguousLine) > unknown[i]
 			}
 			if resynced && f.loggedLost == 0 {
 				t.Logf("a COMMIT was in flight at the kill: the service re-read the stored positions after its unknown outcome " +
@@ -272,16 +212,16 @@ func (r *rig) failoverWith(rs *pgReplicaSet, ps []*proc, minHold time.Duration, 
 // startFailoverRig starts a replicated cluster, the feed of the Auckland
 // 2 h slice in chunks paced so that commits go on for many seconds, and the
 // service on the multi-host URL, and waits for its first real commits.
-func startFailoverRig(t *testing.T, sync bool, chunks int, flags ...string) (*rig, *pgReplicaSet, *proc) {
+func startFailoverRig(t *testing.T, sync bool, chunks int, flags ...string) (*rig, *harness.PgReplicaSet, *harness.Proc) {
 	t.Helper()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	rs := startReplicaSet(t, sync)
-	r := newRigOn(t, rng, ds, startBroker(t), chunks, rs.createDB())
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	rs := harness.StartReplicaSet(t, sync)
+	r := newRigOn(t, rng, ds, harness.StartBroker(t), chunks, rs.CreateDB())
 	if len(flags) > 0 {
 		r.flags = flags
 	}
-	r.feed.paced(200 * time.Millisecond)
+	r.feed.Paced(200 * time.Millisecond)
 	p := r.start()
 	r.waitProgress(p, time.Minute, "before the failover")
 	r.sleepOrExit(p, time.Duration(300+rng.IntN(700))*time.Millisecond, "before the failover")
@@ -290,13 +230,13 @@ func startFailoverRig(t *testing.T, sync bool, chunks int, flags ...string) (*ri
 
 // endFailoverRig lets the feed end, stops the service with SIGTERM (exit 0)
 // and checks the final drain's tables (rig.finish).
-func endFailoverRig(r *rig, p *proc) {
+func endFailoverRig(r *rig, p *harness.Proc) {
 	r.t.Helper()
-	r.feed.all(r.t) // the failovers are over: the rest of the feed at once
+	r.feed.All(r.t) // the failovers are over: the rest of the feed at once
 	r.waitCommits(p, 2, time.Minute, "after the feed ended")
 	r.stopGracefully(p)
 	r.finish(0)
-	if n := strings.Count(p.output(), "read-only"); n > 0 {
+	if n := strings.Count(p.Output(), "read-only"); n > 0 {
 		r.t.Logf("the service met %d read-only errors (25006) on the way", n)
 	}
 }
@@ -329,8 +269,8 @@ func TestFailoverSync(t *testing.T) {
 		t.Fatalf("synchronous failover lost acknowledged commits: %d commits (commit_seq %d), %d window rows, offsets %v",
 			f.lostCommits, f.lostSeq, f.lostWindows, f.lostParts)
 	}
-	if strings.Contains(p.output(), lostLine) {
-		t.Fatalf("the service says the database lost commits after a synchronous failover:\n%s", lineWith(p, lostLine))
+	if strings.Contains(p.Output(), lostLine) {
+		t.Fatalf("the service says the database lost commits after a synchronous failover:\n%s", harness.LineWith(p, lostLine))
 	}
 	endFailoverRig(r, p)
 }
@@ -342,15 +282,15 @@ func TestFailoverSync(t *testing.T) {
 func TestFailoverRewindBack(t *testing.T) {
 	t.Parallel()
 	r, rs, p := startFailoverRig(t, false, 60)
-	r.feed.holdBack(30) // the second half for the second failover
+	r.feed.HoldBack(30) // the second half for the second failover
 	f1 := r.failover(rs, p, 500*time.Millisecond)
-	rs.rejoin()
-	r.feed.release()
-	r.feed.paced(200 * time.Millisecond)
+	rs.Rejoin()
+	r.feed.Release()
+	r.feed.Paced(200 * time.Millisecond)
 	r.waitProgress(p, time.Minute, "before the failover back")
 	f2 := r.failover(rs, p, 500*time.Millisecond)
-	if rs.primary != 0 {
-		t.Fatalf("after failing back the primary is node%d, want node0", rs.primary)
+	if rs.Primary != 0 {
+		t.Fatalf("after failing back the primary is node%d, want node0", rs.Primary)
 	}
 	for i, f := range []failoverFigures{f1, f2} {
 		if f.lostCommits == 0 || f.lostSeq == 0 || len(f.lostParts) == 0 {
@@ -370,16 +310,16 @@ func TestFailoverDuringTakeover(t *testing.T) {
 	t.Parallel()
 	r, rs, a := startFailoverRig(t, false, 50, "--lease", "3s")
 	b := r.startWith(nil)
-	waitLog(t, b, standbyLine, time.Minute)
-	f := r.failoverWith(rs, []*proc{b}, 0, func() {
+	harness.WaitLog(t, b, harness.StandbyLine, time.Minute)
+	f := r.failoverWith(rs, []*harness.Proc{b}, 0, func() {
 		r.kill(a)
-		waitLog(t, b, claimedLine, time.Minute)
+		harness.WaitLog(t, b, harness.ClaimedLine, time.Minute)
 		r.waitCommits(b, 2, time.Minute, "after the takeover, on the primary whose stream is held")
 	})
 	if f.lostCommits == 0 || f.lostSeq == 0 || len(f.lostParts) == 0 {
 		t.Fatalf("the failover lost %d commits, %d partitions' offsets: it did not exercise the hole", f.lostCommits, len(f.lostParts))
 	}
-	if epochs := dump(t, r.db, `SELECT DISTINCT epoch FROM stream_positions`); len(epochs) != 1 {
+	if epochs := harness.Dump(t, r.db, `SELECT DISTINCT epoch FROM stream_positions`); len(epochs) != 1 {
 		t.Logf("epochs stored on the new primary: %v", epochs)
 	}
 	r.kills-- // A's death came before the failover and is not what the test is about
@@ -394,15 +334,15 @@ func TestFailoverDuringTakeover(t *testing.T) {
 // run and the SQL oracle.
 func TestFailoverSplitMerge(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	rs := startReplicaSet(t, false)
-	r := newRigOn(t, rng, ds, startBroker(t), 60, rs.createDB())
-	ps := make([]*proc, 2)
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	rs := harness.StartReplicaSet(t, false)
+	r := newRigOn(t, rng, ds, harness.StartBroker(t), 60, rs.CreateDB())
+	ps := make([]*harness.Proc, 2)
 	for i := range ps {
-		ps[i] = r.startWith(nil, "--partitions", split2[i])
+		ps[i] = r.startWith(nil, "--partitions", harness.Split2[i])
 	}
-	r.feed.paced(200 * time.Millisecond)
+	r.feed.Paced(200 * time.Millisecond)
 	r.waitMergedPast(ps, "", 2*time.Minute, "before the failover")
 	merged := r.mergedUntil()
 	f := r.failoverWith(rs, ps, 700*time.Millisecond, nil)
@@ -410,17 +350,17 @@ func TestFailoverSplitMerge(t *testing.T) {
 		t.Fatalf("the failover lost %d commits, %d partitions' offsets: it did not exercise the hole", f.lostCommits, len(f.lostParts))
 	}
 	for j, p := range ps {
-		r.waitInstanceCommits(p, split2[j], 2, 2*time.Minute, "after the failover")
+		r.waitInstanceCommits(p, harness.Split2[j], 2, 2*time.Minute, "after the failover")
 	}
 	r.waitMergedPast(ps, merged, 2*time.Minute, "after the failover")
 	for i, p := range ps {
-		t.Logf("instance %d logged the loss on %d partitions", i, strings.Count(p.output(), lostLine))
+		t.Logf("instance %d logged the loss on %d partitions", i, strings.Count(p.Output(), lostLine))
 	}
-	r.feed.all(t)
-	r.waitConsumedTo(ps[0], highWaterMarks(t, r.brokers), 2*time.Minute, "after the feed ended")
+	r.feed.All(t)
+	r.waitConsumedTo(ps[0], harness.HighWaterMarks(t, r.brokers), 2*time.Minute, "after the feed ended")
 	for _, p := range ps {
 		r.stopGracefully(p)
 	}
-	r.splitDrains(split2)
+	r.splitDrains(harness.Split2)
 	r.finish(0)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // Freshness: ovstream_closable_window_age_seconds, status and the
@@ -23,40 +24,40 @@ import (
 // run reads the records that close it; once the lock is gone the window is
 // written and the age is 0 again.
 func TestFreshnessClosableWindowAge(t *testing.T) {
-	db, addr := freshDB(t), startBroker(t)
+	db, addr := harness.FreshDB(t), harness.StartBroker(t)
 	// Records of the window on every partition: their timestamps do not
 	// decide it (event times before 08:07 = 08:05 + the default 2m lateness).
 	base := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)
-	var open []rec
+	var open []harness.Rec
 	var openAt []time.Time
 	parts := []struct {
 		topic string
 		n     int32
-	}{{predictionsTopic, 6}, {positionsTopic, 3}}
+	}{{harness.PredictionsTopic, 6}, {harness.PositionsTopic, 3}}
 	value := func(topic string, p int32, eventTime string) []byte {
-		if topic == positionsTopic {
-			return pos(fmt.Sprintf("v%d", p), -36.8, eventTime)
+		if topic == harness.PositionsTopic {
+			return harness.Pos(fmt.Sprintf("v%d", p), -36.8, eventTime)
 		}
-		return pred(fmt.Sprintf("t%d", p), "L1", fmt.Sprintf("S%d", p), "AT", 30, eventTime)
+		return harness.Pred(fmt.Sprintf("t%d", p), "L1", fmt.Sprintf("S%d", p), "AT", 30, eventTime)
 	}
 	for _, tp := range parts {
 		for p := range tp.n {
-			open = append(open, rec{topic: tp.topic, partition: p, value: value(tp.topic, p, "2016-05-19T08:01:00Z")})
+			open = append(open, harness.Rec{Topic: tp.topic, Partition: p, Value: value(tp.topic, p, "2016-05-19T08:01:00Z")})
 			openAt = append(openAt, base)
 		}
 	}
-	produceRecordsAt(t, addr, openAt, open...)
-	run := startOvstream(t, nil, "run", "--database-url", db, "--brokers", addr, "--metrics-addr", "127.0.0.1:0",
+	harness.ProduceRecordsAt(t, addr, openAt, open...)
+	run := harness.StartOvstream(t, nil, "run", "--database-url", db, "--brokers", addr, "--metrics-addr", "127.0.0.1:0",
 		"--idle-timeout", "1h", "--flush-interval", "500ms", "--log-level", "debug") // idle partitions would close the window on the first of them
-	ops := opsAddr(t, run)
+	ops := harness.OpsAddr(t, run)
 	waitMetric(t, run, ops, "ovstream_commits_total", func(v float64) bool { return v >= 1 })
-	if m := scrape(t, ops); m["ovstream_closable_window_age_seconds"] != 0 {
+	if m := harness.Scrape(t, ops); m["ovstream_closable_window_age_seconds"] != 0 {
 		t.Fatalf("before any window is closable: age %v, want 0", m["ovstream_closable_window_age_seconds"])
 	}
 
 	// Hold every commit that writes windows (EXCLUSIVE: reads such as
 	// status go on).
-	ctx := testCtx(t)
+	ctx := harness.TestCtx(t)
 	lock, err := pgx.Connect(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestFreshnessClosableWindowAge(t *testing.T) {
 	// The closing records, each partition's first at or past 08:07: their
 	// timestamps spread so that the latest is neither the first nor the last
 	// partition produced; a later record of the same partition does not move it.
-	var closing []rec
+	var closing []harness.Rec
 	var closingAt []time.Time
 	var closable time.Time
 	i := 0
@@ -80,16 +81,16 @@ func TestFreshnessClosableWindowAge(t *testing.T) {
 		for p := range tp.n {
 			ts := base.Add(time.Duration(60+(i*37)%97) * time.Second)
 			closable = later(closable, ts)
-			closing = append(closing, rec{topic: tp.topic, partition: p, value: value(tp.topic, p, "2016-05-19T08:07:30Z")},
-				rec{topic: tp.topic, partition: p, value: value(tp.topic, p, "2016-05-19T08:08:00Z")})
+			closing = append(closing, harness.Rec{Topic: tp.topic, Partition: p, Value: value(tp.topic, p, "2016-05-19T08:07:30Z")},
+				harness.Rec{Topic: tp.topic, Partition: p, Value: value(tp.topic, p, "2016-05-19T08:08:00Z")})
 			closingAt = append(closingAt, ts, base.Add(9*time.Minute))
 			i++
 		}
 	}
-	produceRecordsAt(t, addr, closingAt, closing...)
+	harness.ProduceRecordsAt(t, addr, closingAt, closing...)
 	waitMetric(t, run, ops, "ovstream_closable_window_age_seconds", func(v float64) bool { return v > 0 })
 	before := time.Now()
-	age := scrape(t, ops)["ovstream_closable_window_age_seconds"]
+	age := harness.Scrape(t, ops)["ovstream_closable_window_age_seconds"]
 	after := time.Now()
 	if lo, hi := before.Sub(closable).Seconds(), after.Sub(closable).Seconds(); age < lo || age > hi {
 		t.Errorf("ovstream_closable_window_age_seconds = %.3f, want wall clock - %s, in [%.3f, %.3f]", age,
@@ -105,7 +106,7 @@ func TestFreshnessClosableWindowAge(t *testing.T) {
 		} `json:"instances"`
 	}
 	statusNow := func() string {
-		out, errOut, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ovstream", "--json")
+		out, errOut, code := harness.RunCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ovstream", "--json")
 		if code != 0 {
 			t.Fatalf("status --json exited %d: %s", code, errOut)
 		}
@@ -113,7 +114,7 @@ func TestFreshnessClosableWindowAge(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatal(err)
 		}
-		text, _, _ := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ovstream")
+		text, _, _ := harness.RunCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ovstream")
 		return text
 	}
 	text := statusNow()
@@ -134,7 +135,7 @@ func TestFreshnessClosableWindowAge(t *testing.T) {
 	}
 	waitMetric(t, run, ops, "ovstream_closable_window_age_seconds", func(v float64) bool { return v == 0 })
 	var rows int
-	sqlRow(t, db, `SELECT count(*) FROM delay_aggregates WHERE window_end = '2016-05-19T08:05:00Z'`, &rows)
+	harness.SqlRow(t, db, `SELECT count(*) FROM delay_aggregates WHERE window_end = '2016-05-19T08:05:00Z'`, &rows)
 	if rows == 0 {
 		t.Error("age 0 but the window [08:00, 08:05) is not written")
 	}
@@ -148,11 +149,11 @@ func TestFreshnessClosableWindowAge(t *testing.T) {
 	if !strings.Contains(text, "freshness: every closable window is written") {
 		t.Errorf("status after the commit:\n%s", text)
 	}
-	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := run.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := run.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run exited %d:\n%s", code, run.output())
+	if code := run.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, run.Output())
 	}
 }
 
@@ -165,21 +166,21 @@ func later(a, b time.Time) time.Time {
 
 // waitMetric waits until the sample name of run's /metrics satisfies ok (a
 // minute at most; the run must not end meanwhile).
-func waitMetric(t *testing.T, run *proc, ops, name string, ok func(float64) bool) {
+func waitMetric(t *testing.T, run *harness.Proc, ops, name string, ok func(float64) bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		v, has := scrape(t, ops)[name]
+		v, has := harness.Scrape(t, ops)[name]
 		if has && ok(v) {
 			return
 		}
 		select {
-		case <-run.done:
-			t.Fatalf("run ended while waiting for %s (last %v):\n%s", name, v, run.output())
+		case <-run.Done:
+			t.Fatalf("run ended while waiting for %s (last %v):\n%s", name, v, run.Output())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is %v after a minute:\n%s", name, v, run.output())
+			t.Fatalf("%s is %v after a minute:\n%s", name, v, run.Output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

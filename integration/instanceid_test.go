@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -29,78 +30,62 @@ import (
 // waits the lease. The result equals the SQL oracle.
 func TestInstanceIDRestartClaimsAtOnce(t *testing.T) {
 	t.Parallel()
-	addr, db := startBroker(t), freshDB(t)
-	total, half, second := produceFirstHalf(t, addr)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	total, half, second := harness.ProduceFirstHalf(t, addr)
 	args := func(id string) []string {
-		return runArgs(db, addr, "--pipeline", "static", "--metrics-addr", "127.0.0.1:0", "--flush-interval", "200ms",
+		return harness.RunArgs(db, addr, "--pipeline", "static", "--metrics-addr", "127.0.0.1:0", "--flush-interval", "200ms",
 			"--log-level", "info", "--instance-id", id)
 	}
-	committed := func(ops string, n int) func() bool { return committedIn(t, db, "static", ops, n) }
+	committed := func(ops string, n int) func() bool { return harness.CommittedIn(t, db, "static", ops, n) }
 
-	a := startOvstream(t, nil, args("pod-0")...)
-	waitFor(t, time.Minute, "the first half consumed and committed", committed(opsAddr(t, a), half))
-	a.kill()
-	<-a.done
+	a := harness.StartOvstream(t, nil, args("pod-0")...)
+	harness.WaitFor(t, time.Minute, "the first half consumed and committed", committed(harness.OpsAddr(t, a), half))
+	a.Kill()
+	<-a.Done
 
 	restarted := time.Now()
-	b := startOvstream(t, nil, args("pod-0")...)
-	opsB := opsAddr(t, b)
-	waitLog(t, b, claimedLine, 2*time.Minute)
+	b := harness.StartOvstream(t, nil, args("pod-0")...)
+	opsB := harness.OpsAddr(t, b)
+	harness.WaitLog(t, b, harness.ClaimedLine, 2*time.Minute)
 	claimedAfter := time.Since(restarted)
-	waitFor(t, time.Minute, "a commit of the restarted process", func() bool { return scrape(t, opsB)["ovstream_commits_total"] > 0 })
+	harness.WaitFor(t, time.Minute, "a commit of the restarted process", func() bool { return harness.Scrape(t, opsB)["ovstream_commits_total"] > 0 })
 	committedAfter := time.Since(restarted)
-	line := lineWith(b, claimedLine)
+	line := harness.LineWith(b, harness.ClaimedLine)
 	// Taken while the predecessor's lease was alive: not a wait for its expiry.
 	if !strings.Contains(line, "restarted_from=") || !strings.Contains(line, "alive (heartbeat") ||
-		strings.Contains(b.output(), standbyLine) {
+		strings.Contains(b.Output(), harness.StandbyLine) {
 		t.Fatalf("the restart with the same --instance-id did not take the partitions of its dead predecessor at once:\n%s",
-			tail(b.output(), 20))
+			harness.Tail(b.Output(), 20))
 	}
 	t.Logf("restart with the same --instance-id (lease 15s): claimed %v, first commit %v after the start",
 		claimedAfter.Round(time.Millisecond), committedAfter.Round(time.Millisecond))
 
 	// A second live process with the same id waits and says why; b goes on.
-	twin := startOvstream(t, nil, args("pod-0")...)
-	waitLog(t, twin, "two processes share an instance id", time.Minute)
-	produceFeeds(t, addr, second)
-	waitFor(t, time.Minute, "the second half consumed and committed by the live process", committed(opsB, total))
-	if strings.Contains(twin.output(), claimedLine) || strings.Contains(b.output(), "fenced") {
-		t.Fatalf("a second process with the same id took over:\ntwin:\n%s\nlive:\n%s", tail(twin.output(), 20), tail(b.output(), 20))
+	twin := harness.StartOvstream(t, nil, args("pod-0")...)
+	harness.WaitLog(t, twin, "two processes share an instance id", time.Minute)
+	harness.ProduceFeeds(t, addr, second)
+	harness.WaitFor(t, time.Minute, "the second half consumed and committed by the live process", committed(opsB, total))
+	if strings.Contains(twin.Output(), harness.ClaimedLine) || strings.Contains(b.Output(), "fenced") {
+		t.Fatalf("a second process with the same id took over:\ntwin:\n%s\nlive:\n%s", harness.Tail(twin.Output(), 20), harness.Tail(b.Output(), 20))
 	}
-	if err := twin.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := twin.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := twin.wait(t, time.Minute); code != 0 {
-		t.Fatalf("the waiting twin exited %d after SIGTERM:\n%s", code, twin.output())
+	if code := twin.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("the waiting twin exited %d after SIGTERM:\n%s", code, twin.Output())
 	}
 
 	// Another id after a SIGKILL still waits for the lease.
-	b.kill()
-	<-b.done
-	c := startOvstream(t, nil, args("pod-1")...)
-	waitLog(t, c, standbyLine, time.Minute)
-	waitLog(t, c, claimedLine, time.Minute)
-	if line := lineWith(c, claimedLine); !strings.Contains(line, "expired (heartbeat") || strings.Contains(line, "restarted_from=") {
+	b.Kill()
+	<-b.Done
+	c := harness.StartOvstream(t, nil, args("pod-1")...)
+	harness.WaitLog(t, c, harness.StandbyLine, time.Minute)
+	harness.WaitLog(t, c, harness.ClaimedLine, time.Minute)
+	if line := harness.LineWith(c, harness.ClaimedLine); !strings.Contains(line, "expired (heartbeat") || strings.Contains(line, "restarted_from=") {
 		t.Fatalf("another instance id claimed before the lease expired: %s", line)
 	}
-	waitFor(t, time.Minute, "everything committed again", committed(opsAddr(t, c), total))
-	stopDrainCompare(t, c, db, addr, "static", total, "delay_aggregates after restarts with --instance-id vs SQL oracle")
-}
-
-// committedIn tells whether n predictions of pipeline are consumed and
-// committed in db: the stored consumed offsets (offsets are contiguous
-// here) and nothing waiting in the process serving ops.
-func committedIn(t *testing.T, db, pipeline, ops string, n int) func() bool {
-	return func() bool {
-		sum := int64(0)
-		for k, v := range storedConsumedOf(t, db, pipeline) {
-			if strings.HasPrefix(k, predictionsTopic+"/") {
-				sum += v
-			}
-		}
-		m := scrape(t, ops)
-		return sum >= int64(n) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_commits_total"] > 0
-	}
+	harness.WaitFor(t, time.Minute, "everything committed again", committed(harness.OpsAddr(t, c), total))
+	harness.StopDrainCompare(t, c, db, addr, "static", total, "delay_aggregates after restarts with --instance-id vs SQL oracle")
 }
 
 // restartedOwners compares pg_stat_activity.backend_start
@@ -109,15 +94,15 @@ func committedIn(t *testing.T, db, pipeline, ops string, n int) func() bool {
 // NOT EXISTS holds and a LIVE holder with the same --instance-id counts as
 // a dead predecessor: its partitions are taken at once.
 func TestInstanceIDLiveHolderOfAnotherRoleHeld(t *testing.T) {
-	ctx := testCtx(t)
-	db := freshDB(t)
+	ctx := harness.TestCtx(t)
+	db := harness.FreshDB(t)
 	role := fmt.Sprintf("ovs_otherrole_%d", time.Now().UnixNano()%1_000_000_000)
-	execSQL(t, db, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN;
+	harness.ExecSQL(t, db, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN;
 GRANT USAGE, CREATE ON SCHEMA public TO %[1]s;
 GRANT ALL ON ALL TABLES IN SCHEMA public TO %[1]s;
 GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO %[1]s;`, role))
 	t.Cleanup(func() {
-		for _, q := range []struct{ db, sql string }{{db, "DROP OWNED BY " + role}, {testDatabaseURL(), "DROP ROLE IF EXISTS " + role}} {
+		for _, q := range []struct{ db, sql string }{{db, "DROP OWNED BY " + role}, {harness.TestDatabaseURL(), "DROP ROLE IF EXISTS " + role}} {
 			if c, err := pgx.Connect(context.Background(), q.db); err == nil {
 				_, _ = c.Exec(context.Background(), q.sql)
 				c.Close(context.Background())

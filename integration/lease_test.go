@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -25,8 +26,8 @@ import (
 // terminates exactly that session. ClaimMore claims more partitions at the
 // owner's epoch and refuses a partition whose epoch is newer.
 func TestStoreClaimLeases(t *testing.T) {
-	ctx := testCtx(t)
-	url := freshDB(t)
+	ctx := harness.TestCtx(t)
+	url := harness.FreshDB(t)
 	open := func() *store.Store {
 		s, err := store.Open(ctx, url)
 		if err != nil {
@@ -167,7 +168,7 @@ func TestStoreClaimLeases(t *testing.T) {
 	if c, err = b.ClaimMore(ctx, "p", "B", 7, more, opts); err != nil { // repeated
 		t.Fatalf("ClaimMore again: %+v, %v", c, err)
 	}
-	if got := query[int64](t, url, `SELECT epoch FROM stream_positions WHERE partition = 2`); got != 7 {
+	if got := harness.Query[int64](t, url, `SELECT epoch FROM stream_positions WHERE partition = 2`); got != 7 {
 		t.Fatalf("p2 epoch %d, want 7", got)
 	}
 	var h *store.HeldError

@@ -11,24 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
-
-// execSQL runs sql (one or more statements) on db.
-func execSQL(t *testing.T, db, sql string) {
-	t.Helper()
-	ctx := testCtx(t)
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
 
 // ovstreamCmd runs `ovstream ARGS...` to its end and returns its exit code
 // and what it wrote to stderr.
@@ -36,7 +21,7 @@ func ovstreamCmd(t *testing.T, args ...string) (code int, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, ovstreamBin(t), args...)
+	cmd := exec.CommandContext(ctx, harness.OvstreamBin(t), args...)
 	var errBuf bytes.Buffer
 	cmd.Stderr = &errBuf
 	err := cmd.Run()
@@ -71,31 +56,31 @@ func TestMigrateFailureSaysRepair(t *testing.T) {
 			}
 		}
 	}
-	addr := startBroker(t)
+	addr := harness.StartBroker(t)
 
-	db := emptyDB(t)
-	execSQL(t, db, conflict)
+	db := harness.EmptyDB(t)
+	harness.ExecSQL(t, db, conflict)
 	code, out := ovstreamCmd(t, "migrate", "--database-url", db, "up")
 	expect("migrate up", code, out, failedNow)
 	code, out = ovstreamCmd(t, "migrate", "--database-url", db, "up")
 	expect("migrate up on the dirty schema", code, out, repair)
-	code, out = ovstreamCmd(t, runArgs(db, addr, "--migrate", "--drain")...)
+	code, out = ovstreamCmd(t, harness.RunArgs(db, addr, "--migrate", "--drain")...)
 	expect("run --migrate on the dirty schema", code, out, repair)
 
-	db2 := emptyDB(t)
-	execSQL(t, db2, conflict)
-	code, out = ovstreamCmd(t, runArgs(db2, addr, "--migrate", "--drain")...)
+	db2 := harness.EmptyDB(t)
+	harness.ExecSQL(t, db2, conflict)
+	code, out = ovstreamCmd(t, harness.RunArgs(db2, addr, "--migrate", "--drain")...)
 	expect("run --migrate", code, out, failedNow)
 
 	// The repair: remove what made it fail, mark version 1, migrate up.
-	execSQL(t, db, "DROP TABLE dead_letters_pending")
+	harness.ExecSQL(t, db, "DROP TABLE dead_letters_pending")
 	if code, out := ovstreamCmd(t, "migrate", "--database-url", db, "force", "1"); code != 0 {
 		t.Fatalf("migrate force 1: exit %d:\n%s", code, out)
 	}
 	if code, out := ovstreamCmd(t, "migrate", "--database-url", db, "up"); code != 0 {
 		t.Fatalf("migrate up after the repair: exit %d:\n%s", code, out)
 	}
-	if err := migrations.Check(testCtx(t), db); err != nil {
+	if err := migrations.Check(harness.TestCtx(t), db); err != nil {
 		t.Fatalf("schema after the repair: %v", err)
 	}
 }

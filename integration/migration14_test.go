@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
@@ -28,20 +29,20 @@ FROM generate_series(0, 4999) v`
 // compressed with pglz before stay readable; down 13 writes pglz again.
 // Where the server lacks lz4 the migration changes nothing.
 func TestMigration14LZ4Distributions(t *testing.T) {
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	if err := migrations.UpTo(ctx, db, 13); err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, db, `SELECT ovs_create_delay_partition('2026-03-02')`)
+	harness.ExecSQL(t, db, `SELECT ovs_create_delay_partition('2026-03-02')`)
 	compression := func(id string) string {
 		t.Helper()
-		return query[string](t, db, `SELECT coalesce(pg_column_compression(delay_values), 'none') || '/' || coalesce(pg_column_compression(delay_counts), 'none')
+		return harness.Query[string](t, db, `SELECT coalesce(pg_column_compression(delay_values), 'none') || '/' || coalesce(pg_column_compression(delay_counts), 'none')
 			FROM delay_aggregates WHERE dimension_id = $1`, id)
 	}
 	insert := func(id, day string) {
 		t.Helper()
-		execSQL(t, db, fmt.Sprintf(insertDistributionSQL, id, day))
+		harness.ExecSQL(t, db, fmt.Sprintf(insertDistributionSQL, id, day))
 	}
 	insert("before", "2026-03-02")
 	if got := compression("before"); got != "pglz/pglz" {
@@ -50,28 +51,28 @@ func TestMigration14LZ4Distributions(t *testing.T) {
 	if err := migrations.Up(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	lz4 := query[bool](t, db, `SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`)
+	lz4 := harness.Query[bool](t, db, `SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`)
 	want := "lz4/lz4"
 	if !lz4 {
 		want = "pglz/pglz"
 	}
 	insert("existing partition", "2026-03-02")
-	execSQL(t, db, `SELECT ovs_create_delay_partition('2026-03-03')`)
+	harness.ExecSQL(t, db, `SELECT ovs_create_delay_partition('2026-03-03')`)
 	insert("new partition", "2026-03-03")
 	for _, id := range []string{"existing partition", "new partition"} {
 		if got := compression(id); got != want {
 			t.Errorf("after migration 14 (server has lz4: %t) the distribution of %q is stored %s, want %s", lz4, id, got, want)
 		}
 	}
-	if got := query[int64](t, db, `SELECT sum(v) FROM delay_aggregates, unnest(delay_values) v WHERE dimension_id = 'before'`); got != 4999*5000/2 {
+	if got := harness.Query[int64](t, db, `SELECT sum(v) FROM delay_aggregates, unnest(delay_values) v WHERE dimension_id = 'before'`); got != 4999*5000/2 {
 		t.Errorf("the pglz distribution written before migration 14 sums to %d, want %d", got, 4999*5000/2)
 	}
 
 	// What run writes: a window of 3,000 records with 300 distinct delays.
-	addr := startBroker(t)
-	produceLines(t, addr, predictionsTopic, flakyLines(0, 9000)...)
-	drain(t, db, addr, "--topics", predictionsTopic+",", "--pipeline", "run")
-	byMethod := strings.Join(dump(t, db, `SELECT coalesce(pg_column_compression(delay_values), 'inline') AS method, count(*) FROM delay_aggregates
+	addr := harness.StartBroker(t)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.FlakyLines(0, 9000)...)
+	harness.Drain(t, db, addr, "--topics", harness.PredictionsTopic+",", "--pipeline", "run")
+	byMethod := strings.Join(harness.Dump(t, db, `SELECT coalesce(pg_column_compression(delay_values), 'inline') AS method, count(*) FROM delay_aggregates
 		WHERE pipeline = 'run' AND dimension = 'network' GROUP BY 1 ORDER BY 1`), " ")
 	wantRows := "[lz4 3]"
 	if !lz4 {
@@ -88,7 +89,7 @@ func TestMigration14LZ4Distributions(t *testing.T) {
 	if got := compression("after down"); got != "pglz/pglz" {
 		t.Errorf("after down 13 a distribution is stored %s, want pglz/pglz", got)
 	}
-	if got := query[int64](t, db, `SELECT count(*) FROM delay_aggregates WHERE array_length(delay_values, 1) = 5000`); got != 4 {
+	if got := harness.Query[int64](t, db, `SELECT count(*) FROM delay_aggregates WHERE array_length(delay_values, 1) = 5000`); got != 4 {
 		t.Errorf("%d rows of 5,000 delays readable after down 13, want 4", got)
 	}
 }
@@ -100,26 +101,26 @@ func TestMigration14LZ4Distributions(t *testing.T) {
 // stored it: PostgreSQL copies a compressed value as it is, so the
 // temporary table's method is the one the row keeps.
 func TestMigration14ReplayedWindowKeepsLZ4(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
-	r := row(aggregate.DimStation, "S1", 5000, 2499.5, 4499, 0, 4999)
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
+	r := harness.Row(aggregate.DimStation, "S1", 5000, 2499.5, 4499, 0, 4999)
 	r.Values, r.Counts = make([]float64, 5000), make([]int64, 5000)
 	for i := range r.Values {
 		r.Values[i], r.Counts[i] = float64(i), 1
 	}
-	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{r}, Positions: at0(10)}
-	lz4 := query[bool](t, url, `SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`)
+	b := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{r}, Positions: harness.At0(10)}
+	lz4 := harness.Query[bool](t, url, `SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`)
 	want := map[bool]string{true: "lz4/lz4", false: "pglz/pglz"}[lz4]
 	const compression = `SELECT pg_column_compression(delay_values) || '/' || pg_column_compression(delay_counts) FROM delay_aggregates`
 	for _, pass := range []string{"first commit (COPY)", "replay (temporary table, upsert)"} {
-		if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, b)); err != nil {
 			t.Fatal(err)
 		}
-		if got := query[string](t, url, compression); got != want {
+		if got := harness.Query[string](t, url, compression); got != want {
 			t.Errorf("after the %s the distribution is stored %s, want %s (server has lz4: %t)", pass, got, want, lz4)
 		}
 	}
-	if got := query[int64](t, url, `SELECT sum(v) FROM delay_aggregates, unnest(delay_values) v`); got != 4999*5000/2 {
+	if got := harness.Query[int64](t, url, `SELECT sum(v) FROM delay_aggregates, unnest(delay_values) v`); got != 4999*5000/2 {
 		t.Errorf("the replayed distribution sums to %d, want %d", got, 4999*5000/2)
 	}
 }

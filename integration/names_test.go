@@ -2,12 +2,7 @@
 
 package integration
 
-// Names of lines and stations: records carry line_name,
-// line_short_name and stop_name; `run` writes the names that changed into
-// the names table in its commit transaction; `report` shows them.
-
 import (
-	"archive/zip"
 	"bytes"
 	"cmp"
 	"context"
@@ -28,47 +23,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
-const halifaxStatic = "../testdata/halifax-20251106/google_transit_trimmed.zip"
-
-// zipTable reads one CSV file of a GTFS zip as rows by column name, with
-// encoding/csv (independently of the producer's reader).
-func zipTable(t *testing.T, zipPath, name string) []map[string]string {
-	t.Helper()
-	z, err := zip.OpenReader(zipPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
-	f, err := z.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil || len(recs) == 0 {
-		t.Fatalf("%s: %v", name, err)
-	}
-	head := recs[0]
-	head[0] = strings.TrimPrefix(head[0], "\uFEFF")
-	var out []map[string]string
-	for _, r := range recs[1:] {
-		m := map[string]string{}
-		for i, c := range head {
-			m[c] = r[i]
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// nameRow is one row of the names table without its times.
-type nameRow struct{ name, short string }
-
 // namesTable reads the names table of pipeline: dimension -> id -> row.
-func namesTable(t *testing.T, db, pipeline string) map[string]map[string]nameRow {
+func namesTable(t *testing.T, db, pipeline string) map[string]map[string]harness.NameRow {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, db)
@@ -80,10 +40,10 @@ func namesTable(t *testing.T, db, pipeline string) map[string]map[string]nameRow
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]map[string]nameRow{"line": {}, "station": {}}
+	out := map[string]map[string]harness.NameRow{"line": {}, "station": {}}
 	var dim, id string
-	var nr nameRow
-	if _, err := pgx.ForEachRow(rows, []any{&dim, &id, &nr.name, &nr.short}, func() error {
+	var nr harness.NameRow
+	if _, err := pgx.ForEachRow(rows, []any{&dim, &id, &nr.Name, &nr.Short}, func() error {
 		out[dim][id] = nr
 		return nil
 	}); err != nil {
@@ -99,28 +59,28 @@ func namesTable(t *testing.T, db, pipeline string) map[string]map[string]nameRow
 // `report` prints them next to the ids (csv, json, text). Two instances of
 // a split pipeline over the same records write the same names table.
 func TestNamesHalifaxStaticFeed(t *testing.T) {
-	routes := map[string]nameRow{}
-	for _, r := range zipTable(t, halifaxStatic, "routes.txt") {
-		routes[r["route_id"]] = nameRow{name: cmp.Or(r["route_long_name"], r["route_short_name"]), short: r["route_short_name"]}
+	routes := map[string]harness.NameRow{}
+	for _, r := range harness.ZipTable(t, harness.HalifaxStatic, "routes.txt") {
+		routes[r["route_id"]] = harness.NameRow{Name: cmp.Or(r["route_long_name"], r["route_short_name"]), Short: r["route_short_name"]}
 	}
-	stops := map[string]nameRow{}
-	for _, r := range zipTable(t, halifaxStatic, "stops.txt") {
+	stops := map[string]harness.NameRow{}
+	for _, r := range harness.ZipTable(t, harness.HalifaxStatic, "stops.txt") {
 		if r["stop_name"] != "" {
-			stops[r["stop_id"]] = nameRow{name: r["stop_name"]}
+			stops[r["stop_id"]] = harness.NameRow{Name: r["stop_name"]}
 		}
 	}
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	produceCLI(t, addr, "--operator", "HFX", "--gtfs-static", halifaxStatic, "--gtfs-rt", "../testdata/halifax-20251106")
-	db := freshDB(t)
-	drain(t, db, addr, "--allowed-lateness", "1h")
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", harness.HalifaxStatic, "--gtfs-rt", "../testdata/halifax-20251106")
+	db := harness.FreshDB(t)
+	harness.Drain(t, db, addr, "--allowed-lateness", "1h")
 
 	got := namesTable(t, db, "ovstream")
 	for _, dim := range []struct {
 		name string
-		zip  map[string]nameRow
+		zip  map[string]harness.NameRow
 	}{{"line", routes}, {"station", stops}} {
-		ids := dump(t, db, `SELECT DISTINCT dimension_id FROM delay_aggregates WHERE dimension = '`+dim.name+`'`)
-		want := map[string]nameRow{}
+		ids := harness.Dump(t, db, `SELECT DISTINCT dimension_id FROM delay_aggregates WHERE dimension = '`+dim.name+`'`)
+		want := map[string]harness.NameRow{}
 		for _, id := range ids {
 			id = strings.Trim(id, "[]")
 			if nr, ok := dim.zip[id]; ok {
@@ -140,19 +100,19 @@ func TestNamesHalifaxStaticFeed(t *testing.T) {
 		}
 		t.Logf("%s: %d ids, %d named, every name equal to the zip's", dim.name, len(ids), len(want))
 	}
-	if r := got["line"]["320"]; r != (nameRow{"Airport - Fall River Regional Exp", "320"}) {
+	if r := got["line"]["320"]; r != (harness.NameRow{Name: "Airport - Fall River Regional Exp", Short: "320"}) {
 		t.Fatalf("line 320: %+v", r)
 	}
 
 	// report: the name column holds the zip's name for every id, in csv and json.
 	args := []string{"--dimension", "station", "--from", "2025-11-06", "--to", "2025-11-08", "--by", "events", "--top", "40"}
-	recs, err := csv.NewReader(bytes.NewReader(report(t, db, append(args, "--csv")...))).ReadAll()
+	recs, err := csv.NewReader(bytes.NewReader(harness.Report(t, db, append(args, "--csv")...))).ReadAll()
 	if err != nil || len(recs) < 41 || recs[0][1] != "station" || recs[0][2] != "name" {
 		t.Fatalf("report --csv: %v, %d lines: %q", err, len(recs), recs[:min(2, len(recs))])
 	}
 	for _, r := range recs[1:] {
-		if r[2] != stops[r[1]].name {
-			t.Errorf("report --csv: station %s named %q, stops.txt says %q", r[1], r[2], stops[r[1]].name)
+		if r[2] != stops[r[1]].Name {
+			t.Errorf("report --csv: station %s named %q, stops.txt says %q", r[1], r[2], stops[r[1]].Name)
 		}
 	}
 	var doc struct {
@@ -162,15 +122,15 @@ func TestNamesHalifaxStaticFeed(t *testing.T) {
 		} `json:"rows"`
 	}
 	lineArgs := []string{"--dimension", "line", "--from", "2025-11-06", "--to", "2025-11-08"}
-	if err := json.Unmarshal(report(t, db, append(lineArgs, "--json")...), &doc); err != nil || len(doc.Rows) == 0 {
+	if err := json.Unmarshal(harness.Report(t, db, append(lineArgs, "--json")...), &doc); err != nil || len(doc.Rows) == 0 {
 		t.Fatalf("report --json: %v, %d rows", err, len(doc.Rows))
 	}
 	for _, r := range doc.Rows {
-		if want, ok := routes[r.ID]; ok != (r.Name != nil) || ok && *r.Name != want.name {
-			t.Errorf("report --json: line %s named %v, routes.txt %q", r.ID, r.Name, want.name)
+		if want, ok := routes[r.ID]; ok != (r.Name != nil) || ok && *r.Name != want.Name {
+			t.Errorf("report --json: line %s named %v, routes.txt %q", r.ID, r.Name, want.Name)
 		}
 	}
-	if text := string(report(t, db, lineArgs...)); !strings.Contains(text, "Airport - Fall River Regional Exp") {
+	if text := string(harness.Report(t, db, lineArgs...)); !strings.Contains(text, "Airport - Fall River Regional Exp") {
 		t.Errorf("report (text) does not name line 320:\n%s", text)
 	}
 	// store.Names, the function for other readers (the dashboard).
@@ -185,13 +145,13 @@ func TestNamesHalifaxStaticFeed(t *testing.T) {
 	}
 
 	// Two instances of a split pipeline write the same names table.
-	splitDB := freshDB(t)
-	waitAll(t, startSplit(t, splitDB, addr, split2, "--drain", "--allowed-lateness", "1h"), "split drain")
+	splitDB := harness.FreshDB(t)
+	harness.WaitAll(t, harness.StartSplit(t, splitDB, addr, harness.Split2, "--drain", "--allowed-lateness", "1h"), "split drain")
 	if split := namesTable(t, splitDB, "ovstream"); !maps.EqualFunc(split, got, maps.Equal) {
 		t.Fatalf("split names table (%d lines, %d stations) differs from one instance's (%d, %d)",
 			len(split["line"]), len(split["station"]), len(got["line"]), len(got["station"]))
 	}
-	sameRows(t, "delay_aggregates of the split drain vs one drain", dump(t, splitDB, dumpAggregates), dump(t, db, dumpAggregates))
+	harness.SameRows(t, "delay_aggregates of the split drain vs one drain", harness.Dump(t, splitDB, harness.DumpAggregates), harness.Dump(t, db, harness.DumpAggregates))
 }
 
 // A name carried by a later record replaces the earlier one (updated_at
@@ -199,8 +159,8 @@ func TestNamesHalifaxStaticFeed(t *testing.T) {
 // redelivered or produced late with an older event time never brings an old
 // name back. Each step is a `run --drain` of its own, as after a restart.
 func TestNamesLaterRecordReplaces(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
 	rec := func(trip, at, lineName, stopName string) string {
 		return fmt.Sprintf(`{"trip_id":%q,"line":"L1","stop_id":"S1","operator":"OP","delay_s":30,"event_time":%q,`+
 			`"line_name":%q,"line_short_name":"1","stop_name":%q}`, trip, at, lineName, stopName)
@@ -232,8 +192,8 @@ func TestNamesLaterRecordReplaces(t *testing.T) {
 		return s
 	}
 	step := func(lines ...string) state {
-		produceLines(t, addr, predictionsTopic, lines...)
-		drain(t, db, addr)
+		harness.ProduceLines(t, addr, harness.PredictionsTopic, lines...)
+		harness.Drain(t, db, addr)
 		return read()
 	}
 	ts := func(s string) time.Time { v, _ := time.Parse(time.RFC3339, s); return v }
@@ -258,7 +218,7 @@ func TestNamesLaterRecordReplaces(t *testing.T) {
 	if s3 != s2 {
 		t.Fatalf("an older record changed the names: %+v, before %+v", s3, s2)
 	}
-	if late := dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'late'`); late[0] != "[2]" {
+	if late := harness.Dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'late'`); late[0] != "[2]" {
 		t.Fatalf("late dead letters: %v, want 2", late)
 	}
 }
@@ -330,7 +290,7 @@ func TestProduceLineIDRouteShortName(t *testing.T) {
 
 	lineCounts := func(db string) map[string]int {
 		out := map[string]int{}
-		for _, r := range dump(t, db, `SELECT dimension_id || ' ' || sum(event_count) FROM delay_aggregates
+		for _, r := range harness.Dump(t, db, `SELECT dimension_id || ' ' || sum(event_count) FROM delay_aggregates
 			WHERE dimension = 'line' GROUP BY dimension_id`) {
 			id, n, _ := strings.Cut(strings.Trim(r, "[]"), " ")
 			out[id], _ = strconv.Atoi(n)
@@ -344,15 +304,15 @@ func TestProduceLineIDRouteShortName(t *testing.T) {
 		{nil, byRoute},
 		{[]string{"--line-id", "route_short_name"}, byShort},
 	} {
-		addr := startBroker(t)
-		db := freshDB(t)
-		produceCLI(t, addr, append(append([]string{"--operator", "AT", "--gtfs-static", static}, tc.args...), "--gtfs-rt", feed)...)
-		drain(t, db, addr)
+		addr := harness.StartBroker(t)
+		db := harness.FreshDB(t)
+		harness.ProduceCLI(t, addr, append(append([]string{"--operator", "AT", "--gtfs-static", static}, tc.args...), "--gtfs-rt", feed)...)
+		harness.Drain(t, db, addr)
 		if got := lineCounts(db); !maps.Equal(got, tc.want) {
 			t.Fatalf("produce %v: events per line %v, hand count %v", tc.args, got, tc.want)
 		}
 		if len(tc.args) > 0 {
-			if got := namesTable(t, db, "ovstream")["line"]; len(got) != 2 || got["001"] != (nameRow{"Route 001", "001"}) {
+			if got := namesTable(t, db, "ovstream")["line"]; len(got) != 2 || got["001"] != (harness.NameRow{Name: "Route 001", Short: "001"}) {
 				t.Fatalf("names of lines by short name: %+v", got)
 			}
 		}
@@ -361,10 +321,10 @@ func TestProduceLineIDRouteShortName(t *testing.T) {
 		t.Fatalf("hand count: %v by route, %v by short name", byRoute, byShort)
 	}
 
-	p := startOvstream(t, nil, "produce", "--brokers", "127.0.0.1:1", "--operator", "AT", "--line-id", "route_short_name", "--gtfs-rt", feed)
-	if code := p.wait(t, time.Minute); code != 2 || !strings.Contains(p.output(), "--line-id route_short_name") ||
-		!strings.Contains(p.output(), "--gtfs-static") {
-		t.Fatalf("--line-id route_short_name without --gtfs-static: exit %d:\n%s", code, p.output())
+	p := harness.StartOvstream(t, nil, "produce", "--brokers", "127.0.0.1:1", "--operator", "AT", "--line-id", "route_short_name", "--gtfs-rt", feed)
+	if code := p.Wait(t, time.Minute); code != 2 || !strings.Contains(p.Output(), "--line-id route_short_name") ||
+		!strings.Contains(p.Output(), "--gtfs-static") {
+		t.Fatalf("--line-id route_short_name without --gtfs-static: exit %d:\n%s", code, p.Output())
 	}
 }
 
@@ -376,8 +336,8 @@ func TestProduceLineIDRouteShortName(t *testing.T) {
 // PostgreSQL refuses (an operator's CHECK) is left out and reported; the
 // commit, and the other names, go through.
 func TestStoreNamesNewerWins(t *testing.T) {
-	s, url, epoch := openStore(t)
-	ctx := testCtx(t)
+	s, url, epoch := harness.OpenStore(t)
+	ctx := harness.TestCtx(t)
 	var refused []string
 	s.OnNameRefused = func(n aggregate.Name, reason string) { refused = append(refused, n.ID+": "+reason) }
 	line := func(id, name string, at time.Time) aggregate.Name {
@@ -385,7 +345,7 @@ func TestStoreNamesNewerWins(t *testing.T) {
 	}
 	commit := func(names ...aggregate.Name) {
 		t.Helper()
-		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0), Names: names})); err != nil {
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Positions: harness.At0(0), Names: names})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -419,18 +379,18 @@ func TestStoreNamesNewerWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
-	commit(line("L", "B", t0))
+	commit(line("L", "B", harness.T0))
 	first := read()
 	for _, tc := range []struct {
 		what string
 		n    aggregate.Name
 		want string
 	}{
-		{"tie, smaller name", line("L", "A", t0), "B"},
-		{"older event time", line("L", "Old", t0.Add(-time.Minute)), "B"},
-		{"same name, later", line("L", "B", t0.Add(time.Second)), "B"},
-		{"tie, greater in byte order", line("L", "a", t0), "a"},
-		{"newer event time", line("L", "New", t0.Add(time.Minute)), "New"},
+		{"tie, smaller name", line("L", "A", harness.T0), "B"},
+		{"older event time", line("L", "Old", harness.T0.Add(-time.Minute)), "B"},
+		{"same name, later", line("L", "B", harness.T0.Add(time.Second)), "B"},
+		{"tie, greater in byte order", line("L", "a", harness.T0), "a"},
+		{"newer event time", line("L", "New", harness.T0.Add(time.Minute)), "New"},
 	} {
 		time.Sleep(5 * time.Millisecond)
 		before := read()
@@ -444,7 +404,7 @@ func TestStoreNamesNewerWins(t *testing.T) {
 			t.Fatalf("%s: updated_at %v -> %v, observed_at %v -> %v", tc.what, before.upd, after.upd, before.at, after.at)
 		}
 	}
-	if last := read(); !last.at.Equal(t0.Add(time.Minute)) || !last.upd.After(first.upd) {
+	if last := read(); !last.at.Equal(harness.T0.Add(time.Minute)) || !last.upd.After(first.upd) {
 		t.Fatalf("last state %+v", last)
 	}
 
@@ -456,16 +416,16 @@ func TestStoreNamesNewerWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
-	station := aggregate.Name{NameKey: aggregate.NameKey{Dimension: aggregate.DimStation, ID: "S2"}, Name: "Fine", EventTime: t0}
-	commit(line("L2", "Refused Name", t0), line("L3", "Also fine", t0), station)
+	station := aggregate.Name{NameKey: aggregate.NameKey{Dimension: aggregate.DimStation, ID: "S2"}, Name: "Fine", EventTime: harness.T0}
+	commit(line("L2", "Refused Name", harness.T0), line("L3", "Also fine", harness.T0), station)
 	if len(refused) != 1 || !strings.Contains(refused[0], `L2: PostgreSQL refused the names row (line, L2)`) ||
 		!strings.Contains(refused[0], "no_refused") {
 		t.Fatalf("refused: %q", refused)
 	}
-	if n := query[int64](t, url, `SELECT count(*) FROM names WHERE dimension_id IN ('L3', 'S2')`); n != 2 {
+	if n := harness.Query[int64](t, url, `SELECT count(*) FROM names WHERE dimension_id IN ('L3', 'S2')`); n != 2 {
 		t.Fatalf("%d of the names beside the refused one written, want 2", n)
 	}
-	if n := query[int64](t, url, `SELECT count(*) FROM names WHERE dimension_id = 'L2'`); n != 0 {
+	if n := harness.Query[int64](t, url, `SELECT count(*) FROM names WHERE dimension_id = 'L2'`); n != 0 {
 		t.Fatal("the refused name was written")
 	}
 }

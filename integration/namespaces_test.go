@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/broker/embedded"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -22,12 +23,12 @@ func pipelineTables(t *testing.T, db, pipeline string) map[string][]string {
 	t.Helper()
 	where := fmt.Sprintf(" WHERE pipeline = '%s'", pipeline)
 	return map[string][]string{
-		"delay_aggregates":  dump(t, db, dumpAggregates+where),
-		"distributions":     dump(t, db, dumpDistributions+where),
-		"dead_letters":      dump(t, db, dumpDeadLetters+where),
-		"vehicle_latest":    dump(t, db, dumpVehicles+where),
-		"trip_delay_latest": dump(t, db, dumpTrips+where),
-		"stream_positions": dump(t, db, `SELECT topic, partition, next_offset, consumed_offset, watermark
+		"delay_aggregates":  harness.Dump(t, db, harness.DumpAggregates+where),
+		"distributions":     harness.Dump(t, db, harness.DumpDistributions+where),
+		"dead_letters":      harness.Dump(t, db, harness.DumpDeadLetters+where),
+		"vehicle_latest":    harness.Dump(t, db, harness.DumpVehicles+where),
+		"trip_delay_latest": harness.Dump(t, db, harness.DumpTrips+where),
+		"stream_positions": harness.Dump(t, db, `SELECT topic, partition, next_offset, consumed_offset, watermark
 			FROM stream_positions`+where),
 	}
 }
@@ -35,14 +36,14 @@ func pipelineTables(t *testing.T, db, pipeline string) map[string][]string {
 func sameTables(t *testing.T, what string, got, want map[string][]string) {
 	t.Helper()
 	for table, rows := range want {
-		sameRows(t, what+": "+table, got[table], rows)
+		harness.SameRows(t, what+": "+table, got[table], rows)
 	}
 }
 
 // pipelineOracle is oracleAggregates for one pipeline: the records of the
 // partitions it reads, minus its own dead letters.
 func pipelineOracle(pipeline, topic string, partitions string) string {
-	return strings.Replace(strings.Replace(oracleAggregates,
+	return strings.Replace(strings.Replace(harness.OracleAggregates,
 		"FROM oracle_msgs m\n\tWHERE NOT EXISTS (SELECT 1 FROM dead_letters d\n\t\tWHERE d.topic",
 		fmt.Sprintf("FROM oracle_msgs m\n\tWHERE m.topic = '%s' AND m.partition IN (%s) AND NOT EXISTS (SELECT 1 FROM dead_letters d\n\t\tWHERE d.pipeline = '%s' AND d.topic",
 			topic, partitions, pipeline), 1), "FROM dims GROUP BY", "FROM dims GROUP BY", 1)
@@ -58,18 +59,18 @@ func pipelineOracle(pipeline, topic string, partitions string) string {
 func TestPipelinesShareADatabase(t *testing.T) {
 	t.Parallel() // its own broker and databases
 	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Topics: map[string]int32{
-		predictionsTopic: 6, positionsTopic: 3, "nl_predictions": 2, "akl_predictions": 2}})
+		harness.PredictionsTopic: 6, harness.PositionsTopic: 3, "nl_predictions": 2, "akl_predictions": 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
 	addr := b.Addr()
-	produceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130")
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
-	produceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130", "--predictions-topic", "nl_predictions",
-		"--positions-topic", positionsTopic)
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min",
-		"--predictions-topic", "akl_predictions", "--positions-topic", positionsTopic)
+	harness.ProduceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	harness.ProduceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130", "--predictions-topic", "nl_predictions",
+		"--positions-topic", harness.PositionsTopic)
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min",
+		"--predictions-topic", "akl_predictions", "--positions-topic", harness.PositionsTopic)
 
 	type pipe struct {
 		name  string
@@ -78,10 +79,10 @@ func TestPipelinesShareADatabase(t *testing.T) {
 	}
 	// A pipeline's partitions are every partition of its topics: low runs
 	// as two instances on disjoint halves, high as one.
-	low := pipe{"low", []string{"--topics", predictionsTopic + ","}, []string{
+	low := pipe{"low", []string{"--topics", harness.PredictionsTopic + ","}, []string{
 		"arrival_predictions:0,arrival_predictions:1,arrival_predictions:2",
 		"arrival_predictions:3,arrival_predictions:4,arrival_predictions:5"}}
-	high := pipe{"high", []string{"--topics", predictionsTopic + ","}, nil}
+	high := pipe{"high", []string{"--topics", harness.PredictionsTopic + ","}, nil}
 	strict := pipe{"strict", []string{"--allowed-lateness", "30m"}, nil} // every partition, both topics; nothing late (G1)
 	nl := pipe{"nl", []string{"--topics", "nl_predictions,"}, nil}
 	akl := pipe{"akl", []string{"--topics", "akl_predictions,"}, nil}
@@ -100,9 +101,9 @@ func TestPipelinesShareADatabase(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p2 := startOvstream(t, nil, runArgs(db, addr, args...)...)
-				if code := p2.wait(t, 3*time.Minute); code != 0 {
-					t.Errorf("pipeline %s: run --drain exited %d:\n%s", p.name, code, tail(p2.output(), 30))
+				p2 := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, args...)...)
+				if code := p2.Wait(t, 3*time.Minute); code != 0 {
+					t.Errorf("pipeline %s: run --drain exited %d:\n%s", p.name, code, harness.Tail(p2.Output(), 30))
 				}
 			}()
 		}
@@ -112,7 +113,7 @@ func TestPipelinesShareADatabase(t *testing.T) {
 	// Each alone, in a database of its own: the reference.
 	alone := map[string]map[string][]string{}
 	for _, p := range []pipe{low, high, strict, nl, akl} {
-		db := freshDB(t)
+		db := harness.FreshDB(t)
 		run(db, p)
 		alone[p.name] = pipelineTables(t, db, p.name)
 		if len(alone[p.name]["delay_aggregates"]) == 0 {
@@ -122,7 +123,7 @@ func TestPipelinesShareADatabase(t *testing.T) {
 
 	// One after the other in one database, in both orders; the two feeds too.
 	for _, order := range [][]pipe{{low, high, strict}, {strict, high, low}, {nl, akl}, {akl, nl}} {
-		db := freshDB(t)
+		db := harness.FreshDB(t)
 		var names []string
 		for _, p := range order {
 			run(db, p)
@@ -135,7 +136,7 @@ func TestPipelinesShareADatabase(t *testing.T) {
 
 	// Side by side in one database: the split topic, and the two feeds.
 	for _, group := range [][]pipe{{low, high, strict}, {nl, akl}} {
-		db := freshDB(t)
+		db := harness.FreshDB(t)
 		var wg sync.WaitGroup
 		for _, p := range group {
 			wg.Add(1)
@@ -149,15 +150,15 @@ func TestPipelinesShareADatabase(t *testing.T) {
 			sameTables(t, p.name+" side by side", pipelineTables(t, db, p.name), alone[p.name])
 		}
 		if group[0].name == "low" {
-			loadOracleInput(t, db, addr, predictionsTopic)
+			harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
 			for _, p := range []string{"low", "high"} {
-				sameRows(t, p+" vs SQL oracle", dump(t, db, dumpAggregates+" WHERE pipeline = '"+p+"'"),
-					dump(t, db, pipelineOracle(p, predictionsTopic, "0, 1, 2, 3, 4, 5")))
+				harness.SameRows(t, p+" vs SQL oracle", harness.Dump(t, db, harness.DumpAggregates+" WHERE pipeline = '"+p+"'"),
+					harness.Dump(t, db, pipelineOracle(p, harness.PredictionsTopic, "0, 1, 2, 3, 4, 5")))
 			}
 			// The split pipeline writes what one instance on every partition
 			// writes (with the same, generous, lateness: nothing is late).
-			sameRows(t, "low (two instances) vs high (one)", dump(t, db, dumpAggregates+" WHERE pipeline = 'low'"),
-				dump(t, db, dumpAggregates+" WHERE pipeline = 'high'"))
+			harness.SameRows(t, "low (two instances) vs high (one)", harness.Dump(t, db, harness.DumpAggregates+" WHERE pipeline = 'low'"),
+				harness.Dump(t, db, harness.DumpAggregates+" WHERE pipeline = 'high'"))
 		}
 	}
 }
@@ -166,7 +167,7 @@ func TestPipelinesShareADatabase(t *testing.T) {
 // the pipeline stream_positions names, and a run of that pipeline goes on
 // from them: its watermark seed and positions are its own.
 func TestMigrationMovesRowsIntoThePipeline(t *testing.T) {
-	db := emptyDB(t)
+	db := harness.EmptyDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := migrations.UpTo(ctx, db, 2); err != nil { // rows as version 2 wrote them
@@ -199,11 +200,11 @@ func TestMigrationMovesRowsIntoThePipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, table := range []string{"delay_aggregates", "vehicle_latest", "trip_delay_latest", "dead_letters"} {
-		if got := dump(t, db, "SELECT pipeline, count(*) FROM "+table+" GROUP BY pipeline"); fmt.Sprint(got) != "[[feed 1]]" {
+		if got := harness.Dump(t, db, "SELECT pipeline, count(*) FROM "+table+" GROUP BY pipeline"); fmt.Sprint(got) != "[[feed 1]]" {
 			t.Errorf("%s after migration 3: %v, want every row in pipeline feed", table, got)
 		}
 	}
-	if got := dump(t, db, `SELECT pipeline, next_offset, consumed_offset, watermark FROM stream_positions`); fmt.Sprint(got) !=
+	if got := harness.Dump(t, db, `SELECT pipeline, next_offset, consumed_offset, watermark FROM stream_positions`); fmt.Sprint(got) !=
 		"[[feed 10 12 2016-05-18 20:40:00 +0000 UTC]]" {
 		t.Errorf("stream_positions after migration 3: %v", got)
 	}

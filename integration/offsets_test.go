@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -23,7 +24,7 @@ func transactional(t *testing.T, addr string, groups []struct {
 	values [][]byte
 }) {
 	t.Helper()
-	cfg := producerConfig()
+	cfg := harness.ProducerConfig()
 	cfg.Producer.Transaction.ID = fmt.Sprintf("ovstream-test-%d", time.Now().UnixNano())
 	p, err := sarama.NewSyncProducer([]string{addr}, cfg)
 	if err != nil {
@@ -35,7 +36,7 @@ func transactional(t *testing.T, addr string, groups []struct {
 			t.Fatal(err)
 		}
 		for _, v := range g.values {
-			if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: predictionsTopic, Partition: 0,
+			if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: harness.PredictionsTopic, Partition: 0,
 				Key: sarama.StringEncoder("T"), Value: sarama.ByteEncoder(v)}); err != nil {
 				t.Fatal(err)
 			}
@@ -56,8 +57,8 @@ func transactional(t *testing.T, addr string, groups []struct {
 // stalls neither the committable offset nor --drain: the stored offset
 // reaches the high water mark.
 func TestTransactionsAndTrailingMarker(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
-	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	v := func(delay int) []byte { return harness.Pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
 	transactional(t, addr, []struct {
 		commit bool
 		values [][]byte
@@ -67,14 +68,14 @@ func TestTransactionsAndTrailingMarker(t *testing.T) {
 		{true, [][]byte{v(4), v(5), v(6)}},
 	})
 	start := time.Now()
-	drain(t, db, addr)
+	harness.Drain(t, db, addr)
 	t.Logf("drain took %v", time.Since(start))
-	got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
+	got := harness.Dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
 	if len(got) != 1 || got[0] != "[6 1 6]" {
 		t.Fatalf("network row %v, want 6 events from 1 to 6 (the aborted ones not counted)", got)
 	}
 	// 3 committed + marker + 3 aborted + marker + 3 committed + marker = 12.
-	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	pos := harness.Dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
 	if len(pos) != 1 || pos[0] != "[12 12]" {
 		t.Fatalf("stored position %v, want [12 12]: the trailing marker must not stall the committable offset", pos)
 	}
@@ -84,14 +85,14 @@ func TestTransactionsAndTrailingMarker(t *testing.T) {
 // an error naming topic, partition, stored offset and the available range;
 // --on-offset-out-of-range=earliest|latest resumes there and logs the skip.
 func TestStoredOffsetOutOfRange(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
-	var recs []rec
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	var recs []harness.Rec
 	for i := 0; i < 30; i++ {
-		recs = append(recs, rec{predictionsTopic, 0, "T", pred("T", "L", "S", "AT", i, time.Date(2016, 5, 18, 20, i, 0, 0, time.UTC).Format(time.RFC3339))})
+		recs = append(recs, harness.Rec{Topic: harness.PredictionsTopic, Partition: 0, Key: "T", Value: harness.Pred("T", "L", "S", "AT", i, time.Date(2016, 5, 18, 20, i, 0, 0, time.UTC).Format(time.RFC3339))})
 	}
-	produceRecords(t, addr, recs[:10]...)
-	drain(t, db, addr)
-	produceRecords(t, addr, recs[10:]...)
+	harness.ProduceRecords(t, addr, recs[:10]...)
+	harness.Drain(t, db, addr)
+	harness.ProduceRecords(t, addr, recs[10:]...)
 
 	// Retention deleted records 0..24: the stored offset 10 is below the log start.
 	admin, err := sarama.NewClusterAdmin([]string{addr}, func() *sarama.Config {
@@ -103,36 +104,36 @@ func TestStoredOffsetOutOfRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	if err := admin.DeleteRecords(predictionsTopic, map[int32]int64{0: 25}); err != nil {
+	if err := admin.DeleteRecords(harness.PredictionsTopic, map[int32]int64{0: 25}); err != nil {
 		t.Fatal(err)
 	}
-	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
-	if code := p.wait(t, time.Minute); code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, p.output())
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain")...)
+	if code := p.Wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, p.Output())
 	}
 	want := "arrival_predictions/0: stored offset 10 is outside the available range [25, 30]"
-	if !strings.Contains(p.output(), want) {
-		t.Fatalf("output does not say %q:\n%s", want, p.output())
+	if !strings.Contains(p.Output(), want) {
+		t.Fatalf("output does not say %q:\n%s", want, p.Output())
 	}
-	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[10]" {
+	if got := harness.Dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[10]" {
 		t.Fatalf("stored offset moved to %v after a refused start", got)
 	}
-	out := drain(t, db, addr, "--on-offset-out-of-range", "earliest")
+	out := harness.Drain(t, db, addr, "--on-offset-out-of-range", "earliest")
 	if !strings.Contains(out, "stored offset out of range: resuming") || !strings.Contains(out, "resume_at=25") {
 		t.Fatalf("the skipped range is not logged:\n%s", out)
 	}
-	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
+	if got := harness.Dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
 		t.Fatalf("stored offset %v, want 30", got)
 	}
 
 	// Beyond the high water mark (the topic was recreated): the same, with latest.
-	dump(t, db, `UPDATE stream_positions SET next_offset = 500, consumed_offset = 500 WHERE partition = 0 AND topic = 'arrival_predictions' RETURNING 1`)
-	p = startOvstream(t, nil, runArgs(db, addr, "--drain")...)
-	if code := p.wait(t, time.Minute); code != 1 || !strings.Contains(p.output(), "stored offset 500 is outside the available range [25, 30]") {
-		t.Fatalf("exit %d, want 1 naming offset 500 and [25, 30]:\n%s", code, p.output())
+	harness.Dump(t, db, `UPDATE stream_positions SET next_offset = 500, consumed_offset = 500 WHERE partition = 0 AND topic = 'arrival_predictions' RETURNING 1`)
+	p = harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain")...)
+	if code := p.Wait(t, time.Minute); code != 1 || !strings.Contains(p.Output(), "stored offset 500 is outside the available range [25, 30]") {
+		t.Fatalf("exit %d, want 1 naming offset 500 and [25, 30]:\n%s", code, p.Output())
 	}
-	drain(t, db, addr, "--on-offset-out-of-range", "latest")
-	if got := dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
+	harness.Drain(t, db, addr, "--on-offset-out-of-range", "latest")
+	if got := harness.Dump(t, db, `SELECT next_offset FROM stream_positions WHERE partition = 0 AND topic = 'arrival_predictions'`); got[0] != "[30]" {
 		t.Fatalf("stored offset %v, want 30 (latest)", got)
 	}
 }
@@ -142,7 +143,7 @@ func TestStoredOffsetOutOfRange(t *testing.T) {
 // its requests with ControlKey, and returns it with its address.
 func startControlledBroker(t *testing.T) (*kfake.Cluster, string) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, harness.PredictionsTopic), kfake.SeedTopics(3, harness.PositionsTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +158,8 @@ func startControlledBroker(t *testing.T) (*kfake.Cluster, string) {
 // its high water mark and the drain waited for ever.
 func TestTrailingMarkerProbeRetried(t *testing.T) {
 	c, addr := startControlledBroker(t)
-	db := freshDB(t)
-	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	db := harness.FreshDB(t)
+	v := func(delay int) []byte { return harness.Pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
 	transactional(t, addr, []struct {
 		commit bool
 		values [][]byte
@@ -187,21 +188,21 @@ func TestTrailingMarkerProbeRetried(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run --drain after a failed marker probe exited %d (want 0 within a minute):\n%s", code, p.output())
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain")...)
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run --drain after a failed marker probe exited %d (want 0 within a minute):\n%s", code, p.Output())
 	}
 	if n := failed.Load(); n != 1 {
 		t.Fatalf("%d probes answered with an error, want 1: the test did not fail a probe", n)
 	}
-	if !strings.Contains(p.output(), `msg="transaction marker probe failed; retrying" partition=arrival_predictions/0 offset=3 failures=1`) {
-		t.Errorf("the failed probe is not logged:\n%s", p.output())
+	if !strings.Contains(p.Output(), `msg="transaction marker probe failed; retrying" partition=arrival_predictions/0 offset=3 failures=1`) {
+		t.Errorf("the failed probe is not logged:\n%s", p.Output())
 	}
-	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	pos := harness.Dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
 	if len(pos) != 1 || pos[0] != "[4 4]" {
 		t.Fatalf("stored position %v, want [4 4] (3 records and the commit marker)", pos)
 	}
-	got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
+	got := harness.Dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
 	if len(got) != 1 || got[0] != "[3 1 3]" {
 		t.Fatalf("network row %v, want 3 events from 1 to 3", got)
 	}
@@ -214,12 +215,12 @@ func TestTrailingMarkerProbeRetried(t *testing.T) {
 // exited 1 at once.
 func TestStartupDrainTargetRetried(t *testing.T) {
 	c, addr := startControlledBroker(t)
-	db := freshDB(t)
-	var recs []rec
+	db := harness.FreshDB(t)
+	var recs []harness.Rec
 	for i := range 60 {
-		recs = append(recs, rec{predictionsTopic, int32(i % 6), "T", pred("T", "L", "S", "AT", i, "2016-05-18T20:01:00Z")})
+		recs = append(recs, harness.Rec{Topic: harness.PredictionsTopic, Partition: int32(i % 6), Key: "T", Value: harness.Pred("T", "L", "S", "AT", i, "2016-05-18T20:01:00Z")})
 	}
-	produceRecords(t, addr, recs...)
+	harness.ProduceRecords(t, addr, recs...)
 	var closed atomic.Int32
 	c.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		if kreq.(*kmsg.ListOffsetsRequest).IsolationLevel != 1 || closed.Load() > 0 {
@@ -228,24 +229,24 @@ func TestStartupDrainTargetRetried(t *testing.T) {
 		closed.Add(1)
 		return nil, errors.New("closed by the test"), true // handled with an error: kfake closes the connection
 	})
-	p := startOvstream(t, nil, runArgs(db, addr, "--drain", "--connect-timeout", "30s")...)
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run --drain after a connection closed under the drain target exited %d, want 0:\n%s", code, p.output())
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain", "--connect-timeout", "30s")...)
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run --drain after a connection closed under the drain target exited %d, want 0:\n%s", code, p.Output())
 	}
 	if n := closed.Load(); n != 1 {
 		t.Fatalf("%d connections closed, want 1: the test did not break a start-up request", n)
 	}
 	retries := 0
-	for _, line := range strings.Split(p.output(), "\n") {
+	for _, line := range strings.Split(p.Output(), "\n") {
 		if strings.Contains(line, "cannot reach Kafka yet; retrying") {
 			retries++
 			t.Log(strings.TrimSpace(line))
 		}
 	}
 	if retries == 0 {
-		t.Errorf("the retry is not logged:\n%s", p.output())
+		t.Errorf("the retry is not logged:\n%s", p.Output())
 	}
-	got := dump(t, db, `SELECT event_count FROM delay_aggregates WHERE dimension = 'network'`)
+	got := harness.Dump(t, db, `SELECT event_count FROM delay_aggregates WHERE dimension = 'network'`)
 	if len(got) != 1 || got[0] != "[60]" {
 		t.Fatalf("network row %v, want 60 events", got)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -21,14 +22,14 @@ import (
 // delays 0, 10 and 20 s at 10:00, 10:01 and 10:02 UTC on 2026-05-04.
 func threeEventsDrained(t *testing.T) string {
 	t.Helper()
-	addr, db := startBroker(t), freshDB(t)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
 	var lines []string
 	for i := range 3 {
 		lines = append(lines, fmt.Sprintf(`{"trip_id": "t%d", "line": "L1", "stop_id": "S1", "operator": "OP", "delay_s": %d, `+
 			`"event_time": "2026-05-04T10:0%d:00Z"}`, i, 10*i, i))
 	}
-	produceLines(t, addr, predictionsTopic, lines...)
-	drain(t, db, addr)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, lines...)
+	harness.Drain(t, db, addr)
 	return db
 }
 
@@ -66,11 +67,11 @@ var dbText = regexp.MustCompile(`SQLSTATE|ERROR:|invalid byte sequence|pgx|pgcon
 // UTF-8 are 4xx, never 500.
 func TestDashboardBadInputIsA400(t *testing.T) {
 	db := threeEventsDrained(t)
-	srv := startOvstream(t, cliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
+	srv := harness.StartOvstream(t, harness.CliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
 	get := func(target string) (int, string) {
 		t.Helper()
-		return httpGet(t, base+target)
+		return harness.HttpGet(t, base+target)
 	}
 	failures := 0
 	check := func(api string, q url.Values) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // The dashboard is no way to exhaust the database. With every dashboard
@@ -26,7 +27,7 @@ import (
 // the same serve answers as before.
 func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 	db := threeEventsDrained(t)
-	ctx := opsCtx(t)
+	ctx := harness.OpsCtx(t)
 	locker, err := pgx.Connect(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -62,13 +63,13 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 		return all, active
 	}
 
-	srv := startOvstream(t, cliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
+	srv := harness.StartOvstream(t, harness.CliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
 	hostport := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/")
 
 	// At start serve pinged on one connection of its pool; the schema
 	// check's own connection is gone once its backend has ended.
-	if !eventually(5*time.Second, func() bool { all, _ := sessions(); return all == 1 }) {
+	if !harness.Eventually(5*time.Second, func() bool { all, _ := sessions(); return all == 1 }) {
 		all, _ := sessions()
 		t.Fatalf("serve holds %d sessions after its start, want the 1 it pinged on", all)
 	}
@@ -141,24 +142,24 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 	if most > 3 {
 		t.Errorf("clients that reset their requests pushed serve to %d PostgreSQL sessions, more than its 3:\n%s", most, seen)
 	}
-	if !eventually(5*time.Second, func() bool { _, active := sessions(); return active == 0 }) {
+	if !harness.Eventually(5*time.Second, func() bool { _, active := sessions(); return active == 0 }) {
 		all, active := sessions()
 		t.Errorf("5 s after the clients went away, %d of serve's %d sessions still run a query: their cancelled requests' queries", active, all)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := httpGet(t, base+"api/top?day=2026-05-04&min_events=1"); code != 200 || !strings.Contains(body, `"id":"L1"`) {
+	if code, body := harness.HttpGet(t, base+"api/top?day=2026-05-04&min_events=1"); code != 200 || !strings.Contains(body, `"id":"L1"`) {
 		t.Errorf("api/top after the clients went away: %d %s", code, body)
 	}
 
 	// The statement timeout: serve's flag, report's flag.
-	srv2 := startOvstream(t, cliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
+	srv2 := harness.StartOvstream(t, harness.CliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
 		"--statement-timeout", "1s")
-	base2 := printed(t, srv2, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
+	base2 := harness.Printed(t, srv2, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
 	tx = lock()
 	began := time.Now()
-	code, body := httpGet(t, base2+"api/delay")
+	code, body := harness.HttpGet(t, base2+"api/delay")
 	took := time.Since(began)
 	var doc map[string]string
 	_ = json.Unmarshal([]byte(body), &doc)
@@ -166,7 +167,7 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 		t.Errorf("api/delay behind a lock with --statement-timeout 1s: %d %s after %v; want 503 naming the timeout within about 1 s", code, body, took)
 	}
 	began = time.Now()
-	out, errOut, rc := runCLI(t, cliEnv(), "report", "--database-url", db, "--from", "2026-05-04", "--to", "2026-05-05",
+	out, errOut, rc := harness.RunCLI(t, harness.CliEnv(), "report", "--database-url", db, "--from", "2026-05-04", "--to", "2026-05-05",
 		"--statement-timeout", "1s")
 	if took := time.Since(began); rc != 1 || !strings.Contains(errOut, "ran longer than --statement-timeout 1s") || took > 10*time.Second {
 		t.Errorf("report behind a lock with --statement-timeout 1s: exit %d after %v, stdout %q, stderr %q", rc, took, out, errOut)
@@ -174,7 +175,7 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := httpGet(t, base2+"api/delay"); code != 200 || !strings.Contains(body, `"events":3`) {
+	if code, body := harness.HttpGet(t, base2+"api/delay"); code != 200 || !strings.Contains(body, `"events":3`) {
 		t.Errorf("api/delay without the lock: %d %s", code, body)
 	}
 }

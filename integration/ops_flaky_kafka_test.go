@@ -3,33 +3,20 @@
 package integration
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/ovstream/ovstream/integration/harness"
 )
-
-// flakyLines returns n predictions from trip first on, each its own trip
-// (so they spread over the partitions), 100 ms of event time apart.
-func flakyLines(first, n int) []string {
-	base := time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC)
-	out := make([]string, n)
-	for i := range out {
-		k := first + i
-		out[i] = string(pred(fmt.Sprintf("T%d", k), fmt.Sprintf("L%d", k%7), fmt.Sprintf("S%d", k%11), "AT", k%300-100,
-			base.Add(time.Duration(k)*100*time.Millisecond).Format(time.RFC3339Nano)))
-	}
-	return out
-}
 
 // consumedOf is the records p consumed (ovstream_consumed_messages_total of
 // the predictions topic), scraped from its metrics address ops.
 func consumedOf(t *testing.T, ops string) float64 {
 	t.Helper()
-	return scrape(t, ops)[`ovstream_consumed_messages_total{topic="`+predictionsTopic+`"}`]
+	return harness.Scrape(t, ops)[`ovstream_consumed_messages_total{topic="`+harness.PredictionsTopic+`"}`]
 }
 
 // readRate measures how fast p reads: the records per second it consumes
@@ -37,12 +24,12 @@ func consumedOf(t *testing.T, ops string) float64 {
 // many batches (a 10,000-record window, 0.6 s, let one buffered burst read
 // as a 2.4 times faster instance). It fails the test when p reads the
 // backlog's last record in d, so a rate is never that of a reader gone idle.
-func readRate(t *testing.T, p *proc, ops string, d time.Duration, backlog float64) (rate, read float64) {
+func readRate(t *testing.T, p *harness.Proc, ops string, d time.Duration, backlog float64) (rate, read float64) {
 	t.Helper()
 	from, began := consumedOf(t, ops), time.Now()
 	for time.Since(began) < d {
-		if exited(p) {
-			t.Fatalf("ovstream exited while its reading rate was measured:\n%s", tail(p.output(), 30))
+		if harness.Exited(p) {
+			t.Fatalf("ovstream exited while its reading rate was measured:\n%s", harness.Tail(p.Output(), 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -70,7 +57,7 @@ func saramaRate(t *testing.T, addr string, n int) float64 {
 	defer c.Close()
 	got := make(chan struct{}, 1024)
 	for p := int32(0); p < 6; p++ {
-		pc, err := c.ConsumePartition(predictionsTopic, p, 0)
+		pc, err := c.ConsumePartition(harness.PredictionsTopic, p, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,23 +87,23 @@ func saramaRate(t *testing.T, addr string, n int) float64 {
 // (before: exit 1 at once, "kafka: cannot connect: ... connection reset by
 // peer").
 func TestFlakyKafkaBootstrap(t *testing.T) {
-	px := startFlakyProxy(t)
-	startBrokerBehind(t, px)
-	addr, db := px.addr(), freshDB(t)
-	produceLines(t, addr, predictionsTopic, flakyLines(0, 2000)...)
-	px.setLatency(100 * time.Millisecond)
-	px.resetNext(4)
-	p := startOvstream(t, cliEnv(), runArgs(db, addr, "--drain", "--topics", predictionsTopic+",", "--connect-timeout", "1m")...)
-	if code := p.wait(t, 2*time.Minute); code != 0 {
+	px := harness.StartFlakyProxy(t)
+	harness.StartBrokerBehind(t, px)
+	addr, db := px.Addr(), harness.FreshDB(t)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.FlakyLines(0, 2000)...)
+	px.SetLatency(100 * time.Millisecond)
+	px.ResetNext(4)
+	p := harness.StartOvstream(t, harness.CliEnv(), harness.RunArgs(db, addr, "--drain", "--topics", harness.PredictionsTopic+",", "--connect-timeout", "1m")...)
+	if code := p.Wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("run --drain through a proxy that reset its first 4 connections exited %d, want 0 (retried within --connect-timeout):\n%s",
-			code, tail(p.output(), 30))
+			code, harness.Tail(p.Output(), 30))
 	}
-	if px.resetCount() < 4 || !strings.Contains(p.output(), "cannot reach Kafka yet; retrying") {
-		t.Fatalf("%d connections reset; the run does not log its retries:\n%s", px.resetCount(), tail(p.output(), 30))
+	if px.ResetCount() < 4 || !strings.Contains(p.Output(), "cannot reach Kafka yet; retrying") {
+		t.Fatalf("%d connections reset; the run does not log its retries:\n%s", px.ResetCount(), harness.Tail(p.Output(), 30))
 	}
-	px.setLatency(0)
-	loadOracleInput(t, db, addr, predictionsTopic)
-	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
+	px.SetLatency(0)
+	harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+	harness.SameRows(t, "delay_aggregates vs SQL oracle", harness.Dump(t, db, harness.DumpAggregates), harness.Dump(t, db, harness.OracleAggregates))
 }
 
 // A flaky network, while reading: after a network fault the reading rate
@@ -130,44 +117,44 @@ func TestFlakyKafkaBootstrap(t *testing.T) {
 // fresh one's a quarter of sarama's (before, in another run: 147 records/s),
 // and both pipelines drain to the SQL oracle's result.
 func TestFlakyKafkaRecovers(t *testing.T) {
-	px := startFlakyProxy(t)
-	startBrokerBehind(t, px)
-	addr, db := px.addr(), freshDB(t)
+	px := harness.StartFlakyProxy(t)
+	harness.StartBrokerBehind(t, px)
+	addr, db := px.Addr(), harness.FreshDB(t)
 	// Large enough that A, reading on through the resets on a quiet machine
 	// (54,000 of 60,000 read during the fault), leaves a backlog to measure.
 	// Each rate is measured over rateWindow: at most about 17,000 records/s
 	// here, so A (over 200,000 left after the fault) and the fresh instance
 	// keep a backlog throughout.
 	const backlog, rateWindow = 300000, 8 * time.Second
-	produceLines(t, addr, predictionsTopic, flakyLines(0, backlog)...)
-	px.setLatency(300 * time.Millisecond)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.FlakyLines(0, backlog)...)
+	px.SetLatency(300 * time.Millisecond)
 	args := func(pipeline string) []string {
-		return runArgs(db, addr, "--pipeline", pipeline, "--topics", predictionsTopic+",", "--metrics-addr", "127.0.0.1:0",
+		return harness.RunArgs(db, addr, "--pipeline", pipeline, "--topics", harness.PredictionsTopic+",", "--metrics-addr", "127.0.0.1:0",
 			"--log-level", "info")
 	}
-	a := startOvstream(t, cliEnv(), args("a")...)
-	opsA := opsAddr(t, a)
-	waitFor(t, time.Minute, "A reads", func() bool { return consumedOf(t, opsA) > 0 })
+	a := harness.StartOvstream(t, harness.CliEnv(), args("a")...)
+	opsA := harness.OpsAddr(t, a)
+	harness.WaitFor(t, time.Minute, "A reads", func() bool { return consumedOf(t, opsA) > 0 })
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 27))
 	for until := time.Now().Add(12 * time.Second); time.Now().Before(until); {
 		time.Sleep(2*time.Second + time.Duration(rng.Int64N(int64(3*time.Second))))
-		px.resetAll()
+		px.ResetAll()
 	}
-	faulted, errsDuring := consumedOf(t, opsA), strings.Count(a.output(), "kafka consumer error")
+	faulted, errsDuring := consumedOf(t, opsA), strings.Count(a.Output(), "kafka consumer error")
 	time.Sleep(3 * time.Second)
 	rateA, readA := readRate(t, a, opsA, rateWindow, backlog)
-	errsAfter := strings.Count(a.output(), "kafka consumer error") - errsDuring
+	errsAfter := strings.Count(a.Output(), "kafka consumer error") - errsDuring
 	t.Logf("A logged %d consumer errors during the fault, %d after it", errsDuring, errsAfter)
 	stopProc(t, a)
-	f := startOvstream(t, cliEnv(), args("fresh")...)
-	opsF := opsAddr(t, f)
-	waitFor(t, time.Minute, "the fresh instance reads", func() bool { return consumedOf(t, opsF) >= 5000 })
+	f := harness.StartOvstream(t, harness.CliEnv(), args("fresh")...)
+	opsF := harness.OpsAddr(t, f)
+	harness.WaitFor(t, time.Minute, "the fresh instance reads", func() bool { return consumedOf(t, opsF) >= 5000 })
 	rateF, readF := readRate(t, f, opsF, rateWindow, backlog)
 	stopProc(t, f)
 	rateS := saramaRate(t, addr, 20000)
 	t.Logf("%d connections reset; A read %v records during the fault; after it: %.0f records/s (%v records); fresh instance: %.0f records/s (%v records); "+
 		"plain sarama consumer: %.0f records/s; ratios %.2f (A/fresh), %.2f (fresh/sarama)",
-		px.resetCount(), faulted, rateA, readA, rateF, readF, rateS, rateA/rateF, rateF/rateS)
+		px.ResetCount(), faulted, rateA, readA, rateF, readF, rateS, rateA/rateF, rateF/rateS)
 	if rateA < 0.5*rateF {
 		t.Errorf("after the fault A reads %.0f records/s, under half a fresh instance's %.0f records/s through the same proxy", rateA, rateF)
 	}
@@ -175,13 +162,13 @@ func TestFlakyKafkaRecovers(t *testing.T) {
 		t.Errorf("a fresh instance reads %.0f records/s, under a quarter of a plain sarama consumer's %.0f records/s through the same proxy", rateF, rateS)
 	}
 
-	px.setLatency(0)
+	px.SetLatency(0)
 	for _, pl := range []string{"a", "fresh"} {
-		drain(t, db, addr, "--pipeline", pl, "--topics", predictionsTopic+",", "--log-level", "info")
+		harness.Drain(t, db, addr, "--pipeline", pl, "--topics", harness.PredictionsTopic+",", "--log-level", "info")
 	}
-	loadOracleInput(t, db, addr, predictionsTopic)
-	oracle := dump(t, db, oracleAggregates)
+	harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+	oracle := harness.Dump(t, db, harness.OracleAggregates)
 	for _, pl := range []string{"a", "fresh"} {
-		sameRows(t, "delay_aggregates of "+pl+" vs SQL oracle", dump(t, db, dumpAggregates+" WHERE pipeline = '"+pl+"'"), oracle)
+		harness.SameRows(t, "delay_aggregates of "+pl+" vs SQL oracle", harness.Dump(t, db, harness.DumpAggregates+" WHERE pipeline = '"+pl+"'"), oracle)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"os/exec"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // committedPy prints, as JSON {"topic/partition": offset}, the offsets
@@ -45,13 +47,13 @@ func pythonWithConfluentKafka(t *testing.T) string {
 // exactly the next offsets stored in stream_positions, for every partition.
 func TestLagVisibleToConfluentKafka(t *testing.T) {
 	py := pythonWithConfluentKafka(t)
-	addr := startBroker(t)
-	db := freshDB(t)
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	produceFeeds(t, addr, loadFeeds(t, "HFX", "../testdata/halifax-20251106"))
-	drain(t, db, addr, "--pipeline", "lagtool")
-	stored := storedNext(t, db, "lagtool")
-	out, err := exec.Command(py, "-c", committedPy, addr, "lagtool", predictionsTopic+":6", positionsTopic+":3").CombinedOutput()
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "HFX", "../testdata/halifax-20251106"))
+	harness.Drain(t, db, addr, "--pipeline", "lagtool")
+	stored := harness.StoredNext(t, db, "lagtool")
+	out, err := exec.Command(py, "-c", committedPy, addr, "lagtool", harness.PredictionsTopic+":6", harness.PositionsTopic+":3").CombinedOutput()
 	if err != nil {
 		t.Fatalf("confluent-kafka committed(): %v\n%s", err, out)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ovstream/ovstream/feed/produce"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // `produce --gtfs-rt-url` against a local HTTP server that serves the ten
@@ -27,7 +28,7 @@ import (
 // exactly what `produce --gtfs-rt` makes of the same files: every event
 // once across all polls.
 func TestOpsLiveGTFSRTPolling(t *testing.T) {
-	addr := startBroker(t)
+	addr := harness.StartBroker(t)
 	const dir = "../testdata/auckland-20160519-peak10min"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -111,7 +112,7 @@ func TestOpsLiveGTFSRTPolling(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	out, errOut, code := runCLI(t, nil, "produce", "--brokers", addr, "--operator", "AT",
+	out, errOut, code := harness.RunCLI(t, nil, "produce", "--brokers", addr, "--operator", "AT",
 		"--gtfs-rt-url", srv.URL+"/tu", "--gtfs-rt-url", srv.URL+"/vp?key="+urlKey, "--http-header", "X-Api-Key: "+apiKey,
 		"--interval", "50ms", "--http-timeout", "300ms", "--polls", "20")
 	if code != 0 {
@@ -164,7 +165,7 @@ func TestOpsLiveGTFSRTPolling(t *testing.T) {
 	mu.Unlock()
 
 	// The topics hold what the same files give, each event once.
-	want := loadFeeds(t, "AT", dir, vpFile)
+	want := harness.LoadFeeds(t, "AT", dir, vpFile)
 	if produced != len(want.Predictions)+len(want.Positions) || len(want.Predictions) != 4610 || len(want.Positions) != 291 {
 		t.Errorf("produced %d records over the polls; files give %d predictions and %d positions", produced, len(want.Predictions), len(want.Positions))
 	}
@@ -172,16 +173,16 @@ func TestOpsLiveGTFSRTPolling(t *testing.T) {
 		topic string
 		want  []string
 	}{
-		{predictionsTopic, encodeAll(want.Predictions, produce.EncodePrediction)},
-		{positionsTopic, encodeAll(want.Positions, produce.EncodePosition)},
+		{harness.PredictionsTopic, encodeAll(want.Predictions, produce.EncodePrediction)},
+		{harness.PositionsTopic, encodeAll(want.Positions, produce.EncodePosition)},
 	} {
 		var got []string
-		for _, m := range readTopic(t, addr, tc.topic) {
+		for _, m := range harness.ReadTopic(t, addr, tc.topic) {
 			got = append(got, string(m.Value))
 		}
 		slices.Sort(got)
 		slices.Sort(tc.want)
-		sameRows(t, tc.topic+" (polled vs files)", got, tc.want)
+		harness.SameRows(t, tc.topic+" (polled vs files)", got, tc.want)
 	}
 }
 

@@ -17,32 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ovstream/ovstream/consumer/groupoffsets"
+	"github.com/ovstream/ovstream/integration/harness"
 )
-
-// groupOffsets returns the committed offsets of group, keyed "topic/partition",
-// as kadm (franz-go's admin client, not sarama) sees them.
-func groupOffsets(t *testing.T, addr, group string) (map[string]int64, map[string]string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
-	if err != nil {
-		return nil, nil // the group does not exist yet
-	}
-	offs, meta := map[string]int64{}, map[string]string{}
-	resp.Each(func(o kadm.OffsetResponse) {
-		if o.Err == nil {
-			k := fmt.Sprintf("%s/%d", o.Topic, o.Partition)
-			offs[k], meta[k] = o.At, o.Metadata
-		}
-	})
-	return offs, meta
-}
 
 func sameOffsets(a, b map[string]int64) bool {
 	if len(a) != len(b) || len(a) == 0 {
@@ -62,17 +38,17 @@ func sameOffsets(a, b map[string]int64) bool {
 // mirrored into the Kafka consumer group named after the pipeline, as kadm
 // reads them, up to the final commit after SIGTERM.
 func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
 	const pipeline = "opsmetrics"
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", pipeline, "--metrics-addr", "127.0.0.1:0",
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", pipeline, "--metrics-addr", "127.0.0.1:0",
 		"--idle-timeout", "1s", "--allowed-lateness", "2m", "--log-level", "info")...)
-	ops := opsAddr(t, p)
+	ops := harness.OpsAddr(t, p)
 
 	// Every series exists from start-up, at zero for each known label set.
 	var m map[string]float64
-	waitFor(t, 30*time.Second, "partitions assigned (lag series)", func() bool {
-		m = scrape(t, ops)
+	harness.WaitFor(t, 30*time.Second, "partitions assigned (lag series)", func() bool {
+		m = harness.Scrape(t, ops)
 		_, ok := m[`ovstream_partition_lag_messages{partition="2",topic="vehicle_positions"}`]
 		return ok
 	})
@@ -82,7 +58,7 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	for _, r := range []string{"ambiguous", "fenced", "retryable", "terminal"} {
 		zero = append(zero, `ovstream_commit_failures_total{reason="`+r+`"}`)
 	}
-	parts := map[string]int{predictionsTopic: 6, positionsTopic: 3}
+	parts := map[string]int{harness.PredictionsTopic: 6, harness.PositionsTopic: 3}
 	for topic, n := range parts {
 		zero = append(zero, `ovstream_consumed_messages_total{topic="`+topic+`"}`, `ovstream_late_events_total{topic="`+topic+`"}`)
 		for _, r := range []string{"decode", "future", "late"} {
@@ -110,14 +86,14 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 			t.Errorf("at start-up: no %s", k)
 		}
 	}
-	if code, body := httpGet(t, "http://"+ops+"/healthz"); code != 200 || body != "ok\n" {
+	if code, body := harness.HttpGet(t, "http://"+ops+"/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
 	}
-	waitFor(t, 10*time.Second, "/readyz 200 with the high water marks read", func() bool {
-		c, b := httpGet(t, "http://"+ops+"/readyz")
+	harness.WaitFor(t, 10*time.Second, "/readyz 200 with the high water marks read", func() bool {
+		c, b := harness.HttpGet(t, "http://"+ops+"/readyz")
 		return c == 200 && strings.Contains(b, "kafka: ok")
 	})
-	_, body := httpGet(t, "http://"+ops+"/readyz")
+	_, body := harness.HttpGet(t, "http://"+ops+"/readyz")
 	for _, want := range []string{"ready\n", "database: ok", "partitions: assigned", "last commit: ", "kafka: ok"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/readyz body %q does not say %q", body, want)
@@ -125,19 +101,19 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	}
 
 	// Real data and four bad records.
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	produceLines(t, addr, predictionsTopic, badLines...)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.BadLines...)
 	const total = 4610 + 4
-	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
-	waitFor(t, time.Minute, "every record consumed and committed", func() bool {
-		m = scrape(t, ops)
+	hw := harness.HighWaters(t, addr, nil, harness.PredictionsTopic, harness.PositionsTopic)
+	harness.WaitFor(t, time.Minute, "every record consumed and committed", func() bool {
+		m = harness.Scrape(t, ops)
 		return m[`ovstream_consumed_messages_total{topic="arrival_predictions"}`] == total && m["ovstream_uncommitted_messages"] == 0
 	})
 	// Settled: lag, finalized windows and watermark agree with the database.
 	var why string
-	waitFor(t, 30*time.Second, "metrics equal the database", func() bool {
-		m = scrape(t, ops)
-		stored := storedNext(t, db, pipeline)
+	harness.WaitFor(t, 30*time.Second, "metrics equal the database", func() bool {
+		m = harness.Scrape(t, ops)
+		stored := harness.StoredNext(t, db, pipeline)
 		for k, h := range hw {
 			tp := strings.Split(k, "/")
 			key := fmt.Sprintf(`ovstream_partition_lag_messages{partition="%s",topic="%s"}`, tp[1], tp[0])
@@ -149,18 +125,18 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 		// The idle gauges are refreshed with the high water marks, every
 		// second: the empty partitions read idle from the first refresh
 		// after the loop's first tick.
-		for i := 0; i < parts[positionsTopic]; i++ {
-			if k := fmt.Sprintf(`ovstream_partition_idle{partition="%d",topic="%s"}`, i, positionsTopic); m[k] != 1 {
+		for i := 0; i < parts[harness.PositionsTopic]; i++ {
+			if k := fmt.Sprintf(`ovstream_partition_idle{partition="%d",topic="%s"}`, i, harness.PositionsTopic); m[k] != 1 {
 				why = k + " is not 1 yet"
 				return false
 			}
 		}
-		rows := dump(t, db, `SELECT count(*) FROM delay_aggregates`)[0]
+		rows := harness.Dump(t, db, `SELECT count(*) FROM delay_aggregates`)[0]
 		if fmt.Sprintf("[%d]", int64(m["ovstream_windows_finalized_total"])) != rows {
 			why = fmt.Sprintf("windows finalized %v, table has %s", m["ovstream_windows_finalized_total"], rows)
 			return false
 		}
-		wm := dump(t, db, `SELECT extract(epoch FROM min(watermark))::bigint FROM stream_positions WHERE pipeline = 'opsmetrics'`)[0]
+		wm := harness.Dump(t, db, `SELECT extract(epoch FROM min(watermark))::bigint FROM stream_positions WHERE pipeline = 'opsmetrics'`)[0]
 		if fmt.Sprintf("[%d]", int64(m["ovstream_watermark_timestamp_seconds"])) != wm {
 			why = fmt.Sprintf("watermark %v, database %s", m["ovstream_watermark_timestamp_seconds"], wm)
 			return false
@@ -197,7 +173,7 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	}
 	// Late events (allowed lateness 2m on real, slightly out-of-order data):
 	// the counters equal the dead letters of reason late.
-	late := dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'late'`)[0]
+	late := harness.Dump(t, db, `SELECT count(*) FROM dead_letters WHERE reason = 'late'`)[0]
 	for _, k := range []string{`ovstream_dead_letters_total{reason="late",topic="arrival_predictions"}`, `ovstream_late_events_total{topic="arrival_predictions"}`} {
 		if fmt.Sprintf("[%d]", int64(m[k])) != late {
 			t.Errorf("%s = %v, dead_letters has %s late rows", k, m[k], late)
@@ -220,17 +196,17 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	// The consumer group named after the pipeline holds the stored offsets.
 	var offs map[string]int64
 	var meta map[string]string
-	waitFor(t, 10*time.Second, "kadm sees the stored offsets in group "+pipeline, func() bool {
-		offs, meta = groupOffsets(t, addr, pipeline)
-		return sameOffsets(offs, storedNext(t, db, pipeline))
+	harness.WaitFor(t, 10*time.Second, "kadm sees the stored offsets in group "+pipeline, func() bool {
+		offs, meta = harness.GroupOffsets(t, addr, pipeline)
+		return sameOffsets(offs, harness.StoredNext(t, db, pipeline))
 	})
-	if len(offs) != 9 || meta[predictionsTopic+"/0"] != groupoffsets.Metadata {
-		t.Errorf("group offsets %v, metadata %q", offs, meta[predictionsTopic+"/0"])
+	if len(offs) != 9 || meta[harness.PredictionsTopic+"/0"] != groupoffsets.Metadata {
+		t.Errorf("group offsets %v, metadata %q", offs, meta[harness.PredictionsTopic+"/0"])
 	}
 
 	// A commit held up (a row lock on the pipeline) while the database
 	// answers: not ready after three flush intervals, ready again after.
-	ctx := opsCtx(t)
+	ctx := harness.OpsCtx(t)
 	conn, err := pgx.Connect(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -243,8 +219,8 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM stream_positions WHERE pipeline = 'opsmetrics' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "/readyz 503 while commits wait", func() bool {
-		c, b := httpGet(t, "http://"+ops+"/readyz")
+	harness.WaitFor(t, 10*time.Second, "/readyz 503 while commits wait", func() bool {
+		c, b := harness.HttpGet(t, "http://"+ops+"/readyz")
 		body = b
 		return c == 503
 	})
@@ -256,17 +232,17 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "/readyz 200 again", func() bool { c, _ := httpGet(t, "http://"+ops+"/readyz"); return c == 200 })
+	harness.WaitFor(t, 10*time.Second, "/readyz 200 again", func() bool { c, _ := harness.HttpGet(t, "http://"+ops+"/readyz"); return c == 200 })
 
 	// SIGTERM: final commit, exit 0; the group holds the final positions.
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run exited %d after SIGTERM:\n%s", code, p.output())
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run exited %d after SIGTERM:\n%s", code, p.Output())
 	}
-	final := storedNext(t, db, pipeline)
-	offs, _ = groupOffsets(t, addr, pipeline)
+	final := harness.StoredNext(t, db, pipeline)
+	offs, _ = harness.GroupOffsets(t, addr, pipeline)
 	if !sameOffsets(offs, final) {
 		t.Errorf("after exit: group offsets %v, stored %v", offs, final)
 	}
@@ -276,11 +252,11 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 // broker refuses ovstream's offset commits: they are logged once, counted in
 // ovstream_kafka_offset_commit_failures_total, and the pipeline goes on.
 func TestOpsGroupOffsetFailuresAreNotFatal(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
 	const pipeline = "opsbusy"
-	ctx, cancel := context.WithCancel(opsCtx(t))
-	member, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup(pipeline), kgo.ConsumeTopics(positionsTopic))
+	ctx, cancel := context.WithCancel(harness.OpsCtx(t))
+	member, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup(pipeline), kgo.ConsumeTopics(harness.PositionsTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,37 +269,37 @@ func TestOpsGroupOffsetFailuresAreNotFatal(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-polled; member.Close() })
 	adm := kadm.NewClient(member)
-	waitFor(t, 30*time.Second, "a member in group "+pipeline, func() bool {
+	harness.WaitFor(t, 30*time.Second, "a member in group "+pipeline, func() bool {
 		gs, err := adm.DescribeGroups(ctx, pipeline)
 		return err == nil && gs[pipeline].State == "Stable" && len(gs[pipeline].Members) == 1
 	})
 
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", pipeline, "--metrics-addr", "127.0.0.1:0", "--log-level", "info")...)
-	ops := opsAddr(t, p)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", pipeline, "--metrics-addr", "127.0.0.1:0", "--log-level", "info")...)
+	ops := harness.OpsAddr(t, p)
 	var m map[string]float64
-	waitFor(t, time.Minute, "every record committed despite refused group commits", func() bool {
-		m = scrape(t, ops)
+	harness.WaitFor(t, time.Minute, "every record committed despite refused group commits", func() bool {
+		m = harness.Scrape(t, ops)
 		return m[`ovstream_consumed_messages_total{topic="arrival_predictions"}`] == 4610 &&
 			m["ovstream_uncommitted_messages"] == 0 && m["ovstream_kafka_offset_commit_failures_total"] >= 2
 	})
-	if c, body := httpGet(t, "http://"+ops+"/readyz"); c != 200 {
+	if c, body := harness.HttpGet(t, "http://"+ops+"/readyz"); c != 200 {
 		t.Errorf("/readyz %d with group commits failing, want 200 (monitoring only):\n%s", c, body)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run exited %d:\n%s", code, p.output())
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, p.Output())
 	}
-	out := p.output()
+	out := p.Output()
 	if n := strings.Count(out, "cannot commit offsets to the Kafka consumer group"); n != 1 {
 		t.Errorf("the refused group commit was logged %d times at info level, want once:\n%s", n, out)
 	}
 	if !strings.Contains(out, "UNKNOWN_MEMBER_ID") {
 		t.Errorf("the log does not say why the broker refused:\n%s", out)
 	}
-	consumed := dump(t, db, `SELECT sum(consumed_offset)::bigint FROM stream_positions WHERE pipeline = 'opsbusy'`)
+	consumed := harness.Dump(t, db, `SELECT sum(consumed_offset)::bigint FROM stream_positions WHERE pipeline = 'opsbusy'`)
 	if consumed[0] != "["+strconv.Itoa(4610)+"]" {
 		t.Errorf("stored consumed offsets sum to %v, want 4610", consumed)
 	}

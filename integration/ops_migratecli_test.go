@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -18,7 +19,7 @@ import (
 // the service uses, never the default one's. A migrated database and an
 // empty one tell them apart.
 func TestMigrateVersionReadsTheConfiguredDatabase(t *testing.T) {
-	migrated, empty := freshDB(t), emptyDB(t)
+	migrated, empty := harness.FreshDB(t), harness.EmptyDB(t)
 	file := filepath.Join(t.TempDir(), "ovstream.toml")
 	if err := os.WriteFile(file, []byte(fmt.Sprintf("[migrate]\ndatabase-url = %q\n", migrated)), 0o600); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestMigrateVersionReadsTheConfiguredDatabase(t *testing.T) {
 		{"OVSTREAM_CONFIG, top-level key", []string{"OVSTREAM_CONFIG=" + top}, nil, atZero},
 		{"flag over env", []string{"DATABASE_URL=" + empty}, []string{"--database-url", migrated}, atLatest},
 	} {
-		out, errOut, code := runCLI(t, cliEnv(tc.env...), append([]string{"migrate", "version"}, tc.args...)...)
+		out, errOut, code := harness.RunCLI(t, harness.CliEnv(tc.env...), append([]string{"migrate", "version"}, tc.args...)...)
 		if code != 0 || out != tc.want {
 			t.Errorf("%s: migrate version: exit %d, stdout %q, stderr %q; want exit 0 and %q", tc.what, code, out, errOut, tc.want)
 		}
@@ -54,7 +55,7 @@ func TestMigrateVersionReadsTheConfiguredDatabase(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("[migrate]\ndatabse-url = \"x\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := runCLI(t, cliEnv(), "migrate", "version", "--config", bad); code != 2 ||
+	if _, errOut, code := harness.RunCLI(t, harness.CliEnv(), "migrate", "version", "--config", bad); code != 2 ||
 		!strings.Contains(errOut, "migrate.databse-url: no such flag") {
 		t.Errorf("migrate version --config with a typo: exit %d, stderr %q; want 2 naming the key", code, errOut)
 	}

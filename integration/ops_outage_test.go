@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // PostgreSQL stopped for 30 s during a run over the real 2 h Auckland
@@ -16,34 +18,34 @@ import (
 // The server stopped is a private cluster of the test's own.
 func TestOpsPostgresOutage(t *testing.T) {
 	t.Parallel()
-	pg := startPrivatePG(t)
-	addr := startBroker(t)
-	db := pg.freshDB()
-	res := loadFeeds(t, "AT", extractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
+	pg := harness.StartPrivatePG(t)
+	addr := harness.StartBroker(t)
+	db := pg.FreshDB()
+	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
 	total := len(res.Predictions)
 	half := total / 2
 	first, second := *res, *res
 	first.Predictions, second.Predictions = res.Predictions[:half], res.Predictions[half:]
-	produceFeeds(t, addr, &first)
+	harness.ProduceFeeds(t, addr, &first)
 
 	const maxUncommitted = 3000
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "outage", "--metrics-addr", "127.0.0.1:0",
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "outage", "--metrics-addr", "127.0.0.1:0",
 		"--max-uncommitted-messages", "3000", "--log-level", "info")...)
-	ops := opsAddr(t, p)
+	ops := harness.OpsAddr(t, p)
 	consumed := `ovstream_consumed_messages_total{topic="arrival_predictions"}`
 	var m map[string]float64
-	waitFor(t, time.Minute, "the first half consumed and committed", func() bool {
-		m = scrape(t, ops)
+	harness.WaitFor(t, time.Minute, "the first half consumed and committed", func() bool {
+		m = harness.Scrape(t, ops)
 		return m[consumed] == float64(half) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_windows_finalized_total"] > 0
 	})
 
 	down := time.Now()
-	pg.stop()
-	produceFeeds(t, addr, &second)
+	pg.Stop()
+	harness.ProduceFeeds(t, addr, &second)
 
 	var body string
-	waitFor(t, 15*time.Second, "/readyz 503 with the database down", func() bool {
-		c, b := httpGet(t, "http://"+ops+"/readyz")
+	harness.WaitFor(t, 15*time.Second, "/readyz 503 with the database down", func() bool {
+		c, b := harness.HttpGet(t, "http://"+ops+"/readyz")
 		body = b
 		return c == 503 && strings.Contains(b, "database: unreachable")
 	})
@@ -51,12 +53,12 @@ func TestOpsPostgresOutage(t *testing.T) {
 		t.Errorf("/readyz during the outage: %q", body)
 	}
 	// Fetching pauses at the bound: the uncommitted records stop growing.
-	waitFor(t, 15*time.Second, "fetching paused at --max-uncommitted-messages", func() bool {
-		m = scrape(t, ops)
+	harness.WaitFor(t, 15*time.Second, "fetching paused at --max-uncommitted-messages", func() bool {
+		m = harness.Scrape(t, ops)
 		return m["ovstream_uncommitted_messages"] >= maxUncommitted
 	})
 	time.Sleep(time.Second)
-	paused := scrape(t, ops)
+	paused := harness.Scrape(t, ops)
 	u0, u1 := m["ovstream_uncommitted_messages"], paused["ovstream_uncommitted_messages"]
 	if u1 != u0 || paused[consumed] != m[consumed] || u1 < maxUncommitted || u1 >= maxUncommitted+512 {
 		t.Errorf("during the outage: uncommitted %v then %v, consumed %v then %v; want fetching stopped in [%d, %d)",
@@ -68,23 +70,23 @@ func TestOpsPostgresOutage(t *testing.T) {
 	}
 	time.Sleep(time.Until(down.Add(30 * time.Second)))
 	select {
-	case <-p.done:
-		t.Fatalf("ovstream exited during the outage:\n%s", p.output())
+	case <-p.Done:
+		t.Fatalf("ovstream exited during the outage:\n%s", p.Output())
 	default:
 	}
-	pg.start()
-	waitFor(t, 30*time.Second, "PostgreSQL back", pg.ready)
+	pg.Start()
+	harness.WaitFor(t, 30*time.Second, "PostgreSQL back", pg.Ready)
 	back := time.Now()
 
-	waitFor(t, 90*time.Second, "/readyz 200 after the outage", func() bool { c, _ := httpGet(t, "http://"+ops+"/readyz"); return c == 200 })
+	harness.WaitFor(t, 90*time.Second, "/readyz 200 after the outage", func() bool { c, _ := harness.HttpGet(t, "http://"+ops+"/readyz"); return c == 200 })
 	t.Logf("database down %v; ready again %v after it came back", back.Sub(down).Round(time.Second), time.Since(back).Round(100*time.Millisecond))
-	waitFor(t, time.Minute, "every record consumed and committed", func() bool {
-		m = scrape(t, ops)
+	harness.WaitFor(t, time.Minute, "every record consumed and committed", func() bool {
+		m = harness.Scrape(t, ops)
 		return m[consumed] == float64(total) && m["ovstream_uncommitted_messages"] == 0
 	})
 	// The windows still open at SIGTERM are finalized by the drain.
-	stopDrainCompare(t, p, db, addr, "outage", total, "delay_aggregates after a 30 s outage vs SQL oracle")
-	if dl := dump(t, db, `SELECT count(*) FROM dead_letters`); dl[0] != "[0]" {
+	harness.StopDrainCompare(t, p, db, addr, "outage", total, "delay_aggregates after a 30 s outage vs SQL oracle")
+	if dl := harness.Dump(t, db, `SELECT count(*) FROM dead_letters`); dl[0] != "[0]" {
 		t.Errorf("dead letters %v, want none (allowed lateness 10m)", dl)
 	}
 }

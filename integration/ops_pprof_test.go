@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // run --pprof serves the Go runtime's profiles under /debug/pprof/ of
@@ -16,14 +18,14 @@ import (
 // the heap profile names ovstream's own allocations. Without --pprof the
 // path is not served (404).
 func TestOpsPprof(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
-	produceLines(t, addr, predictionsTopic, flakyLines(0, 200000)...)
-	p := startOvstream(t, nil, runArgs(db, addr, "--pprof", "--metrics-addr", "127.0.0.1:0", "--topics", predictionsTopic+",")...)
-	ops := opsAddr(t, p)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.FlakyLines(0, 200000)...)
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pprof", "--metrics-addr", "127.0.0.1:0", "--topics", harness.PredictionsTopic+",")...)
+	ops := harness.OpsAddr(t, p)
 	dir := t.TempDir()
 	fetch := func(path string) string {
 		t.Helper()
-		code, body := httpGet(t, "http://"+ops+path)
+		code, body := harness.HttpGet(t, "http://"+ops+path)
 		if code != 200 {
 			t.Fatalf("GET %s with --pprof = %d: %.300s", path, code, body)
 		}
@@ -35,7 +37,7 @@ func TestOpsPprof(t *testing.T) {
 	}
 	top := func(file string, args ...string) string {
 		t.Helper()
-		out, err := exec.Command("go", append(append([]string{"tool", "pprof", "-top"}, args...), ovstreamBin(t), file)...).CombinedOutput()
+		out, err := exec.Command("go", append(append([]string{"tool", "pprof", "-top"}, args...), harness.OvstreamBin(t), file)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go tool pprof -top %s: %v\n%s", file, err, out)
 		}
@@ -51,8 +53,8 @@ func TestOpsPprof(t *testing.T) {
 	}
 	stopProc(t, p)
 
-	q := startOvstream(t, nil, runArgs(db, addr, "--metrics-addr", "127.0.0.1:0", "--topics", predictionsTopic+",")...)
-	if code, _ := httpGet(t, "http://"+opsAddr(t, q)+"/debug/pprof/"); code != 404 {
+	q := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--metrics-addr", "127.0.0.1:0", "--topics", harness.PredictionsTopic+",")...)
+	if code, _ := harness.HttpGet(t, "http://"+harness.OpsAddr(t, q)+"/debug/pprof/"); code != 404 {
 		t.Errorf("GET /debug/pprof/ without --pprof = %d, want 404", code)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -20,15 +21,15 @@ import (
 // writes nothing: schema_migrations is as it was.
 func TestCommandsCheckTheSchemaFirst(t *testing.T) {
 	latest := migrations.Latest()
-	none := emptyDB(t)
-	six := emptyDB(t)
-	if err := migrations.UpTo(testCtx(t), six, 6); err != nil {
+	none := harness.EmptyDB(t)
+	six := harness.EmptyDB(t)
+	if err := migrations.UpTo(harness.TestCtx(t), six, 6); err != nil {
 		t.Fatal(err)
 	}
-	dirty := freshDB(t)
-	execSQL(t, dirty, `UPDATE schema_migrations SET dirty = true`)
-	newer := freshDB(t)
-	execSQL(t, newer, fmt.Sprintf(`UPDATE schema_migrations SET version = %d`, latest+1))
+	dirty := harness.FreshDB(t)
+	harness.ExecSQL(t, dirty, `UPDATE schema_migrations SET dirty = true`)
+	newer := harness.FreshDB(t)
+	harness.ExecSQL(t, newer, fmt.Sprintf(`UPDATE schema_migrations SET version = %d`, latest+1))
 	behind := func(v int) string {
 		return fmt.Sprintf("schema is at version %d, this binary needs %d: run `ovstream migrate up` or start `run` with --migrate", v, latest)
 	}
@@ -47,35 +48,35 @@ func TestCommandsCheckTheSchemaFirst(t *testing.T) {
 		{"serve", "--addr", "127.0.0.1:0"},
 	}
 	for _, db := range dbs {
-		before := dump(t, db.url, `SELECT to_regclass('schema_migrations') IS NOT NULL`)
-		versions := dump(t, db.url, `SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'`)
+		before := harness.Dump(t, db.url, `SELECT to_regclass('schema_migrations') IS NOT NULL`)
+		versions := harness.Dump(t, db.url, `SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'`)
 		for _, cmd := range cmds {
-			p := startOvstream(t, cliEnv(), append(cmd, "--database-url", db.url)...)
-			code := p.wait(t, 30*time.Second)
-			out := p.output()
+			p := harness.StartOvstream(t, harness.CliEnv(), append(cmd, "--database-url", db.url)...)
+			code := p.Wait(t, 30*time.Second)
+			out := p.Output()
 			if code != 1 || !strings.Contains(out, db.says) || strings.Contains(out, "SQLSTATE") || strings.Contains(out, "dashboard of pipeline") {
 				t.Errorf("%s: ovstream %s: exit %d, output:\n%s\nwant exit 1 saying %q", db.name, strings.Join(cmd, " "), code, out, db.says)
 			}
 		}
-		if after := dump(t, db.url, `SELECT to_regclass('schema_migrations') IS NOT NULL`); strings.Join(after, "") != strings.Join(before, "") ||
-			strings.Join(dump(t, db.url, `SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'`), "") != strings.Join(versions, "") {
+		if after := harness.Dump(t, db.url, `SELECT to_regclass('schema_migrations') IS NOT NULL`); strings.Join(after, "") != strings.Join(before, "") ||
+			strings.Join(harness.Dump(t, db.url, `SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'`), "") != strings.Join(versions, "") {
 			t.Errorf("%s: the checks changed schema_migrations", db.name)
 		}
 	}
-	if got := dump(t, none, `SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'`); got[0] != "[0]" {
+	if got := harness.Dump(t, none, `SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'`); got[0] != "[0]" {
 		t.Errorf("the checks created schema_migrations in the empty database")
 	}
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "down", "3", "--yes"}, {"migrate", "down", "--yes"}} {
-		out, errOut, code := runCLI(t, cliEnv(), append(args, "--database-url", newer)...)
+		out, errOut, code := harness.RunCLI(t, harness.CliEnv(), append(args, "--database-url", newer)...)
 		if code != 1 || !strings.Contains(errOut, ahead) || strings.Contains(errOut, "no migration found") {
 			t.Errorf("ovstream %s on a newer schema: exit %d, stdout %q, stderr:\n%s\nwant exit 1 saying %q", strings.Join(args, " "), code, out, errOut, ahead)
 		}
 	}
-	if v := dump(t, newer, `SELECT version, dirty FROM schema_migrations`); v[0] != fmt.Sprintf("[%d false]", latest+1) {
+	if v := harness.Dump(t, newer, `SELECT version, dirty FROM schema_migrations`); v[0] != fmt.Sprintf("[%d false]", latest+1) {
 		t.Errorf("schema_migrations of the newer schema after the refusals: %v", v)
 	}
 	// The right schema passes the check.
-	if _, errOut, code := runCLI(t, cliEnv(), "dlq", "list", "--database-url", freshDB(t)); code != 0 {
+	if _, errOut, code := harness.RunCLI(t, harness.CliEnv(), "dlq", "list", "--database-url", harness.FreshDB(t)); code != 0 {
 		t.Errorf("dlq list on the current schema: exit %d: %s", code, errOut)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -119,7 +120,7 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 		kfake.Superuser("SCRAM-SHA-256", "ops256", pw256),
 		kfake.Superuser("PLAIN", "opsplain", pwPlain),
 		kfake.TLS(serverTLS),
-		kfake.SeedTopics(6, predictionsTopic), kfake.SeedTopics(3, positionsTopic), kfake.SeedTopics(1, "replayed"))
+		kfake.SeedTopics(6, harness.PredictionsTopic), kfake.SeedTopics(3, harness.PositionsTopic), kfake.SeedTopics(1, "replayed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,27 +133,27 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 	}
 
 	bad := filepath.Join(dir, "bad.jsonl")
-	if err := os.WriteFile(bad, []byte(badLines[1]+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(bad, []byte(harness.BadLines[1]+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env512 := []string{"KAFKA_SASL_PASSWORD=" + pw512}
 	for _, args := range [][]string{
 		{"--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min"},
-		{"--jsonl", bad, "--topic", predictionsTopic},
+		{"--jsonl", bad, "--topic", harness.PredictionsTopic},
 	} {
-		out, errOut, code := runCLI(t, env512, append(append([]string{"produce"}, sasl("SCRAM-SHA-512", "ops512")...), args...)...)
+		out, errOut, code := harness.RunCLI(t, env512, append(append([]string{"produce"}, sasl("SCRAM-SHA-512", "ops512")...), args...)...)
 		assertNoSecret(t, "produce", out+errOut)
 		if code != 0 {
 			t.Fatalf("produce over TLS + SCRAM-SHA-512 exited %d: %s%s", code, out, errOut)
 		}
 	}
 
-	db := withPassword(t, freshDB(t), pwDB)
-	p := startOvstream(t, []string{"KAFKA_SASL_PASSWORD=" + pw256, "DATABASE_URL=" + db},
+	db := withPassword(t, harness.FreshDB(t), pwDB)
+	p := harness.StartOvstream(t, []string{"KAFKA_SASL_PASSWORD=" + pw256, "DATABASE_URL=" + db},
 		append([]string{"run", "--drain", "--pipeline", "secure", "--flush-interval", "100ms", "--allowed-lateness", "10m",
 			"--log-format", "json", "--log-level", "debug", "--metrics-addr", "127.0.0.1:0"}, sasl("SCRAM-SHA-256", "ops256")...)...)
-	code := p.wait(t, 2*time.Minute)
-	out := p.output()
+	code := p.Wait(t, 2*time.Minute)
+	out := p.Output()
 	assertNoSecret(t, "run", out)
 	if code != 0 {
 		t.Fatalf("run over TLS + SCRAM-SHA-256 exited %d:\n%s", code, out)
@@ -173,21 +174,21 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 	if lines < 10 {
 		t.Errorf("%d JSON log lines, want the debug log", lines)
 	}
-	if got := dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`); got[0] != "[4610]" {
+	if got := harness.Dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`); got[0] != "[4610]" {
 		t.Errorf("network events %v, want 4610", got)
 	}
 
 	// status with PLAIN; the JSON and the text output show no secret.
 	envPlain := []string{"KAFKA_SASL_PASSWORD=" + pwPlain, "DATABASE_URL=" + db}
-	sout, serr, code := runCLI(t, envPlain, append([]string{"status", "--json", "--pipeline", "secure"}, sasl("PLAIN", "opsplain")...)...)
+	sout, serr, code := harness.RunCLI(t, envPlain, append([]string{"status", "--json", "--pipeline", "secure"}, sasl("PLAIN", "opsplain")...)...)
 	assertNoSecret(t, "status", sout+serr)
-	var s statusJSON
-	if code != 0 || json.Unmarshal([]byte(sout), &s) != nil || s.lag() != 0 || len(s.Partitions) != 9 || s.DeadLetters["decode"].Total != 1 {
+	var s harness.StatusJSON
+	if code != 0 || json.Unmarshal([]byte(sout), &s) != nil || s.Lag() != 0 || len(s.Partitions) != 9 || s.DeadLetters["decode"].Total != 1 {
 		t.Errorf("status over TLS + PLAIN: exit %d, %+v\n%s", code, s, serr)
 	}
 
 	// dlq replay with SCRAM-SHA-512.
-	rout, rerr, code := runCLI(t, append(env512, "DATABASE_URL="+db), append([]string{"dlq", "replay", "--pipeline", "secure", "--to", "replayed"}, sasl("SCRAM-SHA-512", "ops512")...)...)
+	rout, rerr, code := harness.RunCLI(t, append(env512, "DATABASE_URL="+db), append([]string{"dlq", "replay", "--pipeline", "secure", "--to", "replayed"}, sasl("SCRAM-SHA-512", "ops512")...)...)
 	assertNoSecret(t, "dlq replay", rout+rerr)
 	if code != 0 || rout != "replayed 1 dead letters to replayed\n" {
 		t.Errorf("dlq replay over TLS + SCRAM: exit %d: %s%s", code, rout, rerr)
@@ -205,13 +206,13 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 		{"no client certificate", env512, []string{"--brokers", addr, "--kafka-tls-ca", filepath.Join(dir, "ca.pem"),
 			"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "ops512"}, "kafka"},
 	} {
-		out, errOut, code := runCLI(t, append(tc.env, "DATABASE_URL="+db), append([]string{"status", "--pipeline", "secure"}, tc.args...)...)
+		out, errOut, code := harness.RunCLI(t, append(tc.env, "DATABASE_URL="+db), append([]string{"status", "--pipeline", "secure"}, tc.args...)...)
 		assertNoSecret(t, "status with "+tc.what, out+errOut)
 		if code != 1 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("status with %s: exit %d, want 1 and an error saying %q: %s", tc.what, code, tc.want, errOut)
 		}
 	}
-	_, errOut, code := runCLI(t, []string{"KAFKA_SASL_PASSWORD="}, append([]string{"run", "--database-url", db}, sasl("PLAIN", "opsplain")...)...)
+	_, errOut, code := harness.RunCLI(t, []string{"KAFKA_SASL_PASSWORD="}, append([]string{"run", "--database-url", db}, sasl("PLAIN", "opsplain")...)...)
 	if code != 2 || !strings.Contains(errOut, "needs the password in env KAFKA_SASL_PASSWORD") {
 		t.Errorf("run without KAFKA_SASL_PASSWORD: exit %d: %s", code, errOut)
 	}
@@ -221,20 +222,20 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 // refuses: run, status and dlq fail with exit 1 and name no password, for a
 // URL (user info and password= parameter) and a keyword/value DSN.
 func TestOpsDatabasePasswordNeverShown(t *testing.T) {
-	addr := startBroker(t)
+	addr := harness.StartBroker(t)
 	for _, db := range []string{
 		"postgres://postgres:" + pwDB + "@127.0.0.1:1/ovs?sslmode=disable&connect_timeout=2",
 		"postgres://postgres@127.0.0.1:1/ovs?sslmode=disable&password=" + pwDB,
 		"host=127.0.0.1 port=1 user=postgres password=" + pwDB + " dbname=ovs sslmode=disable",
 		// Reachable server, no such database: the server's own error.
-		"postgres://postgres:" + pwDB + "@" + testServerAddr(t) + "/ovs_does_not_exist?sslmode=disable",
+		"postgres://postgres:" + pwDB + "@" + harness.TestServerAddr(t) + "/ovs_does_not_exist?sslmode=disable",
 	} {
 		for _, args := range [][]string{
 			{"run", "--brokers", addr, "--connect-timeout", "1s", "--log-format", "json", "--log-level", "debug"},
 			{"status", "--brokers", addr},
 			{"dlq", "list"},
 		} {
-			out, errOut, code := runCLI(t, []string{"DATABASE_URL=" + db, "KAFKA_SASL_PASSWORD=" + pwPlain}, args...)
+			out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + db, "KAFKA_SASL_PASSWORD=" + pwPlain}, args...)
 			assertNoSecret(t, args[0], out+errOut)
 			if code != 1 || errOut == "" {
 				t.Errorf("%s with an unusable database: exit %d, stderr %q; want 1 and an error", args[0], code, errOut)

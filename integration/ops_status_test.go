@@ -6,107 +6,37 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
-
-// runCLI runs `ovstream ARGS...` to the end with env added; it returns
-// stdout, stderr and the exit code.
-func runCLI(t *testing.T, env []string, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(ovstreamBin(t), args...)
-	cmd.Env = append(cmd.Environ(), env...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
-		t.Fatalf("ovstream %v: %v", args, err)
-	}
-	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
-}
-
-// statusJSON mirrors `status --json`.
-type statusJSON struct {
-	Pipeline        string     `json:"pipeline"`
-	Claimed         bool       `json:"claimed"`
-	Epoch           int64      `json:"epoch"`
-	Owner           string     `json:"owner"`
-	HeartbeatAt     *time.Time `json:"heartbeat_at"`
-	Watermark       *time.Time `json:"watermark"`
-	NewestWindowEnd *time.Time `json:"newest_window_end"`
-	Partitions      []struct {
-		Topic      string     `json:"topic"`
-		Partition  int32      `json:"partition"`
-		NextOffset *int64     `json:"next_offset"`
-		LogStart   *int64     `json:"log_start"`
-		HighWater  *int64     `json:"high_water"`
-		Lag        *int64     `json:"lag"`
-		UpdatedAt  *time.Time `json:"updated_at"`
-		Owner      string     `json:"owner"`
-		Epoch      int64      `json:"epoch"`
-		Lease      string     `json:"lease"`
-	} `json:"partitions"`
-	Instances []struct {
-		Owner         string   `json:"owner"`
-		Role          string   `json:"role"`
-		Partitions    []string `json:"partitions"`
-		HeartbeatAgeS float64  `json:"heartbeat_age_s"`
-		Alive         bool     `json:"alive"`
-	} `json:"instances"`
-	TotalLag    *int64 `json:"total_lag"` // null: unknown (Kafka could not be read)
-	DeadLetters map[string]struct {
-		Total    int64 `json:"total"`
-		Replayed int64 `json:"replayed"`
-	} `json:"dead_letters"`
-}
-
-// lag is the total lag, -1 when unknown.
-func (s statusJSON) lag() int64 {
-	if s.TotalLag == nil {
-		return -1
-	}
-	return *s.TotalLag
-}
-
-func status(t *testing.T, db, addr, pipeline string) statusJSON {
-	t.Helper()
-	out, errOut, code := runCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", addr, "--pipeline", pipeline)
-	if code != 0 {
-		t.Fatalf("status exited %d: %s%s", code, out, errOut)
-	}
-	var s statusJSON
-	if err := json.Unmarshal([]byte(out), &s); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
-	}
-	return s
-}
 
 // `status` after a drain and after more records arrive; `dlq list` with its
 // filters; `dlq replay` re-produces the original key and value byte for byte,
 // marks the rows, and a second replay sends nothing again.
 func TestOpsStatusAndDeadLetterTools(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	produceLines(t, addr, predictionsTopic, badLines...)
-	drain(t, db, addr, "--pipeline", "ops")
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.BadLines...)
+	harness.Drain(t, db, addr, "--pipeline", "ops")
 
-	s := status(t, db, addr, "ops")
-	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
+	s := harness.Status(t, db, addr, "ops")
+	hw := harness.HighWaters(t, addr, nil, harness.PredictionsTopic, harness.PositionsTopic)
 	// The drain released its partitions at the end and stopped its instance.
 	if !s.Claimed || s.Epoch != 1 || s.Owner != "" || s.HeartbeatAt == nil ||
 		time.Since(*s.HeartbeatAt) > time.Minute || s.Watermark == nil || len(s.Instances) != 0 {
 		t.Errorf("pipeline: %+v", s)
 	}
-	newest := dump(t, db, `SELECT max(window_end) FROM delay_aggregates`)[0]
+	newest := harness.Dump(t, db, `SELECT max(window_end) FROM delay_aggregates`)[0]
 	if s.NewestWindowEnd == nil || fmt.Sprintf("[%s]", s.NewestWindowEnd.Format("2006-01-02 15:04:05 -0700 MST")) != newest {
 		t.Errorf("newest window_end %v, table %s", s.NewestWindowEnd, newest)
 	}
-	if len(s.Partitions) != 9 || s.lag() != 0 {
-		t.Fatalf("%d partitions, total lag %d; want 9 and 0 after a drain", len(s.Partitions), s.lag())
+	if len(s.Partitions) != 9 || s.Lag() != 0 {
+		t.Fatalf("%d partitions, total lag %d; want 9 and 0 after a drain", len(s.Partitions), s.Lag())
 	}
 	for _, p := range s.Partitions {
 		k := fmt.Sprintf("%s/%d", p.Topic, p.Partition)
@@ -125,24 +55,24 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	for i := range more {
 		more[i] = fmt.Sprintf(`{"trip_id":"more-%d","line":"L","stop_id":"S","operator":"AT","delay_s":%d,"event_time":"2016-05-18T20:30:00Z"}`, i, i)
 	}
-	produceLines(t, addr, predictionsTopic, more...)
-	if s = status(t, db, addr, "ops"); s.lag() != 10 {
-		t.Errorf("total lag %d after 10 more records, want 10", s.lag())
+	harness.ProduceLines(t, addr, harness.PredictionsTopic, more...)
+	if s = harness.Status(t, db, addr, "ops"); s.Lag() != 10 {
+		t.Errorf("total lag %d after 10 more records, want 10", s.Lag())
 	}
-	text, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ops")
+	text, _, code := harness.RunCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "ops")
 	for _, want := range []string{"pipeline ops: epoch 1, owner none (released)", "arrival_predictions/0", "total lag: 10",
 		"instances (lease 15s): none running", "dead letters: decode 4 (0 replayed);"} {
 		if code != 0 || !strings.Contains(text, want) {
 			t.Errorf("status (exit %d) does not say %q:\n%s", code, want, text)
 		}
 	}
-	if text, errOut, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "never"); code != 2 || text != "" ||
+	if text, errOut, code := harness.RunCLI(t, nil, "status", "--database-url", db, "--brokers", addr, "--pipeline", "never"); code != 2 || text != "" ||
 		!strings.HasPrefix(errOut, `ovstream status: no pipeline "never" in this database; known pipelines: "ops"`+"\n") {
 		t.Errorf("status of an unknown pipeline: exit %d, stdout %q, stderr %q; want 2 naming it and the known ones", code, text, errOut)
 	}
 
 	// dlq list: every row, byte for byte in --json; filters.
-	out, errOut, code := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--json", "--database-url", db)
+	out, errOut, code := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--json", "--database-url", db)
 	if code != 0 {
 		t.Fatalf("dlq list exited %d: %s", code, errOut)
 	}
@@ -179,30 +109,30 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 		}
 	}
 	sort.Strings(values)
-	wantValues := append([]string(nil), badLines...)
+	wantValues := append([]string(nil), harness.BadLines...)
 	sort.Strings(wantValues)
 	if strings.Join(values, "\n") != strings.Join(wantValues, "\n") {
 		t.Errorf("dlq list values:\n%s\nwant:\n%s", strings.Join(values, "\n"), strings.Join(wantValues, "\n"))
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--json", "--limit", "2", "--reason", "decode", "--topic", predictionsTopic, "--database-url", db); len(parse(out)) != 2 {
+	if out, _, _ := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--json", "--limit", "2", "--reason", "decode", "--topic", harness.PredictionsTopic, "--database-url", db); len(parse(out)) != 2 {
 		t.Errorf("dlq list --limit 2:\n%s", out)
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "late", "--database-url", db); out != "0 dead letters\n" {
+	if out, _, _ := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "late", "--database-url", db); out != "0 dead letters\n" {
 		t.Errorf("dlq list --reason late: %q", out)
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--database-url", db); !strings.Contains(out, "value: not json at all\n") ||
+	if out, _, _ := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--database-url", db); !strings.Contains(out, "value: not json at all\n") ||
 		!strings.Contains(out, "key:   (null)") || !strings.HasSuffix(out, "4 dead letters\n") {
 		t.Errorf("dlq list:\n%s", out)
 	}
-	if _, errOut, code := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future, late or rejected") {
+	if _, errOut, code := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future, late or rejected") {
 		t.Errorf("dlq list --reason nope: exit %d, %s", code, errOut)
 	}
 
 	// dlq replay: three, then the rest, then nothing.
 	const target = "dlq_replayed"
-	createTopic(t, addr, nil, target, 1)
+	harness.CreateTopic(t, addr, nil, target, 1)
 	replay := func(extra ...string) string {
-		out, errOut, code := runCLI(t, nil, append([]string{"dlq", "replay", "--pipeline", "ops", "--to", target, "--database-url", db, "--brokers", addr}, extra...)...)
+		out, errOut, code := harness.RunCLI(t, nil, append([]string{"dlq", "replay", "--pipeline", "ops", "--to", target, "--database-url", db, "--brokers", addr}, extra...)...)
 		if code != 0 {
 			t.Fatalf("dlq replay exited %d: %s%s", code, out, errOut)
 		}
@@ -217,7 +147,7 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	if out := replay(); out != "replayed 0 dead letters to dlq_replayed\n" {
 		t.Errorf("third replay: %q", out)
 	}
-	sent := readTopic(t, addr, target)
+	sent := harness.ReadTopic(t, addr, target)
 	if len(sent) != 4 {
 		t.Fatalf("%s holds %d records, want 4", target, len(sent))
 	}
@@ -243,13 +173,13 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 		}
 		delete(byValue, string(m.Value))
 	}
-	if marked := dump(t, db, `SELECT count(*) FROM dead_letters WHERE replayed_to = 'dlq_replayed' AND replayed_at IS NOT NULL`); marked[0] != "[4]" {
+	if marked := harness.Dump(t, db, `SELECT count(*) FROM dead_letters WHERE replayed_to = 'dlq_replayed' AND replayed_at IS NOT NULL`); marked[0] != "[4]" {
 		t.Errorf("rows marked replayed: %v, want 4", marked)
 	}
-	if s = status(t, db, addr, "ops"); s.DeadLetters["decode"].Replayed != 4 {
+	if s = harness.Status(t, db, addr, "ops"); s.DeadLetters["decode"].Replayed != 4 {
 		t.Errorf("status dead letters %+v, want 4 replayed", s.DeadLetters)
 	}
-	if out, _, _ := runCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--pending", "--database-url", db); out != "0 dead letters\n" {
+	if out, _, _ := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--pending", "--database-url", db); out != "0 dead letters\n" {
 		t.Errorf("dlq list --pending after replay: %q", out)
 	}
 }
@@ -269,28 +199,28 @@ func keyOf(line string) string {
 // in pipelines.topics at claim), not every topic of the --topics default;
 // and it says "unknown" for the lag it cannot read from Kafka, never 0.
 func TestOpsStatusOwnTopicsAndUnknownLag(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
-	produceLines(t, addr, predictionsTopic,
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
+	harness.ProduceLines(t, addr, harness.PredictionsTopic,
 		`{"trip_id":"t1","line":"L","stop_id":"S","operator":"OP","delay_s":10,"event_time":"2016-05-18T20:30:00Z"}`,
 		`{"trip_id":"t2","line":"L","stop_id":"S","operator":"OP","delay_s":20,"event_time":"2016-05-18T20:31:00Z"}`)
-	drain(t, db, addr, "--pipeline", "predonly", "--topics", predictionsTopic+",")
-	if got := dump(t, db, `SELECT topics FROM pipelines WHERE name = 'predonly'`); strings.Join(got, "") != "[[arrival_predictions]]" {
+	harness.Drain(t, db, addr, "--pipeline", "predonly", "--topics", harness.PredictionsTopic+",")
+	if got := harness.Dump(t, db, `SELECT topics FROM pipelines WHERE name = 'predonly'`); strings.Join(got, "") != "[[arrival_predictions]]" {
 		t.Errorf("pipelines.topics %v, want [arrival_predictions]", got)
 	}
-	s := status(t, db, addr, "predonly")
-	if len(s.Partitions) != 6 || s.lag() != 0 {
-		t.Errorf("%d partitions, total lag %d; want the 6 of arrival_predictions and 0", len(s.Partitions), s.lag())
+	s := harness.Status(t, db, addr, "predonly")
+	if len(s.Partitions) != 6 || s.Lag() != 0 {
+		t.Errorf("%d partitions, total lag %d; want the 6 of arrival_predictions and 0", len(s.Partitions), s.Lag())
 	}
 	for _, p := range s.Partitions {
-		if p.Topic != predictionsTopic {
+		if p.Topic != harness.PredictionsTopic {
 			t.Errorf("status shows %s/%d, a topic pipeline predonly never reads", p.Topic, p.Partition)
 		}
 	}
 
 	// Kafka unreachable: exit 1, the lag is unknown, never 0.
-	out, errOut, code := runCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", "127.0.0.1:1", "--pipeline", "predonly")
-	var u statusJSON
+	out, errOut, code := harness.RunCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", "127.0.0.1:1", "--pipeline", "predonly")
+	var u harness.StatusJSON
 	if err := json.Unmarshal([]byte(out), &u); err != nil || code != 1 {
 		t.Fatalf("status --json without Kafka: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
@@ -302,7 +232,7 @@ func TestOpsStatusOwnTopicsAndUnknownLag(t *testing.T) {
 			t.Errorf("without Kafka %s/%d: lag %v, next offset %v; want null and the stored one", p.Topic, p.Partition, p.Lag, p.NextOffset)
 		}
 	}
-	text, _, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", "127.0.0.1:1", "--pipeline", "predonly")
+	text, _, code := harness.RunCLI(t, nil, "status", "--database-url", db, "--brokers", "127.0.0.1:1", "--pipeline", "predonly")
 	if code != 1 || !strings.Contains(text, "total lag: unknown") || strings.Contains(text, "total lag: 0") {
 		t.Errorf("status without Kafka (exit %d) does not say the lag is unknown:\n%s", code, text)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // Two processes on one host with one pid (containers with the host's
@@ -31,19 +33,19 @@ func TestOwnerUniqueAtOnePid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, brokers := freshDB(t), startBroker(t)
-	args := runArgs(db, brokers, "--lease", "3s")
-	a := startWrapped(t, wrap, nil, args...)
-	waitLog(t, a, claimedLine, time.Minute)
-	b := startWrapped(t, wrap, nil, args...)
+	db, brokers := harness.FreshDB(t), harness.StartBroker(t)
+	args := harness.RunArgs(db, brokers, "--lease", "3s")
+	a := harness.StartWrapped(t, wrap, nil, args...)
+	harness.WaitLog(t, a, harness.ClaimedLine, time.Minute)
+	b := harness.StartWrapped(t, wrap, nil, args...)
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(b.output(), standbyLine) {
-		if strings.Contains(b.output(), claimedLine) {
+	for !strings.Contains(b.Output(), harness.StandbyLine) {
+		if strings.Contains(b.Output(), harness.ClaimedLine) {
 			t.Fatalf("B claimed A's live partitions at once (owners %q and %q):\n%s", ownerOf(t, a), ownerOf(t, b),
-				tail(b.output(), 20))
+				harness.Tail(b.Output(), 20))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("B neither waited as a standby nor claimed within a minute:\n%s", tail(b.output(), 20))
+			t.Fatalf("B neither waited as a standby nor claimed within a minute:\n%s", harness.Tail(b.Output(), 20))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -51,16 +53,16 @@ func TestOwnerUniqueAtOnePid(t *testing.T) {
 	if !strings.HasPrefix(oa, host+":1-") || !strings.HasPrefix(ob, host+":1-") || oa == ob {
 		t.Fatalf("owners %q and %q: want two distinct owners, both %s:1-...", oa, ob, host)
 	}
-	if l := lineWith(b, standbyLine); !strings.Contains(l, "holder="+oa) {
+	if l := harness.LineWith(b, harness.StandbyLine); !strings.Contains(l, "holder="+oa) {
 		t.Fatalf("B's standby line does not name A (%s) as the holder: %s", oa, l)
 	}
 	time.Sleep(4 * time.Second) // more than a lease: A renews, B keeps waiting
 	select {
-	case <-a.done:
-		t.Fatalf("A ended while B waited:\n%s", tail(a.output(), 20))
+	case <-a.Done:
+		t.Fatalf("A ended while B waited:\n%s", harness.Tail(a.Output(), 20))
 	default:
 	}
-	if strings.Contains(a.output(), "fenced") || strings.Contains(b.output(), claimedLine) {
-		t.Fatalf("A fenced or B claimed while A lives:\nA:\n%s\nB:\n%s", tail(a.output(), 10), tail(b.output(), 10))
+	if strings.Contains(a.Output(), "fenced") || strings.Contains(b.Output(), harness.ClaimedLine) {
+		t.Fatalf("A fenced or B claimed while A lives:\nA:\n%s\nB:\n%s", harness.Tail(a.Output(), 10), harness.Tail(b.Output(), 10))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -29,8 +30,8 @@ func insertPartialSQL(col string) string {
 // clean at 8 with the row kept; before, the guard failed on get_byte's
 // "index 0 out of valid range".
 func TestMigration9DownKeepsEmptyPartialWindow(t *testing.T) {
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	if err := migrations.Up(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestMigration9DownKeepsEmptyPartialWindow(t *testing.T) {
 	if v, dirty, err := migrations.Version(ctx, db); v != 8 || dirty || err != nil {
 		t.Fatalf("after down 8: version %d, dirty %v, %v; want 8, clean", v, dirty, err)
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM delay_partial_windows WHERE octet_length(rows) = 0`); n != 1 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM delay_partial_windows WHERE octet_length(rows) = 0`); n != 1 {
 		t.Fatalf("%d empty partial windows after down 8, want the 1 written", n)
 	}
 }
@@ -57,8 +58,8 @@ func TestMigration9DownKeepsEmptyPartialWindow(t *testing.T) {
 // bytes survive every step; down 7 refuses (guard 8) and leaves the schema
 // clean at 9.
 func TestMigration9UpDownCyclesKeepPartialBytes(t *testing.T) {
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	if err := migrations.UpTo(ctx, db, 8); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestMigration9UpDownCyclesKeepPartialBytes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d (to %d): %v", i, step.to, err)
 		}
-		if got := query[[]byte](t, db, `SELECT `+step.col+` FROM delay_partial_windows`); string(got) != string(format1) {
+		if got := harness.Query[[]byte](t, db, `SELECT `+step.col+` FROM delay_partial_windows`); string(got) != string(format1) {
 			t.Fatalf("step %d: %x, want %x", i, got, format1)
 		}
 	}
@@ -147,8 +148,8 @@ func TestMigration8DownRefusesPartialCommittedMeanwhile(t *testing.T) {
 // col at version from) while `migrate down to` waits for its lock: the down
 // must refuse with refusal and the partial window must still be there.
 func downRefusesPartialCommittedMeanwhile(t *testing.T, from, to uint, col string, data []byte, refusal string) {
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	if err := migrations.UpTo(ctx, db, from); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func downRefusesPartialCommittedMeanwhile(t *testing.T, from, to uint, col strin
 	}
 	// The migration's transaction rolled back: the table and the partial
 	// window committed during it are there, its bytes unchanged.
-	if got := query[[]byte](t, db, `SELECT `+col+` FROM delay_partial_windows`); string(got) != string(data) {
+	if got := harness.Query[[]byte](t, db, `SELECT `+col+` FROM delay_partial_windows`); string(got) != string(data) {
 		t.Fatalf("after the refused down %d: partial window %x, want %x", to, got, data)
 	}
 }
@@ -206,7 +207,7 @@ func TestMigration8BytesEqualTheGoEncoder(t *testing.T) {
 }
 
 func migration8BytesEqualTheGoEncoder(t *testing.T, db string, moreIDs []string) {
-	ctx := testCtx(t)
+	ctx := harness.TestCtx(t)
 	if err := migrations.UpTo(ctx, db, 7); err != nil {
 		t.Fatal(err)
 	}
@@ -218,9 +219,9 @@ func migration8BytesEqualTheGoEncoder(t *testing.T, db string, moreIDs []string)
 		part := int32(r.IntN(3))
 		win.AddFrom(part, aggregate.Prediction{TripID: "t", Line: ids[r.IntN(len(ids))], StopID: ids[r.IntN(len(ids))] + "/s",
 			Operator: []string{"AT", "ÅT", "AT"}[r.IntN(3)*(i%2)], DelayS: float64(r.IntN(200)-100) + []float64{0, 0.5, 0.1}[r.IntN(3)],
-			EventTime: t0.Add(time.Duration(r.IntN(900)) * time.Second)})
+			EventTime: harness.T0.Add(time.Duration(r.IntN(900)) * time.Second)})
 	}
-	ws := win.ClosedSet(t0.Add(3 * w)).PartialWindows()
+	ws := win.ClosedSet(harness.T0.Add(3 * w)).PartialWindows()
 	if len(ws) != 9 {
 		t.Fatalf("%d partial windows, want 9", len(ws))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -22,13 +23,13 @@ import (
 // leaving the schema clean at 9, and once none does, gives the column its
 // old name back with the format-1 bytes unchanged.
 func TestMigration9MixesPartialFormats(t *testing.T) {
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	seedSchema7Partials(t, db, []string{"e\u0301"})
 	if err := migrations.UpTo(ctx, db, 8); err != nil {
 		t.Fatal(err)
 	}
-	format1 := dump(t, db, `SELECT window_start || ' ' || partition || ' ' || encode(rows, 'hex')
+	format1 := harness.Dump(t, db, `SELECT window_start || ' ' || partition || ' ' || encode(rows, 'hex')
 		FROM delay_partial_windows WHERE partition < 2 ORDER BY 1`)
 	if err := migrations.Up(ctx, db); err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestMigration9MixesPartialFormats(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, db, `DELETE FROM delay_partial_windows WHERE partition >= 2`)
+	harness.ExecSQL(t, db, `DELETE FROM delay_partial_windows WHERE partition >= 2`)
 	written := 0
 	for _, pw := range win.ClosedSet(ws.Add(time.Hour)).PartialWindows() {
 		if _, err := conn.Exec(ctx, `INSERT INTO delay_partial_windows (pipeline, window_start, topic, partition, window_end, row_count, data)
@@ -64,7 +65,7 @@ func TestMigration9MixesPartialFormats(t *testing.T) {
 		}
 		written++
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM delay_partial_windows WHERE get_byte(data, 0) = 130`); n != 6 || written != 6 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM delay_partial_windows WHERE get_byte(data, 0) = 130`); n != 6 || written != 6 {
 		t.Fatalf("%d partial windows in format 2 (%d written), want 6 (3 windows x partitions 2 and 3)", n, written)
 	}
 	checkPartialsMergeToRawRows(t, db, "data")
@@ -76,11 +77,11 @@ func TestMigration9MixesPartialFormats(t *testing.T) {
 	if v, dirty, err := migrations.Version(ctx, db); v != migrations.Latest() || dirty || err != nil {
 		t.Fatalf("after the refused down: version %d, dirty %v, %v; want %d (unchanged), clean", v, dirty, err, migrations.Latest())
 	}
-	execSQL(t, db, `DELETE FROM delay_partial_windows WHERE get_byte(data, 0) = 130`)
+	harness.ExecSQL(t, db, `DELETE FROM delay_partial_windows WHERE get_byte(data, 0) = 130`)
 	if err := migrations.DownTo(ctx, db, 8); err != nil {
 		t.Fatal(err)
 	}
-	if got := dump(t, db, `SELECT window_start || ' ' || partition || ' ' || encode(rows, 'hex')
+	if got := harness.Dump(t, db, `SELECT window_start || ' ' || partition || ' ' || encode(rows, 'hex')
 		FROM delay_partial_windows ORDER BY 1`); !slices.Equal(got, format1) || len(got) != 6 {
 		t.Fatalf("format-1 partials after up 9 and down 8: %d, want the %d written at 8, unchanged", len(got), len(format1))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -50,7 +51,7 @@ var migrationDBs = []migrationDB{
 // create creates the database for the test (emptyDBWith) and returns its
 // URL.
 func (m migrationDB) create(t *testing.T) string {
-	db := emptyDBWith(t, m.options)
+	db := harness.EmptyDBWith(t, m.options)
 	if m.client == "" {
 		return db
 	}
@@ -92,15 +93,15 @@ func TestMigration8ConvertsPartials(t *testing.T) {
 }
 
 func migration8ConvertsPartials(t *testing.T, db string, ids []string) {
-	ctx := testCtx(t)
+	ctx := harness.TestCtx(t)
 	seedSchema7Partials(t, db, ids)
 	if err := migrations.UpTo(ctx, db, 8); err != nil {
 		t.Fatal(err)
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM pg_class WHERE relname = 'delay_partials'`); n != 0 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM pg_class WHERE relname = 'delay_partials'`); n != 0 {
 		t.Fatal("delay_partials left after migration 8")
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM delay_partial_windows`); n != 12 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM delay_partial_windows`); n != 12 {
 		t.Fatalf("%d partial windows, want 12 (3 windows x 4 partitions)", n)
 	}
 	checkPartialsMergeToRawRows(t, db, "rows")
@@ -111,11 +112,11 @@ func migration8ConvertsPartials(t *testing.T, db string, ids []string) {
 	if v, dirty, err := migrations.Version(ctx, db); v != 8 || dirty || err != nil {
 		t.Fatalf("after the refused down: version %d, dirty %v, %v; want 8, clean", v, dirty, err)
 	}
-	execSQL(t, db, `DELETE FROM delay_partial_windows`)
+	harness.ExecSQL(t, db, `DELETE FROM delay_partial_windows`)
 	if err := migrations.DownTo(ctx, db, 7); err != nil {
 		t.Fatal(err)
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM delay_partials`); n != 0 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM delay_partials`); n != 0 {
 		t.Fatalf("%d rows in delay_partials after down 7", n)
 	}
 }
@@ -125,15 +126,15 @@ func migration8ConvertsPartials(t *testing.T, db string, ids []string) {
 // its own), their rows per dimension (view raw_rows) and their per-row
 // partials (delay_partials).
 func seedSchema7Partials(t *testing.T, db string, ids []string) {
-	if err := migrations.UpTo(testCtx(t), db, 7); err != nil {
+	if err := migrations.UpTo(harness.TestCtx(t), db, 7); err != nil {
 		t.Fatal(err)
 	}
 	lines := make([]string, len(ids))
 	for i, id := range ids {
 		lines[i] = "'" + id + "'"
 	}
-	execSQL(t, db, fmt.Sprintf(rawPartialEvents, strings.Join(lines, ", "), 4+len(ids)))
-	execSQL(t, db, `
+	harness.ExecSQL(t, db, fmt.Sprintf(rawPartialEvents, strings.Join(lines, ", "), 4+len(ids)))
+	harness.ExecSQL(t, db, `
 CREATE VIEW raw_rows AS
 SELECT ws, 'line' AS dimension, line AS id, part, op, delay FROM raw_events
 UNION ALL SELECT ws, 'station', stop, part, op, delay FROM raw_events
@@ -148,7 +149,7 @@ SELECT 'p', ws, dimension, id, 'arrival_predictions', part, ws + interval '5 min
        (SELECT array_agg(c ORDER BY d) FROM (SELECT delay AS d, count(*) AS c FROM raw_rows i
             WHERE (i.ws, i.dimension, i.id, i.part) = (o.ws, o.dimension, o.id, o.part) GROUP BY delay) AS x)
 FROM raw_rows o GROUP BY ws, dimension, id, part`)
-	if n := query[int64](t, db, `SELECT count(*) FROM delay_partials`); n == 0 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM delay_partials`); n == 0 {
 		t.Fatal("no partials at version 7")
 	}
 }
@@ -159,7 +160,7 @@ FROM raw_rows o GROUP BY ws, dimension, id, part`)
 // min, max, operator and distribution equal, mean and P90 within 1e-9 of avg
 // and percentile_cont.
 func checkPartialsMergeToRawRows(t *testing.T, db, column string) {
-	ctx := testCtx(t)
+	ctx := harness.TestCtx(t)
 	conn, err := pgx.Connect(ctx, db)
 	if err != nil {
 		t.Fatal(err)

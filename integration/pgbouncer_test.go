@@ -21,6 +21,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
@@ -50,11 +51,11 @@ func startPgBouncer(t *testing.T, poolMode, extra string) *pgBouncer {
 			t.Fatal("the pooler tests need PgBouncer: install pgbouncer (.ci/install-deps.sh)")
 		}
 	}
-	server, err := url.Parse(testDatabaseURL())
+	server, err := url.Parse(harness.TestDatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, err := net.SplitHostPort(testServerAddr(t))
+	host, port, err := net.SplitHostPort(harness.TestServerAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ pool_mode = %s
 		args = append([]string{"-u", "postgres"}, args...)
 	}
 	b.cmd = exec.Command(bin, args...)
-	out := &lockedWriter{w: new(bytes.Buffer)}
+	out := &harness.LockedWriter{W: new(bytes.Buffer)}
 	b.cmd.Stdout, b.cmd.Stderr = out, out
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ pool_mode = %s
 		}
 		select {
 		case <-b.done:
-			t.Fatalf("pgbouncer exited: %s\n%s", out.w.String(), b.logText())
+			t.Fatalf("pgbouncer exited: %s\n%s", out.W.String(), b.logText())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -171,15 +172,15 @@ const ignoredTimeouts = "lock_timeout, statement_timeout, idle_in_transaction_se
 // on the connection, none is a startup parameter.
 func TestPgBouncerSessionModeDrainEqualsSQLOracle(t *testing.T) {
 	bouncer := startPgBouncer(t, "session", "")
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	db := emptyDB(t)
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	db := harness.EmptyDB(t)
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
 	via := bouncer.url(db)
-	m := startOvstream(t, nil, "migrate", "up", "--database-url", via)
-	if code := m.wait(t, time.Minute); code != 0 {
-		t.Fatalf("migrate up through PgBouncer exited %d:\n%s", code, m.output())
+	m := harness.StartOvstream(t, nil, "migrate", "up", "--database-url", via)
+	if code := m.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("migrate up through PgBouncer exited %d:\n%s", code, m.Output())
 	}
-	drainedEqualsOracle(t, db, addr, 4610, drain(t, via, addr, "--connect-timeout", "5s"))
+	harness.DrainedEqualsOracle(t, db, addr, 4610, harness.Drain(t, via, addr, "--connect-timeout", "5s"))
 	if !strings.Contains(bouncer.logText(), "login attempt: db="+strings.TrimPrefix(mustPath(t, db), "/")) {
 		t.Fatalf("PgBouncer's log shows no login to the test's database:\n%s", bouncer.logText())
 	}
@@ -194,23 +195,6 @@ func mustPath(t *testing.T, db string) string {
 	return u.Path
 }
 
-// drainedEqualsOracle checks the tables of db after a drain of the
-// predictions topic of the broker at addr (runOutput: the run's output,
-// shown when nothing was stored): the topic holds records records, and
-// delay_aggregates and its distributions equal the SQL oracle's.
-func drainedEqualsOracle(t *testing.T, db, addr string, records int, runOutput string) {
-	t.Helper()
-	if n := loadOracleInput(t, db, addr, predictionsTopic); n != records {
-		t.Fatalf("topic holds %d records, want %d", n, records)
-	}
-	got := dump(t, db, dumpAggregates)
-	if len(got) == 0 {
-		t.Fatalf("no delay_aggregates rows; run output:\n%s", runOutput)
-	}
-	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, oracleAggregates))
-	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
-}
-
 // Through PgBouncer in transaction mode (with the ignore_startup_parameters
 // an operator adds to get past the startup packet), `run` exits non-zero at
 // start-up with one line that names the pool mode and the docs page, and
@@ -219,12 +203,12 @@ func drainedEqualsOracle(t *testing.T, db, addr string, records int, runOutput s
 // transactions.
 func TestPgBouncerTransactionModeRefusedAtStart(t *testing.T) {
 	bouncer := startPgBouncer(t, "transaction", "ignore_startup_parameters = "+ignoredTimeouts)
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	db := freshDB(t)
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
-	p := startOvstream(t, nil, runArgs(bouncer.url(db), addr, "--drain", "--connect-timeout", "5s")...)
-	code := p.wait(t, time.Minute)
-	out := p.output()
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	db := harness.FreshDB(t)
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	p := harness.StartOvstream(t, nil, harness.RunArgs(bouncer.url(db), addr, "--drain", "--connect-timeout", "5s")...)
+	code := p.Wait(t, time.Minute)
+	out := p.Output()
 	if code == 0 {
 		t.Fatalf("run through a transaction pool exited 0:\n%s", out)
 	}
@@ -239,7 +223,7 @@ func TestPgBouncerTransactionModeRefusedAtStart(t *testing.T) {
 		t.Fatalf("exit %d; want one line `ovstream run: ...pool_mode = transaction...docs/poolers.md` and no retry:\n%s", code, out)
 	}
 	for _, table := range []string{"stream_positions", "delay_aggregates", "trip_delay_latest", "vehicle_latest", "dead_letters", "pipeline_instances"} {
-		if n := dump(t, db, "SELECT count(*) FROM "+table); fmt.Sprint(n) != "[[0]]" {
+		if n := harness.Dump(t, db, "SELECT count(*) FROM "+table); fmt.Sprint(n) != "[[0]]" {
 			t.Errorf("%s holds %v rows after the refused run, want 0", table, n)
 		}
 	}
@@ -253,14 +237,14 @@ func TestPgBouncerTransactionModeRefusedAtStart(t *testing.T) {
 // is written, not even the version table.
 func TestPgBouncerTransactionModeMigrateRefused(t *testing.T) {
 	bouncer := startPgBouncer(t, "transaction", "ignore_startup_parameters = "+ignoredTimeouts)
-	db := emptyDB(t)
-	p := startOvstream(t, nil, "migrate", "up", "--database-url", bouncer.url(db))
-	code := p.wait(t, time.Minute)
-	out := p.output()
+	db := harness.EmptyDB(t)
+	p := harness.StartOvstream(t, nil, "migrate", "up", "--database-url", bouncer.url(db))
+	code := p.Wait(t, time.Minute)
+	out := p.Output()
 	if code == 0 || !strings.Contains(out, "pool_mode = transaction") || !strings.Contains(out, "docs/poolers.md") {
 		t.Fatalf("migrate up through a transaction pool: exit %d, want non-zero naming pool_mode and docs/poolers.md:\n%s", code, out)
 	}
-	if n := dump(t, db, "SELECT to_regclass('schema_migrations') IS NULL"); fmt.Sprint(n) != "[[true]]" {
+	if n := harness.Dump(t, db, "SELECT to_regclass('schema_migrations') IS NULL"); fmt.Sprint(n) != "[[true]]" {
 		t.Fatalf("schema_migrations exists after the refused migrate up")
 	}
 }
@@ -272,8 +256,8 @@ func TestPgBouncerTransactionModeMigrateRefused(t *testing.T) {
 // wait at once; once the lock is free, it migrates.
 func TestPgBouncerMigrateLockWaitBounded(t *testing.T) {
 	bouncer := startPgBouncer(t, "session", "ignore_startup_parameters = "+ignoredTimeouts)
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	holder, err := pgx.Connect(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -288,33 +272,33 @@ func TestPgBouncerMigrateLockWaitBounded(t *testing.T) {
 	}
 	via := bouncer.url(db)
 
-	p := startOvstream(t, nil, "migrate", "up", "--database-url", via)
+	p := harness.StartOvstream(t, nil, "migrate", "up", "--database-url", via)
 	time.Sleep(2 * time.Second)
-	if err := p.cmd.Process.Signal(sigterm); err != nil {
+	if err := p.Cmd.Process.Signal(harness.Sigterm); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	code := p.wait(t, 30*time.Second)
+	code := p.Wait(t, 30*time.Second)
 	if took := time.Since(stopped); code == 0 || took > 3*time.Second {
-		t.Fatalf("migrate up after SIGTERM: exit %d %v after the signal, want non-zero within 3 s:\n%s", code, took, p.output())
+		t.Fatalf("migrate up after SIGTERM: exit %d %v after the signal, want non-zero within 3 s:\n%s", code, took, p.Output())
 	}
-	t.Logf("SIGTERM: exit %d after %v: %s", code, time.Since(stopped).Round(time.Millisecond), strings.TrimSpace(p.output()))
+	t.Logf("SIGTERM: exit %d after %v: %s", code, time.Since(stopped).Round(time.Millisecond), strings.TrimSpace(p.Output()))
 
 	began := time.Now()
-	p = startOvstream(t, nil, "migrate", "up", "--database-url", via)
-	code = p.wait(t, time.Minute)
+	p = harness.StartOvstream(t, nil, "migrate", "up", "--database-url", via)
+	code = p.Wait(t, time.Minute)
 	took := time.Since(began)
-	if code == 0 || !strings.Contains(p.output(), "SQLSTATE 55P03") || took < migrations.LockTimeout || took > migrations.LockTimeout+10*time.Second {
-		t.Fatalf("migrate up behind the lock: exit %d after %v, want non-zero with 55P03 after %v:\n%s", code, took, migrations.LockTimeout, p.output())
+	if code == 0 || !strings.Contains(p.Output(), "SQLSTATE 55P03") || took < migrations.LockTimeout || took > migrations.LockTimeout+10*time.Second {
+		t.Fatalf("migrate up behind the lock: exit %d after %v, want non-zero with 55P03 after %v:\n%s", code, took, migrations.LockTimeout, p.Output())
 	}
 	t.Logf("lock held: exit %d after %v", code, took.Round(time.Millisecond))
 
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", lockID); err != nil {
 		t.Fatal(err)
 	}
-	p = startOvstream(t, nil, "migrate", "up", "--database-url", via)
-	if code := p.wait(t, time.Minute); code != 0 || !strings.Contains(p.output(), fmt.Sprintf("schema at version %d (was 0)", migrations.Latest())) {
-		t.Fatalf("migrate up with the lock free: exit %d:\n%s", code, p.output())
+	p = harness.StartOvstream(t, nil, "migrate", "up", "--database-url", via)
+	if code := p.Wait(t, time.Minute); code != 0 || !strings.Contains(p.Output(), fmt.Sprintf("schema at version %d (was 0)", migrations.Latest())) {
+		t.Fatalf("migrate up with the lock free: exit %d:\n%s", code, p.Output())
 	}
 }
 
@@ -327,39 +311,39 @@ func TestPgBouncerMigrateLockWaitBounded(t *testing.T) {
 // and after both the tables equal the SQL oracle.
 func TestPgBouncerInstanceIDRestartClaimsAtOnce(t *testing.T) {
 	bouncer := startPgBouncer(t, "session", "")
-	addr, db := startBroker(t), freshDB(t)
-	total, half, second := produceFirstHalf(t, addr)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	total, half, second := harness.ProduceFirstHalf(t, addr)
 	args := func(id string) []string {
-		return runArgs(bouncer.url(db), addr, "--pipeline", "static", "--metrics-addr", "127.0.0.1:0", "--flush-interval", "200ms",
+		return harness.RunArgs(bouncer.url(db), addr, "--pipeline", "static", "--metrics-addr", "127.0.0.1:0", "--flush-interval", "200ms",
 			"--log-level", "info", "--instance-id", id)
 	}
-	a := startOvstream(t, nil, args("pod-0")...)
-	waitFor(t, time.Minute, "the first half consumed and committed", committedIn(t, db, "static", opsAddr(t, a), half))
-	a.kill()
+	a := harness.StartOvstream(t, nil, args("pod-0")...)
+	harness.WaitFor(t, time.Minute, "the first half consumed and committed", harness.CommittedIn(t, db, "static", harness.OpsAddr(t, a), half))
+	a.Kill()
 
 	restarted := time.Now()
-	b := startOvstream(t, nil, args("pod-0")...)
-	waitLog(t, b, claimedLine, 2*time.Minute)
+	b := harness.StartOvstream(t, nil, args("pod-0")...)
+	harness.WaitLog(t, b, harness.ClaimedLine, 2*time.Minute)
 	claimedAfter := time.Since(restarted)
-	line := lineWith(b, claimedLine)
+	line := harness.LineWith(b, harness.ClaimedLine)
 	if !strings.Contains(line, "restarted_from=") || !strings.Contains(line, "alive (heartbeat") ||
-		strings.Contains(b.output(), standbyLine) || claimedAfter > 10*time.Second {
+		strings.Contains(b.Output(), harness.StandbyLine) || claimedAfter > 10*time.Second {
 		t.Fatalf("the restart with the same --instance-id through PgBouncer claimed %v after its start, want at once:\n%s",
-			claimedAfter.Round(time.Millisecond), tail(b.output(), 20))
+			claimedAfter.Round(time.Millisecond), harness.Tail(b.Output(), 20))
 	}
 	t.Logf("restart with the same --instance-id through PgBouncer (lease 15s): claimed %v after the start", claimedAfter.Round(time.Millisecond))
 
-	twin := startOvstream(t, nil, args("pod-0")...)
-	waitLog(t, twin, "two processes share an instance id", time.Minute)
-	produceFeeds(t, addr, second)
-	if err := twin.cmd.Process.Signal(sigterm); err != nil {
+	twin := harness.StartOvstream(t, nil, args("pod-0")...)
+	harness.WaitLog(t, twin, "two processes share an instance id", time.Minute)
+	harness.ProduceFeeds(t, addr, second)
+	if err := twin.Cmd.Process.Signal(harness.Sigterm); err != nil {
 		t.Fatal(err)
 	}
-	if code := twin.wait(t, time.Minute); code != 0 || strings.Contains(twin.output(), claimedLine) || strings.Contains(b.output(), "fenced") {
+	if code := twin.Wait(t, time.Minute); code != 0 || strings.Contains(twin.Output(), harness.ClaimedLine) || strings.Contains(b.Output(), "fenced") {
 		t.Fatalf("a second live process with the same id: exit %d, want it to wait and stop:\ntwin:\n%s\nlive:\n%s",
-			code, tail(twin.output(), 20), tail(b.output(), 20))
+			code, harness.Tail(twin.Output(), 20), harness.Tail(b.Output(), 20))
 	}
-	stopDrainCompare(t, b, db, addr, "static", total, "delay_aggregates after a restart through PgBouncer vs SQL oracle")
+	harness.StopDrainCompare(t, b, db, addr, "static", total, "delay_aggregates after a restart through PgBouncer vs SQL oracle")
 }
 
 // The timeouts ovstream sets hold on its sessions through a session pool
@@ -369,8 +353,8 @@ func TestPgBouncerInstanceIDRestartClaimsAtOnce(t *testing.T) {
 // idle_in_transaction_session_timeout are SET on each new session.
 func TestPgBouncerSessionTimeoutsHold(t *testing.T) {
 	bouncer := startPgBouncer(t, "session", "ignore_startup_parameters = "+ignoredTimeouts)
-	db := freshDB(t)
-	ctx := testCtx(t)
+	db := harness.FreshDB(t)
+	ctx := harness.TestCtx(t)
 	st, err := store.Open(ctx, bouncer.url(db))
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 )
 
@@ -47,10 +48,10 @@ func runPostgresScript(t *testing.T, env []string, args ...string) (string, int)
 // database is created, migrated and dropped as the tests do (`make test`);
 // a second call is a no-op; `stop` stops the private cluster.
 func TestPostgresScriptOnScramCluster(t *testing.T) {
-	machine := startPrivatePG(t)
+	machine := harness.StartPrivatePG(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	trustURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", machine.port)
+	trustURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", machine.Port)
 	conn, err := pgx.Connect(ctx, trustURL)
 	if err != nil {
 		t.Fatal(err)
@@ -60,11 +61,11 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 	}
 	conn.Close(ctx)
 	hba := "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"
-	if err := os.WriteFile(filepath.Join(machine.dir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(machine.Dir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	machine.run("pg_ctl", "-D", machine.dir, "reload")
-	waitFor(t, 30*time.Second, "scram-sha-256 for TCP", func() bool {
+	machine.Run("pg_ctl", "-D", machine.Dir, "reload")
+	harness.WaitFor(t, 30*time.Second, "scram-sha-256 for TCP", func() bool {
 		c, err := pgx.Connect(ctx, trustURL)
 		if err == nil {
 			c.Close(ctx)
@@ -72,7 +73,7 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "password")
 	})
 	pid := func() string {
-		b, err := os.ReadFile(filepath.Join(machine.dir, "postmaster.pid"))
+		b, err := os.ReadFile(filepath.Join(machine.Dir, "postmaster.pid"))
 		if err != nil {
 			return "none"
 		}
@@ -89,7 +90,7 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	envFile := filepath.Join(dir, "local.env")
-	env := []string{"OVSTREAM_PG_HOST=127.0.0.1", "OVSTREAM_PG_PORT=" + strconv.Itoa(machine.port),
+	env := []string{"OVSTREAM_PG_HOST=127.0.0.1", "OVSTREAM_PG_PORT=" + strconv.Itoa(machine.Port),
 		"OVSTREAM_PG_DIR=" + filepath.Join(dir, "pg"), "OVSTREAM_PG_ENV=" + envFile}
 	t.Cleanup(func() { runPostgresScript(t, env, "stop") })
 	out, code := runPostgresScript(t, env)
@@ -107,7 +108,7 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 	}
 	dbURL := strings.TrimSpace(string(b))
 	u, err := url.Parse(dbURL)
-	if err != nil || u.Hostname() != "127.0.0.1" || u.Port() == strconv.Itoa(machine.port) || u.Path != "/ovstream" {
+	if err != nil || u.Hostname() != "127.0.0.1" || u.Port() == strconv.Itoa(machine.Port) || u.Path != "/ovstream" {
 		t.Fatalf("DATABASE_URL from %s: %q; want the private cluster's database ovstream", envFile, dbURL)
 	}
 	keep := exec.Command("bash", "-c", `DATABASE_URL=mine; . "$1"; echo "$DATABASE_URL"`, "-", envFile)
@@ -116,7 +117,7 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 	}
 
 	// make run: the demo, to its summary.
-	demoOut, errOut, code := runCLI(t, []string{"DATABASE_URL=" + dbURL}, "demo", "--data", "../testdata")
+	demoOut, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + dbURL}, "demo", "--data", "../testdata")
 	if code != 0 || !strings.Contains(demoOut, "ten most delayed lines of the busiest window") {
 		t.Fatalf("demo on the private cluster: exit %d\n%s%s", code, demoOut, errOut)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/MobilityData/gtfs-realtime-bindings/golang/gtfs"
+	"github.com/ovstream/ovstream/integration/harness"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -19,8 +20,8 @@ import (
 // its reason in the summary; the rest is produced, and a drain of it writes
 // no dead letter.
 func TestProduceSkipsWhatBreaksTheContract(t *testing.T) {
-	addr := startBroker(t)
-	db := freshDB(t)
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
 	dir := t.TempDir()
 	const ts = 1463601600 // 2016-05-18T20:00:00Z
 	stu := func(stop string, seq uint32, d int32) *gtfs.TripUpdate_StopTimeUpdate {
@@ -52,7 +53,7 @@ func TestProduceSkipsWhatBreaksTheContract(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", path)
+	out := harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", path)
 	for _, want := range []string{"produced 2 predictions to arrival_predictions, 1 positions to vehicle_positions",
 		"2 breaks the data contract: delay_s: out of range: |delay_s| > 86400",
 		"1 breaks the data contract: lat: out of range: |lat| > 90"} {
@@ -60,14 +61,14 @@ func TestProduceSkipsWhatBreaksTheContract(t *testing.T) {
 			t.Errorf("produce does not say %q:\n%s", want, out)
 		}
 	}
-	if n := len(readTopic(t, addr, predictionsTopic)); n != 2 {
+	if n := len(harness.ReadTopic(t, addr, harness.PredictionsTopic)); n != 2 {
 		t.Errorf("arrival_predictions holds %d records, want 2", n)
 	}
-	drain(t, db, addr)
-	if got := dump(t, db, `SELECT count(*) FROM dead_letters`); got[0] != "[0]" {
+	harness.Drain(t, db, addr)
+	if got := harness.Dump(t, db, `SELECT count(*) FROM dead_letters`); got[0] != "[0]" {
 		t.Errorf("dead letters after a drain: %v, want none", got)
 	}
-	if got := dump(t, db, `SELECT event_count, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`); strings.Join(got, " ") != "[2 86400]" {
+	if got := harness.Dump(t, db, `SELECT event_count, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`); strings.Join(got, " ") != "[2 86400]" {
 		t.Errorf("network row %v, want 2 events, max 86400", got)
 	}
 }
@@ -76,8 +77,8 @@ func TestProduceSkipsWhatBreaksTheContract(t *testing.T) {
 // ten Auckland snapshots give ten lines whose new predictions add up to
 // what the summary says it produced.
 func TestProduceReportsEachFile(t *testing.T) {
-	addr := startBroker(t)
-	out := produceCLI(t, addr, "--operator", "AT", "--progress-interval", "0", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	addr := harness.StartBroker(t)
+	out := harness.ProduceCLI(t, addr, "--operator", "AT", "--progress-interval", "0", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
 	var files, preds int
 	for _, l := range strings.Split(out, "\n") {
 		if !strings.HasPrefix(l, "read file ") {

@@ -15,6 +15,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/broker/embedded"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // `produce --gtfs-rt-url` ends with exit 1 and an error naming the URL and
@@ -23,7 +24,7 @@ import (
 // failed in ways that may pass (503). Once a URL gave a feed, its later
 // failures are reported in the poll lines and tolerated (exit 0).
 func TestProduceFeedURLNeverAnswered(t *testing.T) {
-	addr := startBroker(t)
+	addr := harness.StartBroker(t)
 	vp, err := os.ReadFile("../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestProduceFeedURLNeverAnswered(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	poll := func(path string, extra ...string) (string, string, int) {
-		return runCLI(t, nil, append([]string{"produce", "--brokers", addr, "--gtfs-rt-url", srv.URL + path,
+		return harness.RunCLI(t, nil, append([]string{"produce", "--brokers", addr, "--gtfs-rt-url", srv.URL + path,
 			"--interval", "20ms", "--http-attempts", "1"}, extra...)...)
 	}
 
@@ -97,7 +98,7 @@ func brokerTopics(t *testing.T, addr string) []string {
 // creates it with the broker's default partitions (10 here) and produces.
 func TestProduceMissingTopicNotCreated(t *testing.T) {
 	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", AutoCreateTopics: true,
-		Topics: map[string]int32{predictionsTopic: 6, positionsTopic: 3}})
+		Topics: map[string]int32{harness.PredictionsTopic: 6, harness.PositionsTopic: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestProduceMissingTopicNotCreated(t *testing.T) {
 		{[]string{"--gtfs-rt", "../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb", "--operator", "HFX",
 			"--predictions-topic", "no_predictions_here", "--positions-topic", "vehicle_positons"}, "vehicle_positons"},
 	} {
-		out, errOut, code := runCLI(t, nil, append([]string{"produce", "--brokers", addr}, tc.args...)...)
+		out, errOut, code := harness.RunCLI(t, nil, append([]string{"produce", "--brokers", addr}, tc.args...)...)
 		want := `ovstream produce: topic "` + tc.topic + `" does not exist ` + there +
 			": create it first, or give --create-topics to create it with the broker's default partitions\n"
 		if code != 1 || out != "" || !strings.HasSuffix(errOut, want) || strings.Count(errOut, "ovstream produce:") != 1 {
@@ -127,7 +128,7 @@ func TestProduceMissingTopicNotCreated(t *testing.T) {
 		t.Errorf("topics after the refused produces: %v, want only the two created at start", got)
 	}
 
-	out, errOut, code := runCLI(t, nil, "produce", "--brokers", addr, "--jsonl", lines, "--topic", "new_topic", "--create-topics")
+	out, errOut, code := harness.RunCLI(t, nil, "produce", "--brokers", addr, "--jsonl", lines, "--topic", "new_topic", "--create-topics")
 	if code != 0 || errOut != "" || out != "created topic new_topic (the broker's default partitions and replication)\n"+
 		"produced 2 lines of "+lines+" to new_topic; skipped: 0 empty lines; 0 produced without a key (no trip_id/vehicle_id string or not JSON)\n" {
 		t.Errorf("produce --create-topics: exit %d, stdout %q, stderr %q", code, out, errOut)
@@ -135,7 +136,7 @@ func TestProduceMissingTopicNotCreated(t *testing.T) {
 	if got := brokerTopics(t, addr); strings.Join(got, ",") != "arrival_predictions,new_topic,vehicle_positions" {
 		t.Errorf("topics after --create-topics: %v", got)
 	}
-	if n := len(readTopic(t, addr, "new_topic")); n != 2 {
+	if n := len(harness.ReadTopic(t, addr, "new_topic")); n != 2 {
 		t.Errorf("new_topic holds %d records, want 2", n)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // logLines returns the JSON log lines of out whose msg is msg.
@@ -35,13 +37,13 @@ func logLines(t *testing.T, out, msg string) []map[string]any {
 // left and the time to its end) and one shutdown line saying why it
 // stopped: drain complete, SIGTERM, fenced.
 func TestRunProgressAndStartStopLines(t *testing.T) {
-	addr := startBroker(t)
-	db := withPassword(t, freshDB(t), "Progr3ssPw")
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	addr := harness.StartBroker(t)
+	db := withPassword(t, harness.FreshDB(t), "Progr3ssPw")
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
 	const total = 4610
 	// Fetching pauses at 600 uncommitted records until the next commit
 	// (every 400 ms): the drain takes a few seconds, in steps.
-	out := drain(t, db, addr, "--pipeline", "prog", "--log-format", "json", "--log-level", "info",
+	out := harness.Drain(t, db, addr, "--pipeline", "prog", "--log-format", "json", "--log-level", "info",
 		"--progress-interval", "300ms", "--max-uncommitted-messages", "600", "--flush-interval", "400ms")
 	if strings.Contains(out, "Progr3ssPw") {
 		t.Errorf("the password shows in the log:\n%s", out)
@@ -96,23 +98,23 @@ func TestRunProgressAndStartStopLines(t *testing.T) {
 	}
 
 	// SIGTERM, and fenced by a takeover.
-	a := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "prog2", "--log-format", "json", "--log-level", "info")...)
-	waitFor(t, 30*time.Second, "the first instance assigned", func() bool { return strings.Contains(a.output(), "watermark seeded") })
-	b := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "prog2", "--log-format", "json", "--log-level", "info", "--takeover")...)
-	if code := a.wait(t, time.Minute); code != 3 {
-		t.Fatalf("the instance taken over exited %d, want 3:\n%s", code, a.output())
+	a := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "prog2", "--log-format", "json", "--log-level", "info")...)
+	harness.WaitFor(t, 30*time.Second, "the first instance assigned", func() bool { return strings.Contains(a.Output(), "watermark seeded") })
+	b := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "prog2", "--log-format", "json", "--log-level", "info", "--takeover")...)
+	if code := a.Wait(t, time.Minute); code != 3 {
+		t.Fatalf("the instance taken over exited %d, want 3:\n%s", code, a.Output())
 	}
-	if stop := logLines(t, a.output(), "stopped"); len(stop) != 1 || stop[0]["reason"] != "fenced" || stop[0]["exit_code"] != 3.0 {
+	if stop := logLines(t, a.Output(), "stopped"); len(stop) != 1 || stop[0]["reason"] != "fenced" || stop[0]["exit_code"] != 3.0 {
 		t.Errorf("fenced instance's shutdown lines %v, want one: fenced, exit 3", stop)
 	}
-	waitFor(t, 30*time.Second, "the second instance assigned", func() bool { return strings.Contains(b.output(), "watermark seeded") })
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	harness.WaitFor(t, 30*time.Second, "the second instance assigned", func() bool { return strings.Contains(b.Output(), "watermark seeded") })
+	if err := b.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := b.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run after SIGTERM exited %d:\n%s", code, b.output())
+	if code := b.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run after SIGTERM exited %d:\n%s", code, b.Output())
 	}
-	if stop := logLines(t, b.output(), "stopped"); len(stop) != 1 || stop[0]["reason"] != "SIGTERM" || stop[0]["exit_code"] != 0.0 {
+	if stop := logLines(t, b.Output(), "stopped"); len(stop) != 1 || stop[0]["reason"] != "SIGTERM" || stop[0]["exit_code"] != 0.0 {
 		t.Errorf("shutdown lines after SIGTERM %v, want one: SIGTERM, exit 0", stop)
 	}
 }

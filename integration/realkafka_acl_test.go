@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
@@ -57,15 +58,15 @@ func TestRealKafkaACLNoRead(t *testing.T) {
 		}
 	}
 	grant(kadm.OpDescribe)
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	run := func() (string, int) {
 		t.Helper()
-		p := startOvstream(t, []string{"KAFKA_SASL_PASSWORD=" + aclPassword}, "run", "--drain", "--database-url", db,
+		p := harness.StartOvstream(t, []string{"KAFKA_SASL_PASSWORD=" + aclPassword}, "run", "--drain", "--database-url", db,
 			"--pipeline", "rk_acl", "--topics", pred+","+pos, "--metrics-addr", "", "--flush-interval", "100ms",
 			"--allowed-lateness", "10m", "--connect-timeout", "2s", "--brokers", c.SASLBootstrap(),
 			"--kafka-tls-ca", c.TLS.CAFile, "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", aclUser)
-		code := p.wait(t, time.Minute)
-		return p.output(), code
+		code := p.Wait(t, time.Minute)
+		return p.Output(), code
 	}
 	// The broker applies the new user and ACL from its metadata log: the
 	// first run may meet an authentication failure while it catches up.
@@ -85,7 +86,7 @@ func TestRealKafkaACLNoRead(t *testing.T) {
 	}
 	t.Logf("without READ: exit %d, errors %q", code, errs)
 	if code != 1 || len(errs) != 1 {
-		t.Fatalf("run --drain without READ: exit %d and %d error lines, want 1 and 1:\n%s", code, len(errs), tail(out, 20))
+		t.Fatalf("run --drain without READ: exit %d and %d error lines, want 1 and 1:\n%s", code, len(errs), harness.Tail(out, 20))
 	}
 	want := regexp.MustCompile(`^ovstream run: kafka: not authorized to read topic "(` + pred + `|` + pos +
 		`)" partition [0-9]+: the principal needs READ on the topic \(kafka server: The client is not authorized to access this topic\); ` +
@@ -93,13 +94,13 @@ func TestRealKafkaACLNoRead(t *testing.T) {
 	if !want.MatchString(errs[0]) {
 		t.Errorf("the error does not name the topic, the partition and READ: %s", errs[0])
 	}
-	if n := dump(t, db, `SELECT (SELECT count(*) FROM delay_aggregates), (SELECT count(*) FROM dead_letters),
+	if n := harness.Dump(t, db, `SELECT (SELECT count(*) FROM delay_aggregates), (SELECT count(*) FROM dead_letters),
 		(SELECT coalesce(sum(next_offset), 0)::int FROM stream_positions)`); n[0] != "[0 0 0]" {
 		t.Errorf("after the refused run: delay_aggregates rows, dead letters, sum of stored offsets %s, want [0 0 0]", n[0])
 	}
 	grant(kadm.OpRead)
 	if out, code = run(); code != 0 {
-		t.Fatalf("run --drain with READ: exit %d\n%s", code, tail(out, 30))
+		t.Fatalf("run --drain with READ: exit %d\n%s", code, harness.Tail(out, 30))
 	}
 	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, 4610)
 	t.Logf("with READ granted: %d delay_aggregates rows equal the oracle", rows)

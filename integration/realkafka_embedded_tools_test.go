@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -18,7 +19,7 @@ import (
 // its replicas and ISR, and empty ELR lists (kfake left them null and the
 // client failed with a NullPointerException).
 func TestRealKafkaToolsDescribeEmbeddedBroker(t *testing.T) {
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := realkafka.Tool(ctx, t.TempDir(), "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", addr, "--describe")

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -95,11 +96,11 @@ func (p *liveProducer) loop() {
 		now := time.Now().UTC().Format(time.RFC3339Nano)
 		for part := range int32(6) {
 			n := p.trips.Add(1)
-			v := pred(fmt.Sprintf("t%d", n), fmt.Sprintf("L%d", n%7), fmt.Sprintf("S%d", n%11), "AT", int(n%600)-120, now)
+			v := harness.Pred(fmt.Sprintf("t%d", n), fmt.Sprintf("L%d", n%7), fmt.Sprintf("S%d", n%11), "AT", int(n%600)-120, now)
 			p.send(&kgo.Record{Topic: p.pred, Partition: part, Value: v}, true)
 		}
 		for part := range int32(3) {
-			p.send(&kgo.Record{Topic: p.pos, Partition: part, Value: pos(fmt.Sprintf("v%d", part), -36.8, now)}, false)
+			p.send(&kgo.Record{Topic: p.pos, Partition: part, Value: harness.Pos(fmt.Sprintf("v%d", part), -36.8, now)}, false)
 		}
 	}
 }
@@ -223,7 +224,7 @@ func TestRealKafkaLeaderChangeNoLateRecords(t *testing.T) {
 // every record produced.
 func TestRealKafkaLeaderChangesLong(t *testing.T) {
 	c := sharedCluster(t)
-	rng := crashSeed(t)
+	rng := harness.CrashSeed(t)
 	r := newLeaderRig(t, c, "long", "30s", "5s")
 	for round := range 5 {
 		quiet := rng.IntN(2) == 0
@@ -285,12 +286,12 @@ type leaderRig struct {
 	split     []string
 	flags     []string
 	prod      *liveProducer
-	procs     []*proc
+	procs     []*harness.Proc
 }
 
 func newLeaderRig(t *testing.T, c *realkafka.Cluster, name, idle, lateness string) *leaderRig {
 	t.Helper()
-	r := &leaderRig{t: t, c: c, db: freshDB(t), pipeline: "lc_" + name}
+	r := &leaderRig{t: t, c: c, db: harness.FreshDB(t), pipeline: "lc_" + name}
 	r.pred, r.pos = kafkaTopics(t, c, fmt.Sprintf("lc%s%d", name, rand.IntN(1e6)), map[string]string{"min.insync.replicas": "2"})
 	r.split = []string{
 		fmt.Sprintf("%[1]s:0,%[1]s:1,%[1]s:2,%[2]s:0", r.pred, r.pos),
@@ -299,12 +300,12 @@ func newLeaderRig(t *testing.T, c *realkafka.Cluster, name, idle, lateness strin
 	r.flags = []string{"--pipeline", r.pipeline, "--topics", r.pred + "," + r.pos, "--window", "10s",
 		"--allowed-lateness", lateness, "--idle-timeout", idle, "--lease", "5s"}
 	r.prod = startLiveProducer(t, c, r.pred, r.pos)
-	r.procs = []*proc{r.start(r.split[0]), r.start(r.split[1]), r.start(r.split[0])}
+	r.procs = []*harness.Proc{r.start(r.split[0]), r.start(r.split[1]), r.start(r.split[0])}
 	return r
 }
 
-func (r *leaderRig) start(parts string, extra ...string) *proc {
-	return startOvstream(r.t, nil, runArgs(r.db, r.c.Bootstrap(), append(append([]string{"--partitions", parts}, r.flags...), extra...)...)...)
+func (r *leaderRig) start(parts string, extra ...string) *harness.Proc {
+	return harness.StartOvstream(r.t, nil, harness.RunArgs(r.db, r.c.Bootstrap(), append(append([]string{"--partitions", parts}, r.flags...), extra...)...)...)
 }
 
 // others returns the nodes but n.
@@ -400,7 +401,7 @@ func (r *leaderRig) waitMetadata(what string, ok func(kadm.Metadata) bool, down 
 			seeds = append(seeds, n.Addr())
 		}
 	}
-	waitFor(r.t, 2*time.Minute, what, func() bool {
+	harness.WaitFor(r.t, 2*time.Minute, what, func() bool {
 		// A new client each time: its first request goes to a seed, never
 		// to a node it learnt of (the stopped one among them).
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
@@ -424,9 +425,9 @@ func (r *leaderRig) finish() {
 	t.Helper()
 	produced := r.prod.finish()
 	addr := r.c.Nodes[0].Addr()
-	hw := highWaters(t, addr, nil, r.pred, r.pos)
-	waitFor(t, 2*time.Minute, "the instances consumed every record", func() bool {
-		consumed := storedConsumedOf(t, db, r.pipeline)
+	hw := harness.HighWaters(t, addr, nil, r.pred, r.pos)
+	harness.WaitFor(t, 2*time.Minute, "the instances consumed every record", func() bool {
+		consumed := harness.StoredConsumedOf(t, db, r.pipeline)
 		for k, h := range hw {
 			if consumed[k] < h {
 				return false
@@ -436,37 +437,37 @@ func (r *leaderRig) finish() {
 	})
 	for _, p := range r.procs {
 		select {
-		case <-p.done:
-			t.Fatalf("an instance exited during the faults (exit %d):\n%s", p.cmd.ProcessState.ExitCode(), tail(p.output(), 40))
+		case <-p.Done:
+			t.Fatalf("an instance exited during the faults (exit %d):\n%s", p.Cmd.ProcessState.ExitCode(), harness.Tail(p.Output(), 40))
 		default:
 		}
-		_ = p.cmd.Process.Signal(sigterm)
+		_ = p.Cmd.Process.Signal(harness.Sigterm)
 	}
 	for _, p := range r.procs {
-		if code := p.wait(t, time.Minute); code != 0 {
-			t.Fatalf("SIGTERM: exit %d\n%s", code, tail(p.output(), 40))
+		if code := p.Wait(t, time.Minute); code != 0 {
+			t.Fatalf("SIGTERM: exit %d\n%s", code, harness.Tail(p.Output(), 40))
 		}
 	}
 	// The last windows: a split drain of both halves.
-	drains := []*proc{r.start(r.split[0], "--drain"), r.start(r.split[1], "--drain")}
+	drains := []*harness.Proc{r.start(r.split[0], "--drain"), r.start(r.split[1], "--drain")}
 	for _, p := range drains {
-		if code := p.wait(t, 3*time.Minute); code != 0 {
-			t.Fatalf("run --drain exited %d:\n%s", code, tail(p.output(), 40))
+		if code := p.Wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("run --drain exited %d:\n%s", code, harness.Tail(p.Output(), 40))
 		}
 	}
-	late := dump(t, db, `SELECT topic || '/' || partition, count(*) FROM dead_letters WHERE reason = 'late' GROUP BY 1`)
+	late := harness.Dump(t, db, `SELECT topic || '/' || partition, count(*) FROM dead_letters WHERE reason = 'late' GROUP BY 1`)
 	if len(late) > 0 {
 		t.Errorf("records dead-lettered late after the leader change (topic/partition, count): %v", late)
 	}
-	if all := dump(t, db, `SELECT count(*) FROM dead_letters`); all[0] != "[0]" {
+	if all := harness.Dump(t, db, `SELECT count(*) FROM dead_letters`); all[0] != "[0]" {
 		t.Errorf("dead letters: %v, want none", all)
 	}
-	if n := loadOracleInput(t, db, addr, r.pred); n != produced {
+	if n := harness.LoadOracleInput(t, db, addr, r.pred); n != produced {
 		t.Fatalf("topic %s holds %d records, %d were acknowledged", r.pred, n, produced)
 	}
-	got := dump(t, db, dumpAggregates)
-	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, strings.ReplaceAll(oracleAggregates, "300", "10")))
-	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions),
-		dump(t, db, strings.ReplaceAll(oracleDistributions, "300", "10")))
+	got := harness.Dump(t, db, harness.DumpAggregates)
+	harness.SameRows(t, "delay_aggregates vs SQL oracle", got, harness.Dump(t, db, strings.ReplaceAll(harness.OracleAggregates, "300", "10")))
+	harness.SameRows(t, "stored distributions vs SQL oracle", harness.Dump(t, db, harness.DumpDistributions),
+		harness.Dump(t, db, strings.ReplaceAll(harness.OracleDistributions, "300", "10")))
 	t.Logf("%d predictions produced, %d late, %d delay_aggregates rows against the oracle", produced, len(late), len(got))
 }

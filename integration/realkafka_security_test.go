@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // noPassword fails the test when out holds the shared node's SASL password
@@ -34,22 +36,22 @@ func noPassword(t *testing.T, what, out string) {
 func TestRealKafkaSASLSSL(t *testing.T) {
 	c := sharedKafka(t)
 	pred, pos := kafkaTopics(t, c, "sasl", nil)
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	sec := func(brokers, ca string) []string {
 		return []string{"--brokers", brokers, "--kafka-tls-ca", ca, "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", saslUser}
 	}
 	env := []string{"KAFKA_SASL_PASSWORD=" + saslPassword}
-	out, errOut, code := runCLI(t, env, append(append([]string{"produce"}, sec(c.SASLBootstrap(), c.TLS.CAFile)...),
+	out, errOut, code := harness.RunCLI(t, env, append(append([]string{"produce"}, sec(c.SASLBootstrap(), c.TLS.CAFile)...),
 		"--operator", "AT", "--predictions-topic", pred, "--positions-topic", pos, "--gtfs-rt", "../testdata/auckland-20160519-peak10min")...)
 	noPassword(t, "produce", out+errOut)
 	if code != 0 || !strings.Contains(out, "4610") {
 		t.Fatalf("produce over SASL_SSL: exit %d, want 0 and 4610 predictions: %s%s", code, out, errOut)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.jsonl")
-	if err := os.WriteFile(bad, []byte(badLines[1]+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(bad, []byte(harness.BadLines[1]+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = runCLI(t, env, append(append([]string{"produce"}, sec(c.SASLBootstrap(), c.TLS.CAFile)...),
+	out, errOut, code = harness.RunCLI(t, env, append(append([]string{"produce"}, sec(c.SASLBootstrap(), c.TLS.CAFile)...),
 		"--jsonl", bad, "--topic", pred)...)
 	noPassword(t, "produce --jsonl", out+errOut)
 	if code != 0 {
@@ -60,14 +62,14 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 		args := append([]string{"run", "--drain", "--database-url", db, "--pipeline", "rk_sasl", "--topics", pred + "," + pos,
 			"--metrics-addr", "", "--flush-interval", "100ms", "--allowed-lateness", "10m", "--log-level", "debug",
 			"--connect-timeout", "2s"}, sec(brokers, ca)...)
-		p := startOvstream(t, env, args...)
-		code := p.wait(t, 2*time.Minute)
-		return p.output(), code
+		p := harness.StartOvstream(t, env, args...)
+		code := p.Wait(t, 2*time.Minute)
+		return p.Output(), code
 	}
 	out, code = runSecure(env, c.SASLBootstrap(), c.TLS.CAFile)
 	noPassword(t, "run", out)
 	if code != 0 {
-		t.Fatalf("run --drain over SASL_SSL: exit %d\n%s", code, tail(out, 30))
+		t.Fatalf("run --drain over SASL_SSL: exit %d\n%s", code, harness.Tail(out, 30))
 	}
 	if strings.Contains(out, "cannot commit offsets to the Kafka consumer group") {
 		t.Errorf("the group-offset mirror failed over SASL_SSL:\n%s", out)
@@ -77,31 +79,31 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 	// status and dlq replay over SASL_SSL: lag 0 on the 9 partitions; the
 	// one dead letter (the bad line) re-produced byte for byte.
 	dbEnv := append(slices.Clone(env), "DATABASE_URL="+db)
-	sout, serr, code := runCLI(t, dbEnv, append([]string{"status", "--json", "--pipeline", "rk_sasl", "--topics", pred + "," + pos},
+	sout, serr, code := harness.RunCLI(t, dbEnv, append([]string{"status", "--json", "--pipeline", "rk_sasl", "--topics", pred + "," + pos},
 		sec(c.SASLBootstrap(), c.TLS.CAFile)...)...)
 	noPassword(t, "status", sout+serr)
-	var st statusJSON
-	if code != 0 || json.Unmarshal([]byte(sout), &st) != nil || st.lag() != 0 || len(st.Partitions) != 9 {
-		t.Errorf("status over SASL_SSL: exit %d, lag %d, %d partitions; want 0, 0, 9\n%s%s", code, st.lag(), len(st.Partitions), sout, serr)
+	var st harness.StatusJSON
+	if code != 0 || json.Unmarshal([]byte(sout), &st) != nil || st.Lag() != 0 || len(st.Partitions) != 9 {
+		t.Errorf("status over SASL_SSL: exit %d, lag %d, %d partitions; want 0, 0, 9\n%s%s", code, st.Lag(), len(st.Partitions), sout, serr)
 	}
 	if err := c.CreateTopic("sasl_replayed", 1, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	rout, rerr, code := runCLI(t, dbEnv, append([]string{"dlq", "replay", "--pipeline", "rk_sasl", "--to", "sasl_replayed"},
+	rout, rerr, code := harness.RunCLI(t, dbEnv, append([]string{"dlq", "replay", "--pipeline", "rk_sasl", "--to", "sasl_replayed"},
 		sec(c.SASLBootstrap(), c.TLS.CAFile)...)...)
 	noPassword(t, "dlq replay", rout+rerr)
 	if code != 0 || rout != "replayed 1 dead letters to sasl_replayed\n" {
 		t.Fatalf("dlq replay over SASL_SSL: exit %d: %s%s", code, rout, rerr)
 	}
-	replayed := readTopic(t, c.Nodes[0].Addr(), "sasl_replayed")
-	if len(replayed) != 1 || string(replayed[0].Value) != badLines[1] {
-		t.Fatalf("sasl_replayed holds %d records, want 1 with the bad line %q", len(replayed), badLines[1])
+	replayed := harness.ReadTopic(t, c.Nodes[0].Addr(), "sasl_replayed")
+	if len(replayed) != 1 || string(replayed[0].Value) != harness.BadLines[1] {
+		t.Fatalf("sasl_replayed holds %d records, want 1 with the bad line %q", len(replayed), harness.BadLines[1])
 	}
 	headers := map[string]string{}
 	for _, h := range replayed[0].Headers {
 		headers[string(h.Key)] = string(h.Value)
 	}
-	src := dump(t, db, `SELECT topic || '/' || partition || '/' || "offset" FROM dead_letters`)
+	src := harness.Dump(t, db, `SELECT topic || '/' || partition || '/' || "offset" FROM dead_letters`)
 	if len(src) != 1 || "["+headers["ovstream-dlq-source"]+"]" != src[0] || headers["ovstream-dlq-reason"] != "decode" {
 		t.Errorf("replayed headers %v, want source %v and reason decode", headers, src)
 	}
@@ -131,7 +133,7 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 		}
 		t.Logf("%s: exit %d, errors %q", tc.what, code, errs)
 		if code != 1 || len(errs) != 1 {
-			t.Errorf("run with %s: exit %d and %d error lines, want 1 and 1:\n%s", tc.what, code, len(errs), tail(out, 20))
+			t.Errorf("run with %s: exit %d and %d error lines, want 1 and 1:\n%s", tc.what, code, len(errs), harness.Tail(out, 20))
 			continue
 		}
 		for _, w := range tc.want {

@@ -21,12 +21,9 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
-
-// The real-broker tier: Apache Kafka (realkafka.Version, KRaft,
-// from Maven Central) under the claims the kfake tests make. Every test is
-// named TestRealKafka*: go test -tags integration -run TestRealKafka ./integration/
 
 // The SCRAM-SHA-512 user of the shared node's SASL_SSL listener, made at
 // format time (StorageTool --add-scram).
@@ -115,7 +112,7 @@ func kafkaTopics(t *testing.T, c *realkafka.Cluster, prefix string, configs map[
 // the topics and checks it reports its 4610 predictions.
 func produceAuckland(t *testing.T, brokers, pred, pos string, extra ...string) {
 	t.Helper()
-	out := produceCLI(t, brokers, append([]string{"--operator", "AT", "--predictions-topic", pred, "--positions-topic", pos,
+	out := harness.ProduceCLI(t, brokers, append([]string{"--operator", "AT", "--predictions-topic", pred, "--positions-topic", pos,
 		"--gtfs-rt", "../testdata/auckland-20160519-peak10min"}, extra...)...)
 	if !strings.Contains(out, "4610") {
 		t.Fatalf("produce of the Auckland peak does not report 4610 predictions:\n%s", out)
@@ -127,15 +124,15 @@ func produceAuckland(t *testing.T, brokers, pred, pos string, extra ...string) {
 // oracle row for row; it returns the number of rows compared.
 func aggregatesEqualOracle(t *testing.T, db, brokers, pred string, wantRecords int) int {
 	t.Helper()
-	if n := loadOracleInput(t, db, strings.Split(brokers, ",")[0], pred); n != wantRecords {
+	if n := harness.LoadOracleInput(t, db, strings.Split(brokers, ",")[0], pred); n != wantRecords {
 		t.Fatalf("topic %s holds %d records, want %d", pred, n, wantRecords)
 	}
-	got := dump(t, db, dumpAggregates)
+	got := harness.Dump(t, db, harness.DumpAggregates)
 	if len(got) == 0 {
 		t.Fatal("no delay_aggregates rows")
 	}
-	sameRows(t, "delay_aggregates vs SQL oracle", got, dump(t, db, oracleAggregates))
-	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+	harness.SameRows(t, "delay_aggregates vs SQL oracle", got, harness.Dump(t, db, harness.OracleAggregates))
+	harness.SameRows(t, "stored distributions vs SQL oracle", harness.Dump(t, db, harness.DumpDistributions), harness.Dump(t, db, harness.OracleDistributions))
 	return len(got)
 }
 
@@ -149,9 +146,9 @@ func aggregatesEqualOracle(t *testing.T, db, brokers, pred string, wantRecords i
 func TestRealKafkaDrainEqualsSQLOracle(t *testing.T) {
 	c := sharedKafka(t)
 	pred, pos := kafkaTopics(t, c, "drain", nil)
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	produceAuckland(t, c.Bootstrap(), pred, pos)
-	dout := drain(t, db, c.Bootstrap(), "--pipeline", "rk_drain", "--topics", pred+","+pos)
+	dout := harness.Drain(t, db, c.Bootstrap(), "--pipeline", "rk_drain", "--topics", pred+","+pos)
 	for _, l := range strings.Split(dout, "\n") {
 		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
 			t.Errorf("a clean drain on Kafka logged: %s", l)
@@ -197,7 +194,7 @@ func killsFiles(t *testing.T) []string {
 	}
 	stamp := func(p string) int64 {
 		var ts int64
-		scan(t, filepath.Base(p), "tripUpdates_%d.pb", &ts)
+		harness.Scan(t, filepath.Base(p), "tripUpdates_%d.pb", &ts)
 		return ts
 	}
 	slices.SortFunc(files, func(a, b string) int { return cmp.Compare(stamp(a), stamp(b)) })
@@ -223,20 +220,20 @@ func killsFiles(t *testing.T) []string {
 // record lost, none counted twice).
 func TestRealKafkaRunKilledEqualsSQLOracle(t *testing.T) {
 	c := sharedKafka(t)
-	rng := crashSeed(t)
+	rng := harness.CrashSeed(t)
 	pred, pos := kafkaTopics(t, c, "kills", nil)
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	// Lateness 1m (not 10m): windows close, and offsets are stored, while
 	// the sample flows in, so kills land between commits. --takeover: the
 	// killed instance's lease still lives, and the next one would wait it out.
-	args := runArgs(db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
+	args := harness.RunArgs(db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
 	files := killsFiles(t)
 	produced, kills := 0, 0
 	var progress []int64
 	step := (len(files) + 4) / 5 // 5 rounds
 	for i := 0; i < len(files); i += step {
-		p := startOvstream(t, nil, args...)
-		out := produceCLI(t, c.Bootstrap(), append([]string{"--operator", "AT", "--predictions-topic", pred,
+		p := harness.StartOvstream(t, nil, args...)
+		out := harness.ProduceCLI(t, c.Bootstrap(), append([]string{"--operator", "AT", "--predictions-topic", pred,
 			"--positions-topic", pos, "--gtfs-rt"}, files[i:min(i+step, len(files))]...)...)
 		var n int
 		if _, err := fmt.Sscanf(out[strings.Index(out, "produced "):], "produced %d predictions", &n); err != nil {
@@ -245,19 +242,19 @@ func TestRealKafkaRunKilledEqualsSQLOracle(t *testing.T) {
 		produced += n
 		time.Sleep(time.Duration(200+rng.IntN(1800)) * time.Millisecond)
 		select {
-		case <-p.done:
-			t.Fatalf("kill %d: run ended on its own (exit %d):\n%s", kills+1, p.cmd.ProcessState.ExitCode(), tail(p.output(), 30))
+		case <-p.Done:
+			t.Fatalf("kill %d: run ended on its own (exit %d):\n%s", kills+1, p.Cmd.ProcessState.ExitCode(), harness.Tail(p.Output(), 30))
 		default:
 		}
-		p.kill()
+		p.Kill()
 		kills++
 		var stored int64
-		for _, n := range storedNext(t, db, "rk_kills") {
+		for _, n := range harness.StoredNext(t, db, "rk_kills") {
 			stored += n
 		}
 		progress = append(progress, stored)
 	}
-	drain(t, db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
+	harness.Drain(t, db, c.Bootstrap(), "--pipeline", "rk_kills", "--topics", pred+","+pos, "--allowed-lateness", "1m", "--takeover")
 	rows := aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced)
 	t.Logf("%d SIGKILLs of run (offsets stored at each: %v); %d records; %d delay_aggregates rows equal the oracle",
 		kills, progress, produced, rows)
@@ -272,10 +269,10 @@ func consumerGroupCommandShowsLag(t *testing.T, c *realkafka.Cluster, db, pred, 
 	for i := range 5 {
 		more = append(more, fmt.Sprintf(`{"trip_id":"late-%d","line":"L","stop_id":"S","operator":"AT","delay_s":%d,"event_time":"2016-05-19T08:00:00Z"}`, i, i))
 	}
-	produceLines(t, c.Bootstrap(), pred, more...)
+	harness.ProduceLines(t, c.Bootstrap(), pred, more...)
 
-	stored := storedNext(t, db, pipeline)
-	st := status(t, db, c.Bootstrap(), pipeline)
+	stored := harness.StoredNext(t, db, pipeline)
+	st := harness.Status(t, db, c.Bootstrap(), pipeline)
 	statusLag := map[string]int64{}
 	for _, p := range st.Partitions {
 		if p.Lag == nil {
@@ -316,8 +313,8 @@ func consumerGroupCommandShowsLag(t *testing.T, c *realkafka.Cluster, db, pred, 
 	if rows != 9 || len(stored) != 9 {
 		t.Fatalf("ConsumerGroupCommand shows %d partitions, stream_positions %d; want 9 each:\n%s", rows, len(stored), out)
 	}
-	if toolLag != 5 || st.lag() != 5 {
-		t.Errorf("total lag: ConsumerGroupCommand %d, status %d; want the 5 records produced after the drain", toolLag, st.lag())
+	if toolLag != 5 || st.Lag() != 5 {
+		t.Errorf("total lag: ConsumerGroupCommand %d, status %d; want the 5 records produced after the drain", toolLag, st.Lag())
 	}
 	t.Logf("9 partitions: CURRENT-OFFSET = next_offset, LAG = status lag, total 5")
 }
@@ -334,7 +331,7 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	lose func(pred string) *realkafka.Node, whileDown func(rest func())) (int, string) {
 	t.Helper()
 	pred, pos := kafkaTopics(t, c, prefix, configs)
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
 	if err != nil || len(files) != 10 {
 		t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
@@ -342,7 +339,7 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	produced := 0
 	produce := func(fs ...string) {
 		t.Helper()
-		out := produceCLI(t, c.Bootstrap(), append([]string{"--operator", "AT", "--predictions-topic", pred,
+		out := harness.ProduceCLI(t, c.Bootstrap(), append([]string{"--operator", "AT", "--predictions-topic", pred,
 			"--positions-topic", pos, "--gtfs-rt"}, fs...)...)
 		var n int
 		if _, err := fmt.Sscanf(out[strings.Index(out, "produced "):], "produced %d predictions", &n); err != nil {
@@ -360,10 +357,10 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	}
 	produce(files[:5]...)
 	pipeline := "rk_" + prefix
-	run := startOvstream(t, nil, runArgs(db, c.Bootstrap(), "--pipeline", pipeline, "--topics", pred+","+pos,
+	run := harness.StartOvstream(t, nil, harness.RunArgs(db, c.Bootstrap(), "--pipeline", pipeline, "--topics", pred+","+pos,
 		"--allowed-lateness", "1m")...)
-	waitFor(t, time.Minute, "offsets stored before the broker is lost", func() bool {
-		for _, n := range storedNext(t, db, pipeline) {
+	harness.WaitFor(t, time.Minute, "offsets stored before the broker is lost", func() bool {
+		for _, n := range harness.StoredNext(t, db, pipeline) {
 			if n > 0 {
 				return true
 			}
@@ -380,9 +377,9 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	rest()
 	// Every record of the topic consumed before the SIGTERM, so the run
 	// itself got past the loss (the drain after it only finalizes windows).
-	hw := highWaters(t, c.Nodes[0].Addr(), nil, pred)
-	waitFor(t, 2*time.Minute, "run consumed every record after the broker came back", func() bool {
-		consumed := storedConsumedOf(t, db, pipeline)
+	hw := harness.HighWaters(t, c.Nodes[0].Addr(), nil, pred)
+	harness.WaitFor(t, 2*time.Minute, "run consumed every record after the broker came back", func() bool {
+		consumed := harness.StoredConsumedOf(t, db, pipeline)
 		for k, h := range hw {
 			if consumed[k] < h {
 				return false
@@ -391,23 +388,23 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 		return true
 	})
 	select {
-	case <-run.done:
-		t.Fatalf("run exited during the broker loss (exit %d):\n%s", run.cmd.ProcessState.ExitCode(), tail(run.output(), 40))
+	case <-run.Done:
+		t.Fatalf("run exited during the broker loss (exit %d):\n%s", run.Cmd.ProcessState.ExitCode(), harness.Tail(run.Output(), 40))
 	default:
 	}
-	_ = run.cmd.Process.Signal(sigterm)
-	if code := run.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run after SIGTERM: exit %d\n%s", code, tail(run.output(), 40))
+	_ = run.Cmd.Process.Signal(harness.Sigterm)
+	if code := run.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run after SIGTERM: exit %d\n%s", code, harness.Tail(run.Output(), 40))
 	}
-	drain(t, db, c.Bootstrap(), "--pipeline", pipeline, "--topics", pred+","+pos, "--allowed-lateness", "1m")
+	harness.Drain(t, db, c.Bootstrap(), "--pipeline", pipeline, "--topics", pred+","+pos, "--allowed-lateness", "1m")
 	// The group-offset mirror recovered from the loss (its commits failed
 	// or met COORDINATOR_LOAD_IN_PROGRESS meanwhile): the group holds the
 	// stored offsets again.
-	stored := storedNext(t, db, pipeline)
-	if got, _ := groupOffsets(t, c.Nodes[0].Addr(), pipeline); !maps.Equal(got, stored) || len(stored) != 9 {
+	stored := harness.StoredNext(t, db, pipeline)
+	if got, _ := harness.GroupOffsets(t, c.Nodes[0].Addr(), pipeline); !maps.Equal(got, stored) || len(stored) != 9 {
 		t.Errorf("consumer group %s holds %v, stream_positions %v", pipeline, got, stored)
 	}
-	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced), run.output()
+	return aggregatesEqualOracle(t, db, c.Bootstrap(), pred, produced), run.Output()
 }
 
 // sarama's OffsetManager on a group nobody ever used: Kafka answers
@@ -471,7 +468,7 @@ func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 	var epochBefore int32
 	rows, out := rideThroughBrokerLoss(t, c, "cluster", map[string]string{"min.insync.replicas": "2"}, func(topic string) *realkafka.Node {
 		pred = topic
-		hw := highWaters(t, c.Nodes[0].Addr(), nil, pred)
+		hw := harness.HighWaters(t, c.Nodes[0].Addr(), nil, pred)
 		var most int64 = -1
 		for p := range int32(6) {
 			if h := hw[fmt.Sprintf("%s/%d", pred, p)]; h > most {
@@ -488,7 +485,7 @@ func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 		victim.Kill()
 		return victim
 	}, func(rest func()) {
-		waitFor(t, time.Minute, "a new leader elected", func() bool {
+		harness.WaitFor(t, time.Minute, "a new leader elected", func() bool {
 			l, _, err := c.Leader(pred, busiest)
 			return err == nil && l >= 0 && l != victim.ID
 		})
@@ -505,7 +502,7 @@ func TestRealKafkaClusterLeaderKilledDuringRun(t *testing.T) {
 	// The reader of the partition stopped at the leader change and went on
 	// once its position was validated against the new leader (KIP-320).
 	if want := fmt.Sprintf("reading on\" partition=%s/%d offset=", pred, busiest); !strings.Contains(out, want) {
-		t.Errorf("run output does not say %q:\n%s", want, tail(out, 40))
+		t.Errorf("run output does not say %q:\n%s", want, harness.Tail(out, 40))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -73,7 +74,7 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	}
 	produce := func(what ...string) int {
 		t.Helper()
-		out := produceCLI(t, c.Bootstrap(), append([]string{"--predictions-topic", pred, "--positions-topic", pos}, what...)...)
+		out := harness.ProduceCLI(t, c.Bootstrap(), append([]string{"--predictions-topic", pred, "--positions-topic", pos}, what...)...)
 		var n int
 		if _, err := fmt.Sscanf(out[strings.Index(out, "produced "):], "produced %d predictions", &n); err != nil {
 			t.Fatalf("produce output: %v\n%s", err, out)
@@ -85,7 +86,7 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 		t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
 	}
 	produce(append([]string{"--operator", "AT", "--gtfs-rt"}, files[:5]...)...)
-	d := highWaters(t, running(), nil, pred)[tp] // on both replicas
+	d := harness.HighWaters(t, running(), nil, pred)[tp] // on both replicas
 	p := partition()
 	leader := c.Node(p.Leader)
 	var follower *realkafka.Node
@@ -96,34 +97,34 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	}
 	t.Logf("%s: leader %d, follower %d, leader epoch %d, %d records on both", tp, leader.ID, follower.ID, p.LeaderEpoch, d)
 	follower.Kill()
-	waitFor(t, 2*time.Minute, "the ISR shrinks to the leader", func() bool { return slices.Equal(partition().ISR, []int32{leader.ID}) })
+	harness.WaitFor(t, 2*time.Minute, "the ISR shrinks to the leader", func() bool { return slices.Equal(partition().ISR, []int32{leader.ID}) })
 	produce(append([]string{"--operator", "AT", "--gtfs-rt"}, files[5:]...)...)
-	o := highWaters(t, running(), nil, pred)[tp] // on the leader alone
+	o := harness.HighWaters(t, running(), nil, pred)[tp] // on the leader alone
 	if o <= d {
 		t.Fatalf("%s: %d records on the leader, %d on the follower: want more on the leader", tp, o, d)
 	}
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	pipeline := "rk_unclean"
 	args := []string{"--pipeline", pipeline, "--topics", pred + ","}
-	drain(t, db, c.Bootstrap(), args...)
+	harness.Drain(t, db, c.Bootstrap(), args...)
 	stored := func() string {
-		return strings.Join(dump(t, db, `SELECT next_offset, leader_epoch FROM stream_positions WHERE pipeline = '`+pipeline+`'`), "")
+		return strings.Join(harness.Dump(t, db, `SELECT next_offset, leader_epoch FROM stream_positions WHERE pipeline = '`+pipeline+`'`), "")
 	}
 	if got, want := stored(), fmt.Sprintf("[%d %d]", o, p.LeaderEpoch); got != want {
 		t.Fatalf("stored (next_offset, leader_epoch) %s, want %s (the high water mark, the metadata's leader epoch)", got, want)
 	}
-	loadOracleInput(t, db, running(), pred) // the old log's [0, o): counted, and soon gone
+	harness.LoadOracleInput(t, db, running(), pred) // the old log's [0, o): counted, and soon gone
 
 	// A run reading at o through the election, stopped (SIGSTOP) so that
 	// it fetches nothing until the old leader is back as a follower.
-	live := startOvstream(t, nil, runArgs(db, c.Bootstrap(), args...)...)
-	waitFor(t, time.Minute, "the live run reading at the stored offset", func() bool {
-		return strings.Contains(live.output(), fmt.Sprintf("msg=assigned partition=%s from=%d", tp, o))
+	live := harness.StartOvstream(t, nil, harness.RunArgs(db, c.Bootstrap(), args...)...)
+	harness.WaitFor(t, time.Minute, "the live run reading at the stored offset", func() bool {
+		return strings.Contains(live.Output(), fmt.Sprintf("msg=assigned partition=%s from=%d", tp, o))
 	})
-	if err := live.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := live.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitStopped(t, live)
+	harness.WaitStopped(t, live)
 
 	leader.Kill()
 	if err := c.Restart(follower); err != nil {
@@ -137,7 +138,7 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	})
 	// Bounds, not assertions: on 2 loaded cores the restarted node took up
 	// to a minute to catch up with the metadata log and be unfenced.
-	waitFor(t, 3*time.Minute, "the follower elected leader uncleanly", func() bool {
+	harness.WaitFor(t, 3*time.Minute, "the follower elected leader uncleanly", func() bool {
 		p := partition()
 		if p.Leader == follower.ID {
 			return true
@@ -154,11 +155,11 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "the old leader back in the ISR (its log truncated to the new leader's)", func() bool {
+	harness.WaitFor(t, 2*time.Minute, "the old leader back in the ISR (its log truncated to the new leader's)", func() bool {
 		return len(partition().ISR) == 2
 	})
 	np := partition()
-	hw := highWaters(t, running(), nil, pred)[tp]
+	hw := harness.HighWaters(t, running(), nil, pred)[tp]
 	if hw != d+int64(n) || hw < o {
 		t.Fatalf("%s: high water mark %d, want %d + %d (and at least the stored %d)", tp, hw, d, n, o)
 	}
@@ -177,45 +178,45 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 
 	// Going on, the live run's reader fetches from the new leader: it stops at
 	// the leader change, and its position o fails the check against it.
-	if err := live.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := live.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if code := live.wait(t, 2*time.Minute); code != 1 {
-		t.Fatalf("the live run over the election: exit %d, want 1:\n%s", code, tail(live.output(), 40))
+	if code := live.Wait(t, 2*time.Minute); code != 1 {
+		t.Fatalf("the live run over the election: exit %d, want 1:\n%s", code, harness.Tail(live.Output(), 40))
 	}
 	want := fmt.Sprintf("%s: the log was truncated below the offset being read %d (KIP-320): the broker's end offset for leader epoch %d is %d",
 		tp, o, p.LeaderEpoch, d)
-	if !strings.Contains(live.output(), want) {
-		t.Fatalf("the live run's output does not say %q:\n%s", want, tail(live.output(), 40))
+	if !strings.Contains(live.Output(), want) {
+		t.Fatalf("the live run's output does not say %q:\n%s", want, harness.Tail(live.Output(), 40))
 	}
 
-	run := startOvstream(t, nil, runArgs(db, c.Bootstrap(), append([]string{"--drain"}, args...)...)...)
-	if code := run.wait(t, 2*time.Minute); code != 1 {
-		t.Fatalf("run --drain over the truncated log: exit %d, want 1:\n%s", code, tail(run.output(), 40))
+	run := harness.StartOvstream(t, nil, harness.RunArgs(db, c.Bootstrap(), append([]string{"--drain"}, args...)...)...)
+	if code := run.Wait(t, 2*time.Minute); code != 1 {
+		t.Fatalf("run --drain over the truncated log: exit %d, want 1:\n%s", code, harness.Tail(run.Output(), 40))
 	}
 	want = fmt.Sprintf("%s: the log was truncated below the stored offset %d (KIP-320): the broker's end offset for leader epoch %d is %d",
 		tp, o, p.LeaderEpoch, d)
-	if !strings.Contains(run.output(), want) {
-		t.Fatalf("output does not say %q:\n%s", want, tail(run.output(), 40))
+	if !strings.Contains(run.Output(), want) {
+		t.Fatalf("output does not say %q:\n%s", want, harness.Tail(run.Output(), 40))
 	}
 	if got, want := stored(), fmt.Sprintf("[%d %d]", o, p.LeaderEpoch); got != want {
 		t.Fatalf("after the refused start: stored %s, want %s", got, want)
 	}
 
-	out := drain(t, db, c.Bootstrap(), append(args, "--on-offset-out-of-range", "earliest")...)
+	out := harness.Drain(t, db, c.Bootstrap(), append(args, "--on-offset-out-of-range", "earliest")...)
 	if !strings.Contains(out, "the log was truncated below the stored offset (KIP-320): resuming") || !strings.Contains(out, fmt.Sprintf("resume_at=%d", d)) {
-		t.Fatalf("the resumption at %d is not logged:\n%s", d, tail(out, 40))
+		t.Fatalf("the resumption at %d is not logged:\n%s", d, harness.Tail(out, 40))
 	}
 	if got, want := stored(), fmt.Sprintf("[%d %d]", hw, np.LeaderEpoch); got != want {
 		t.Fatalf("after the resumed drain: stored %s, want %s", got, want)
 	}
-	if dl := dump(t, db, `SELECT count(*) FROM dead_letters`); dl[0] != "[0]" {
+	if dl := harness.Dump(t, db, `SELECT count(*) FROM dead_letters`); dl[0] != "[0]" {
 		t.Fatalf("dead letters: %v, want none", dl)
 	}
-	loadOracleInputFrom(t, db, running(), pred, d) // the new log's [d, hw)
-	got := dump(t, db, dumpAggregates)
-	sameRows(t, "delay_aggregates vs SQL oracle over [0, O) of the old log and [d, hw) of the new", got, dump(t, db, oracleAggregates))
-	sameRows(t, "stored distributions vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+	harness.LoadOracleInputFrom(t, db, running(), pred, d) // the new log's [d, hw)
+	got := harness.Dump(t, db, harness.DumpAggregates)
+	harness.SameRows(t, "delay_aggregates vs SQL oracle over [0, O) of the old log and [d, hw) of the new", got, harness.Dump(t, db, harness.OracleAggregates))
+	harness.SameRows(t, "stored distributions vs SQL oracle", harness.Dump(t, db, harness.DumpDistributions), harness.Dump(t, db, harness.OracleDistributions))
 	t.Logf("%d delay_aggregates rows equal the oracle over %d + %d records; the test took %v", len(got), o, hw-d,
 		time.Since(began).Round(time.Millisecond))
 }

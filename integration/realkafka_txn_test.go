@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -55,7 +56,7 @@ func kafkaClient(t *testing.T, c *realkafka.Cluster, opts ...kgo.Opt) *kgo.Clien
 // mean, p90, min, max.
 func networkRows(t *testing.T, db string) []string {
 	t.Helper()
-	return dump(t, db, `SELECT to_char(window_start AT TIME ZONE 'UTC', 'HH24:MI'), event_count, mean_delay_s, p90_delay_s,
+	return harness.Dump(t, db, `SELECT to_char(window_start AT TIME ZONE 'UTC', 'HH24:MI'), event_count, mean_delay_s, p90_delay_s,
 		min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`)
 }
 
@@ -117,7 +118,7 @@ func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 		if err := cl.EndTransaction(ctx, how); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "the transaction marker written", func() bool {
+		harness.WaitFor(t, 30*time.Second, "the transaction marker written", func() bool {
 			hw, lso := ends()
 			return hw == lso
 		})
@@ -133,17 +134,17 @@ func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 		t.Fatalf("with the transaction open: high water %d, last stable offset %d; want 18 and 13", hw, lso)
 	}
 
-	db := freshDB(t)
+	db := harness.FreshDB(t)
 	args := []string{"--pipeline", "rk_txn", "--topics", pred + ","}
-	p := startOvstream(t, nil, runArgs(db, c.Bootstrap(), append([]string{"--drain"}, args...)...)...)
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("drain with a transaction open: exit %d\n%s", code, tail(p.output(), 30))
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, c.Bootstrap(), append([]string{"--drain"}, args...)...)...)
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("drain with a transaction open: exit %d\n%s", code, harness.Tail(p.Output(), 30))
 	}
 	want := []string{"[08:00 8 6 11.3 1 12]"}
 	if got := networkRows(t, db); strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("network rows after the drain with a transaction open: %v, want %v", got, want)
 	}
-	if got := storedNext(t, db, "rk_txn"); got[pred+"/0"] != 13 {
+	if got := harness.StoredNext(t, db, "rk_txn"); got[pred+"/0"] != 13 {
 		t.Fatalf("stored next offset %v, want 13 (the last stable offset)", got)
 	}
 
@@ -151,15 +152,15 @@ func TestRealKafkaTransactionsAndLastStableOffset(t *testing.T) {
 	if hw, lso := ends(); hw != 19 || lso != 19 {
 		t.Fatalf("after the commit: high water %d, last stable offset %d; want 19 and 19", hw, lso)
 	}
-	drain(t, db, c.Bootstrap(), args...)
+	harness.Drain(t, db, c.Bootstrap(), args...)
 	want = append(want, "[08:10 5 15.2 21.6 6 22]")
 	if got := networkRows(t, db); strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("network rows after the commit and a second drain: %v, want %v", got, want)
 	}
-	if got := storedNext(t, db, "rk_txn"); got[pred+"/0"] != 19 {
+	if got := harness.StoredNext(t, db, "rk_txn"); got[pred+"/0"] != 19 {
 		t.Fatalf("stored next offset %v, want 19 (the high water mark, past the commit marker)", got)
 	}
-	if st := status(t, db, c.Bootstrap(), "rk_txn"); st.lag() != 0 {
-		t.Fatalf("status lag %d after the last drain, want 0", st.lag())
+	if st := harness.Status(t, db, c.Bootstrap(), "rk_txn"); st.Lag() != 0 {
+		t.Fatalf("status lag %d after the last drain, want 0", st.Lag())
 	}
 }

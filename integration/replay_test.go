@@ -9,6 +9,7 @@ import (
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -23,36 +24,36 @@ type clockCase struct {
 }
 
 func (c clockCase) run(t *testing.T) {
-	addr := onePartitionBroker(t)
-	db := freshDB(t)
-	clock := &skewClock{}
+	addr := harness.OnePartitionBroker(t)
+	db := harness.FreshDB(t)
+	clock := &harness.SkewClock{}
 	base := clock.Now().Truncate(time.Second)
-	first := runInProcess(t, db, addr, clock, consumer.Config{MaxFutureSkew: c.skew})
+	first := harness.RunInProcess(t, db, addr, clock, consumer.Config{MaxFutureSkew: c.skew})
 	produced := int64(0)
 	for _, group := range c.phases(base) {
-		produceToZero(t, addr, group...)
+		harness.ProduceToZero(t, addr, group...)
 		produced += int64(len(group))
-		waitFor(t, time.Minute, fmt.Sprintf("a commit of consumed offset %d", produced),
-			func() bool { return storedConsumed(t, db) == produced })
+		harness.WaitFor(t, time.Minute, fmt.Sprintf("a commit of consumed offset %d", produced),
+			func() bool { return harness.StoredConsumed(t, db) == produced })
 	}
-	sum1 := first.stop(t)
+	sum1 := first.Stop(t)
 
-	clock.jump(c.jump)
-	second := runInProcess(t, db, addr, clock, consumer.Config{MaxFutureSkew: c.skew, Drain: true,
+	clock.Jump(c.jump)
+	second := harness.RunInProcess(t, db, addr, clock, consumer.Config{MaxFutureSkew: c.skew, Drain: true,
 		IdleFinalize: c.idleFinalize})
-	sum2 := second.wait(t, 2*time.Minute)
+	sum2 := second.Wait(t, 2*time.Minute)
 
-	checkOnce(t, db, addr, c.dead)
+	harness.CheckOnce(t, db, addr, c.dead)
 	// New dead letters only: the restart replays old ones without counting them.
-	if n := total(sum1.DeadLetters) + total(sum2.DeadLetters); n != len(c.dead) {
+	if n := harness.Total(sum1.DeadLetters) + harness.Total(sum2.DeadLetters); n != len(c.dead) {
 		t.Errorf("summaries count %d + %d dead letters (%v then %v), want %d, each once",
-			total(sum1.DeadLetters), total(sum2.DeadLetters), sum1.DeadLetters, sum2.DeadLetters, len(c.dead))
+			harness.Total(sum1.DeadLetters), harness.Total(sum2.DeadLetters), sum1.DeadLetters, sum2.DeadLetters, len(c.dead))
 	}
 	// Here every dead letter lies in the replayed range [next_offset, consumed_offset).
 	if sum2.ReplayedDead != int64(len(c.dead)) {
 		t.Errorf("the restart met %d earlier dead letters, want %d", sum2.ReplayedDead, len(c.dead))
 	}
-	if got, want := second.newDeadLetters(), total(sum2.DeadLetters); got != want {
+	if got, want := second.NewDeadLetters(), harness.Total(sum2.DeadLetters); got != want {
 		t.Errorf("ovstream_dead_letters_total of the restart = %d, summary %d", got, want)
 	}
 }
@@ -66,8 +67,8 @@ func (c clockCase) run(t *testing.T) {
 func TestReplayKeepsDeadLetterVerdict(t *testing.T) {
 	clockCase{
 		phases: func(base time.Time) [][][]byte {
-			return [][][]byte{{pred("t0", "L", "S", "AT", 60, rfc(base.Add(-60*time.Second))),
-				pred("t1", "L", "S", "AT", 25, rfc(base.Add(25*time.Second))), []byte("not json")}}
+			return [][][]byte{{harness.Pred("t0", "L", "S", "AT", 60, harness.Rfc(base.Add(-60*time.Second))),
+				harness.Pred("t1", "L", "S", "AT", 25, harness.Rfc(base.Add(25*time.Second))), []byte("not json")}}
 		},
 		skew: 10 * time.Second,
 		jump: 20 * time.Second,
@@ -79,15 +80,15 @@ func TestReplayKeepsDeadLetterVerdict(t *testing.T) {
 // every record below the stored consumed_offset keeps its first verdict.
 func TestReplayAcrossClockJumps(t *testing.T) {
 	open2 := func(base time.Time) [][][]byte { // two events whose window stays open
-		return [][][]byte{{pred("t0", "L", "S", "AT", 60, rfc(base.Add(-60*time.Second))),
-			pred("t1", "L", "S", "AT", 30, rfc(base.Add(-30*time.Second)))}}
+		return [][][]byte{{harness.Pred("t0", "L", "S", "AT", 60, harness.Rfc(base.Add(-60*time.Second))),
+			harness.Pred("t1", "L", "S", "AT", 30, harness.Rfc(base.Add(-30*time.Second)))}}
 	}
 	cases := map[string]clockCase{
 		// Still ahead of the clock: not dead-lettered (or counted in a metric) again.
 		"future, then the clock goes back": {
 			phases: func(base time.Time) [][][]byte {
-				return [][][]byte{{pred("t0", "L", "S", "AT", 60, rfc(base.Add(-60*time.Second))),
-					pred("t1", "L", "S", "AT", 25, rfc(base.Add(25*time.Second)))}}
+				return [][][]byte{{harness.Pred("t0", "L", "S", "AT", 60, harness.Rfc(base.Add(-60*time.Second))),
+					harness.Pred("t1", "L", "S", "AT", 25, harness.Rfc(base.Add(25*time.Second)))}}
 			},
 			skew: 10 * time.Second, jump: -time.Hour,
 			dead: map[int64]string{1: store.ReasonFuture},
@@ -108,8 +109,8 @@ func TestReplayAcrossClockJumps(t *testing.T) {
 			phases: func(base time.Time) [][][]byte {
 				ws := base.Add(-15 * time.Minute).Truncate(5 * time.Minute)
 				return [][][]byte{
-					{pred("t0", "L", "S", "AT", 1, rfc(ws.Add(4*time.Minute))), pred("t1", "L", "S", "AT", 2, rfc(ws.Add(6*time.Minute)))},
-					{pred("t2", "L", "S", "AT", 3, rfc(ws.Add(-time.Minute))), []byte(`{"trip_id":"t3"}`)},
+					{harness.Pred("t0", "L", "S", "AT", 1, harness.Rfc(ws.Add(4*time.Minute))), harness.Pred("t1", "L", "S", "AT", 2, harness.Rfc(ws.Add(6*time.Minute)))},
+					{harness.Pred("t2", "L", "S", "AT", 3, harness.Rfc(ws.Add(-time.Minute))), []byte(`{"trip_id":"t3"}`)},
 				}
 			},
 			skew: 10 * time.Second, jump: -time.Hour,
@@ -124,9 +125,9 @@ func TestReplayAcrossClockJumps(t *testing.T) {
 // DeadLetterOffsets reads the offsets in each range of the pipeline's own
 // dead letters, ascending, whatever their reason, and nothing else.
 func TestStoreDeadLetterOffsets(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, _ := openStore(t)
-	n := query[int64](t, url, `WITH ins AS (INSERT INTO dead_letters (pipeline, topic, partition, "offset", reason, error)
+	ctx := harness.TestCtx(t)
+	s, url, _ := harness.OpenStore(t)
+	n := harness.Query[int64](t, url, `WITH ins AS (INSERT INTO dead_letters (pipeline, topic, partition, "offset", reason, error)
 		VALUES ('p', 't', 0, 7, 'late', ''), ('p', 't', 0, 1, 'decode', ''), ('p', 't', 0, 5, 'rejected', ''),
 		('p', 't', 0, 3, 'future', ''), ('p', 't', 1, 2, 'decode', ''), ('q', 't', 0, 4, 'decode', '')
 		RETURNING 1) SELECT count(*) FROM ins`)
@@ -136,11 +137,11 @@ func TestStoreDeadLetterOffsets(t *testing.T) {
 	tp1 := aggregate.PartitionID{Topic: "t", Partition: 1}
 	tp2 := aggregate.PartitionID{Topic: "t", Partition: 2}
 	got, err := s.DeadLetterOffsets(ctx, "p", []store.OffsetRange{
-		{PartitionID: tp0, From: 3, To: 7}, {PartitionID: tp1, From: 0, To: 2}, {PartitionID: tp2, From: 0, To: 100}})
+		{PartitionID: harness.Tp0, From: 3, To: 7}, {PartitionID: tp1, From: 0, To: 2}, {PartitionID: tp2, From: 0, To: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(got) != fmt.Sprint(map[aggregate.PartitionID][]int64{tp0: {3, 5}}) {
+	if fmt.Sprint(got) != fmt.Sprint(map[aggregate.PartitionID][]int64{harness.Tp0: {3, 5}}) {
 		t.Fatalf("dead-letter offsets %v, want t/0: [3 5] only", got)
 	}
 	if got, err := s.DeadLetterOffsets(ctx, "p", nil); err != nil || len(got) != 0 {

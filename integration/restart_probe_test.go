@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -27,18 +28,18 @@ func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
 	c, addr := startControlledBroker(t)
 
 	base := time.Date(2016, 5, 18, 19, 0, 0, 0, time.UTC)
-	var recs []rec
+	var recs []harness.Rec
 	for i := range 600 { // 20 minutes of event time over 6 partitions
 		p := int32(i % 6)
 		at := base.Add(time.Duration(i) * 2 * time.Second).Format(time.RFC3339)
-		recs = append(recs, rec{topic: predictionsTopic, partition: p, key: fmt.Sprintf("trip-%d", p),
-			value: pred(fmt.Sprintf("trip-%d", p), fmt.Sprintf("L%d", i%4), fmt.Sprintf("S%d", i%9), "AT", i%97-20, at)})
+		recs = append(recs, harness.Rec{Topic: harness.PredictionsTopic, Partition: p, Key: fmt.Sprintf("trip-%d", p),
+			Value: harness.Pred(fmt.Sprintf("trip-%d", p), fmt.Sprintf("L%d", i%4), fmt.Sprintf("S%d", i%9), "AT", i%97-20, at)})
 	}
-	produceRecords(t, addr, recs[:300]...)
-	db := freshDB(t)
-	drain(t, db, addr) // stores next_offset 50 for every predictions partition
+	harness.ProduceRecords(t, addr, recs[:300]...)
+	db := harness.FreshDB(t)
+	harness.Drain(t, db, addr) // stores next_offset 50 for every predictions partition
 
-	produceRecords(t, addr, recs[300:]...)
+	harness.ProduceRecords(t, addr, recs[300:]...)
 	var (
 		probes     atomic.Int32
 		mu         sync.Mutex
@@ -61,17 +62,17 @@ func TestRestartProbesNoPartitionThatDelivers(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	out := drain(t, db, addr)
+	out := harness.Drain(t, db, addr)
 	if n := probes.Load(); n != 0 {
 		t.Errorf("the restart sent %d marker probes for partitions that delivered records 700 ms after the seek; want 0\n%s", n, out)
 	}
 
-	once := freshDB(t)
-	drain(t, once, addr)
+	once := harness.FreshDB(t)
+	harness.Drain(t, once, addr)
 	const q = `SELECT window_start, dimension, dimension_id, event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s
 		FROM delay_aggregates`
-	sameRows(t, "delay_aggregates: drain, restart, drain vs one drain", dump(t, once, q), dump(t, db, q))
-	if n := len(dump(t, db, q)); n == 0 {
+	harness.SameRows(t, "delay_aggregates: drain, restart, drain vs one drain", harness.Dump(t, once, q), harness.Dump(t, db, q))
+	if n := len(harness.Dump(t, db, q)); n == 0 {
 		t.Fatal("no rows written")
 	}
 }
@@ -105,13 +106,13 @@ func TestMarkerProbeAsksForOneFetch(t *testing.T) {
 		mu.Unlock()
 		return nil, nil, false
 	})
-	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	v := func(delay int) []byte { return harness.Pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
 	transactional(t, addr, []struct {
 		commit bool
 		values [][]byte
 	}{{true, [][]byte{v(1), v(2), v(3)}}}) // offsets 0-2, the commit marker at 3
-	db := freshDB(t)
-	drain(t, db, addr, "--fetch-bytes", "4096")
+	db := harness.FreshDB(t)
+	harness.Drain(t, db, addr, "--fetch-bytes", "4096")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(asked) == 0 {
@@ -122,11 +123,11 @@ func TestMarkerProbeAsksForOneFetch(t *testing.T) {
 			t.Fatalf("marker probes asked for %v bytes; want at most --fetch-bytes 4096", asked)
 		}
 	}
-	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	pos := harness.Dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
 	if len(pos) != 1 || pos[0] != "[4 4]" {
 		t.Fatalf("stored position %v, want [4 4]: past the trailing marker", pos)
 	}
-	if got := dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`); len(got) != 1 || got[0] != "[3 1 3]" {
+	if got := harness.Dump(t, db, `SELECT event_count, min_delay_s, max_delay_s FROM delay_aggregates WHERE dimension = 'network'`); len(got) != 1 || got[0] != "[3 1 3]" {
 		t.Fatalf("network row %v, want [3 1 3]", got)
 	}
 }
@@ -138,21 +139,21 @@ func TestMarkerProbeAsksForOneFetch(t *testing.T) {
 // partition was never probed: the drain never ended, and a service would hold
 // the watermark on it for ever (no window written, no offset moved).
 func TestAbortedTransactionAtOffsetZeroEndsTheDrain(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
-	v := func(delay int) []byte { return pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	v := func(delay int) []byte { return harness.Pred("T", "L", "S", "AT", delay, "2016-05-18T20:01:00Z") }
 	transactional(t, addr, []struct {
 		commit bool
 		values [][]byte
 	}{{false, [][]byte{v(1), v(2), v(3)}}}) // offsets 0-2 aborted, the abort marker at 3
-	p := startOvstream(t, nil, runArgs(db, addr, "--drain")...)
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run --drain exited %d:\n%s", code, p.output())
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain")...)
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run --drain exited %d:\n%s", code, p.Output())
 	}
-	pos := dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
+	pos := harness.Dump(t, db, `SELECT next_offset, consumed_offset FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`)
 	if len(pos) != 1 || pos[0] != "[4 4]" {
 		t.Fatalf("stored position %v, want [4 4]: past the aborted records and their marker", pos)
 	}
-	if n := dump(t, db, `SELECT count(*) FROM delay_aggregates`); n[0] != "[0]" {
+	if n := harness.Dump(t, db, `SELECT count(*) FROM delay_aggregates`); n[0] != "[0]" {
 		t.Fatalf("%v rows from an aborted transaction", n)
 	}
 }

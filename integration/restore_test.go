@@ -5,16 +5,13 @@ package integration
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ovstream/ovstream/feed/gtfsrt"
-	"github.com/ovstream/ovstream/store"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // ovstreamTables returns the tables of db's public schema that ovstream
@@ -34,22 +31,12 @@ func ovstreamTables(t *testing.T, ctx context.Context, conn *pgx.Conn) []string 
 	return tables
 }
 
-// connect opens a connection to db for the test; the caller closes it.
-func connect(t *testing.T, ctx context.Context, db string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
-
 // backupTables copies every ovstream table of db into bak_<table>, in one
 // REPEATABLE READ transaction: a consistent snapshot, as a backup is.
 func backupTables(t *testing.T, db string) {
 	t.Helper()
-	ctx := opsCtx(t)
-	conn := connect(t, ctx, db)
+	ctx := harness.OpsCtx(t)
+	conn := harness.Connect(t, ctx, db)
 	defer conn.Close(ctx)
 	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		for _, table := range ovstreamTables(t, ctx, conn) {
@@ -69,8 +56,8 @@ func backupTables(t *testing.T, db string) {
 // leaves the database.
 func restoreTables(t *testing.T, db string) {
 	t.Helper()
-	ctx := opsCtx(t)
-	conn := connect(t, ctx, db)
+	ctx := harness.OpsCtx(t)
+	conn := harness.Connect(t, ctx, db)
 	defer conn.Close(ctx)
 	tables := ovstreamTables(t, ctx, conn)
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -100,36 +87,36 @@ func restoreTables(t *testing.T, db string) {
 // and restore were never written.
 func TestRestoreBehindReplays(t *testing.T) {
 	t.Parallel()
-	addr, db := startBroker(t), freshDB(t)
-	total, half, second := produceFirstHalf(t, addr)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	total, half, second := harness.ProduceFirstHalf(t, addr)
 
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "restore", "--metrics-addr", "127.0.0.1:0",
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "restore", "--metrics-addr", "127.0.0.1:0",
 		"--flush-interval", "200ms", "--log-level", "info")...)
-	ops := opsAddr(t, p)
+	ops := harness.OpsAddr(t, p)
 	consumed := `ovstream_consumed_messages_total{topic="arrival_predictions"}`
 	committedAll := func(n int) func() bool {
 		return func() bool {
-			m := scrape(t, ops)
+			m := harness.Scrape(t, ops)
 			return m[consumed] >= float64(n) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_windows_finalized_total"] > 0
 		}
 	}
-	waitFor(t, time.Minute, "the first half consumed and committed", committedAll(half))
+	harness.WaitFor(t, time.Minute, "the first half consumed and committed", committedAll(half))
 	backupTables(t, db)
-	backedUp := dump(t, db, `SELECT count(*) FROM bak_delay_aggregates`)
-	seqBefore := dump(t, db, `SELECT sum(commit_seq)::bigint FROM bak_stream_positions`)
+	backedUp := harness.Dump(t, db, `SELECT count(*) FROM bak_delay_aggregates`)
+	seqBefore := harness.Dump(t, db, `SELECT sum(commit_seq)::bigint FROM bak_stream_positions`)
 
-	produceFeeds(t, addr, second)
-	waitFor(t, time.Minute, "the second half consumed and committed", committedAll(total))
+	harness.ProduceFeeds(t, addr, second)
+	harness.WaitFor(t, time.Minute, "the second half consumed and committed", committedAll(total))
 	// The windows the second half closed: written once the watermark moves
 	// past them, which may take a high water mark poll after the records
 	// are read (an idle partition is left out of the watermark only by a
 	// reading after it).
 	var written []string
-	waitFor(t, 30*time.Second, "a window written after the backup", func() bool {
-		written = dump(t, db, `SELECT count(*) FROM delay_aggregates`)
+	harness.WaitFor(t, 30*time.Second, "a window written after the backup", func() bool {
+		written = harness.Dump(t, db, `SELECT count(*) FROM delay_aggregates`)
 		return written[0] != backedUp[0]
 	})
-	seqAfter := dump(t, db, `SELECT sum(commit_seq)::bigint FROM stream_positions`)
+	seqAfter := harness.Dump(t, db, `SELECT sum(commit_seq)::bigint FROM stream_positions`)
 	restoreTables(t, db)
 	t.Logf("restored to %v delay_aggregates rows (commit sequence sum %v) from %v (%v)", backedUp, seqBefore, written, seqAfter)
 
@@ -137,69 +124,19 @@ func TestRestoreBehindReplays(t *testing.T) {
 	// compared below show what that loses.
 	noticed := false
 	for deadline := time.Now().Add(time.Minute); !noticed && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		m := scrape(t, ops)
-		noticed = strings.Contains(p.output(), "the database lost commits this instance made") &&
+		m := harness.Scrape(t, ops)
+		noticed = strings.Contains(p.Output(), "the database lost commits this instance made") &&
 			m[`ovstream_commit_failures_total{reason="behind"}`] >= 1 && m["ovstream_uncommitted_messages"] == 0 &&
 			m[consumed] >= float64(total+half/2)
 	}
 	if !noticed {
-		t.Errorf("within a minute of the restore, the instance did not say it replays the lost commits:\n%s", tail(p.output(), 20))
+		t.Errorf("within a minute of the restore, the instance did not say it replays the lost commits:\n%s", harness.Tail(p.Output(), 20))
 	}
-	if m := scrape(t, ops); m[`ovstream_commit_failures_total{reason="behind"}`] != 1 {
+	if m := harness.Scrape(t, ops); m[`ovstream_commit_failures_total{reason="behind"}`] != 1 {
 		t.Errorf("commits that found the database behind: %v, want 1 (one loss, one replay)",
 			m[`ovstream_commit_failures_total{reason="behind"}`])
 	}
-	stopDrainCompare(t, p, db, addr, "restore", total, "delay_aggregates after a restore under the service vs SQL oracle")
-}
-
-// stopDrainCompare stops the service p with SIGTERM (exit 0 wanted), drains
-// what it left open (pipeline's windows still open at SIGTERM), checks that
-// the predictions topic holds total records and compares delay_aggregates
-// with the SQL oracle over them.
-func stopDrainCompare(t *testing.T, p *proc, db, addr, pipeline string, total int, what string) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run exited %d after SIGTERM:\n%s", code, p.output())
-	}
-	drain(t, db, addr, "--pipeline", pipeline)
-	if n := loadOracleInput(t, db, addr, predictionsTopic); n != total {
-		t.Fatalf("topic holds %d records, want %d", n, total)
-	}
-	sameRows(t, what, dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
-}
-
-// withSeqs returns b with each position's commit sequence (store.Position.Seq)
-// set to the one stored now, read through st: for the tests that write
-// batches by hand and are not about lost commits (the consumer keeps the
-// sequence it wrote; TestRestoreBehindReplays proves what it is for).
-func withSeqs(t testing.TB, st *store.Store, b store.Batch) store.Batch {
-	t.Helper()
-	stored, err := st.LoadPositions(context.Background(), b.Pipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Positions = slices.Clone(b.Positions)
-	for i := range b.Positions {
-		b.Positions[i].Seq = stored[b.Positions[i].PartitionID].Seq
-	}
-	return b
-}
-
-// produceFirstHalf produces the first half of the predictions of the real
-// 2 h Auckland slice (and its positions) to the broker at addr; it returns
-// how many predictions the slice holds, how many it produced, and the second
-// half, to produce later.
-func produceFirstHalf(t *testing.T, addr string) (total, half int, second *gtfsrt.Result) {
-	t.Helper()
-	res := loadFeeds(t, "AT", extractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
-	total, half = len(res.Predictions), len(res.Predictions)/2
-	first, rest := *res, *res
-	first.Predictions, rest.Predictions = res.Predictions[:half], res.Predictions[half:]
-	produceFeeds(t, addr, &first)
-	return total, half, &rest
+	harness.StopDrainCompare(t, p, db, addr, "restore", total, "delay_aggregates after a restore under the service vs SQL oracle")
 }
 
 // A database that lost the FIRST claim of a partition (a
@@ -214,25 +151,25 @@ func produceFirstHalf(t *testing.T, addr string) (total, half int, second *gtfsr
 // sequence).
 func TestRestoreBeforeFirstClaimClaimsAgainAndReplays(t *testing.T) {
 	t.Parallel()
-	addr, db := startBroker(t), freshDB(t)
-	total, half, second := produceFirstHalf(t, addr)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	total, half, second := harness.ProduceFirstHalf(t, addr)
 	backupTables(t, db) // nothing of the pipeline yet
 
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "restore0", "--metrics-addr", "127.0.0.1:0",
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "restore0", "--metrics-addr", "127.0.0.1:0",
 		"--flush-interval", "200ms", "--log-level", "info")...)
-	ops := opsAddr(t, p)
+	ops := harness.OpsAddr(t, p)
 	consumed := `ovstream_consumed_messages_total{topic="arrival_predictions"}`
-	waitFor(t, time.Minute, "the first half consumed and committed", func() bool {
-		m := scrape(t, ops)
+	harness.WaitFor(t, time.Minute, "the first half consumed and committed", func() bool {
+		m := harness.Scrape(t, ops)
 		return m[consumed] >= float64(half) && m["ovstream_uncommitted_messages"] == 0 && m["ovstream_windows_finalized_total"] > 0
 	})
 	restoreTables(t, db)
-	produceFeeds(t, addr, second)
+	harness.ProduceFeeds(t, addr, second)
 	select {
-	case <-p.done:
+	case <-p.Done:
 		t.Fatalf("after a restore to before its first claim the instance exited %d (want: claim again and replay):\n%s",
-			p.wait(t, time.Second), tail(p.output(), 12))
+			p.Wait(t, time.Second), harness.Tail(p.Output(), 12))
 	case <-time.After(20 * time.Second):
 	}
-	stopDrainCompare(t, p, db, addr, "restore0", total, "delay_aggregates after a restore to before the first claim vs SQL oracle")
+	harness.StopDrainCompare(t, p, db, addr, "restore0", total, "delay_aggregates after a restore to before the first claim vs SQL oracle")
 }

@@ -15,11 +15,10 @@ import (
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
-
-// Partitioned delay_aggregates and retention (migration 6, docs/operations.md "Retention").
 
 // Fingerprints of delay_aggregates: its rows (every column, updated_at
 // included, as text, md5 over all in key order), its columns and its
@@ -41,8 +40,8 @@ const (
 // fingerprint returns the fingerprints of db's delay_aggregates.
 func fingerprint(t *testing.T, db string) [3]string {
 	t.Helper()
-	return [3]string{query[string](t, db, aggregatesMD5), query[string](t, db, aggregatesColumns),
-		query[string](t, db, aggregatesConstraints)}
+	return [3]string{harness.Query[string](t, db, aggregatesMD5), harness.Query[string](t, db, aggregatesColumns),
+		harness.Query[string](t, db, aggregatesConstraints)}
 }
 
 // Migration 6 on rows written at version 5 (three UTC days, two pipelines,
@@ -52,12 +51,12 @@ func fingerprint(t *testing.T, db string) [3]string {
 // the operator's CHECK still refuses its rows; down to 5 gives back a plain
 // table with the same rows, and up again the same partitioned one.
 func TestMigration6KeepsRows(t *testing.T) {
-	db := emptyDB(t)
-	ctx := testCtx(t)
+	db := harness.EmptyDB(t)
+	ctx := harness.TestCtx(t)
 	if err := migrations.UpTo(ctx, db, 5); err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, db, `
+	harness.ExecSQL(t, db, `
 ALTER TABLE delay_aggregates ADD CONSTRAINT operator_added CHECK (dimension_id <> 'forbidden');
 INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id, operator, event_count,
 	mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts, updated_at)
@@ -71,7 +70,7 @@ FROM generate_series(0, 4799) AS g
 CROSS JOIN LATERAL (SELECT '2016-05-16 20:00:00+00'::timestamptz + (g / 8) * interval '5 minutes' AS ws) AS w`)
 	before := fingerprint(t, db)
 	t.Logf("version 5: %s", before[0])
-	if kind := query[string](t, db, aggregatesKind); kind != "r" {
+	if kind := harness.Query[string](t, db, aggregatesKind); kind != "r" {
 		t.Fatalf("relkind %q at version 5, want r", kind)
 	}
 
@@ -81,15 +80,15 @@ CROSS JOIN LATERAL (SELECT '2016-05-16 20:00:00+00'::timestamptz + (g / 8) * int
 	if after := fingerprint(t, db); after != before {
 		t.Errorf("after migration 6:\n%q\nwant\n%q", after, before)
 	}
-	if kind := query[string](t, db, aggregatesKind); kind != "p" {
+	if kind := harness.Query[string](t, db, aggregatesKind); kind != "p" {
 		t.Errorf("relkind %q after migration 6, want p (partitioned)", kind)
 	}
-	sameRows(t, "partitions after migration 6", dump(t, db, dumpPartitions), []string{
+	harness.SameRows(t, "partitions after migration 6", harness.Dump(t, db, dumpPartitions), []string{
 		"[delay_aggregates_20160516 2016-05-16 00:00:00 +0000 UTC 2016-05-17 00:00:00 +0000 UTC]",
 		"[delay_aggregates_20160517 2016-05-17 00:00:00 +0000 UTC 2016-05-18 00:00:00 +0000 UTC]",
 		"[delay_aggregates_20160518 2016-05-18 00:00:00 +0000 UTC 2016-05-19 00:00:00 +0000 UTC]",
 	})
-	sameRows(t, "rows per partition", dump(t, db, `SELECT tableoid::regclass::text, count(*) FROM delay_aggregates GROUP BY 1`),
+	harness.SameRows(t, "rows per partition", harness.Dump(t, db, `SELECT tableoid::regclass::text, count(*) FROM delay_aggregates GROUP BY 1`),
 		[]string{"[delay_aggregates_20160516 384]", "[delay_aggregates_20160517 2304]", "[delay_aggregates_20160518 2112]"})
 	conn, err := pgx.Connect(ctx, db)
 	if err != nil {
@@ -105,20 +104,20 @@ CROSS JOIN LATERAL (SELECT '2016-05-16 20:00:00+00'::timestamptz + (g / 8) * int
 	}
 
 	// Down to 5 as an operator does it, through the command line.
-	if _, errOut, code := runCLI(t, nil, "migrate", "--database-url", db, "down", "5"); code != 2 {
+	if _, errOut, code := harness.RunCLI(t, nil, "migrate", "--database-url", db, "down", "5"); code != 2 {
 		t.Fatalf("migrate down 5 without --yes: exit %d, want 2: %s", code, errOut)
 	}
-	if out, errOut, code := runCLI(t, nil, "migrate", "--database-url", db, "down", "5", "--yes"); code != 0 ||
+	if out, errOut, code := harness.RunCLI(t, nil, "migrate", "--database-url", db, "down", "5", "--yes"); code != 0 ||
 		out != "schema at version 5\n" {
 		t.Fatalf("migrate down 5 --yes: exit %d: %s%s", code, out, errOut)
 	}
 	if back := fingerprint(t, db); back != before {
 		t.Errorf("after down to 5:\n%q\nwant\n%q", back, before)
 	}
-	if kind := query[string](t, db, aggregatesKind); kind != "r" {
+	if kind := harness.Query[string](t, db, aggregatesKind); kind != "r" {
 		t.Errorf("relkind %q after down to 5, want r", kind)
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM pg_class WHERE relname ~ '^delay_aggregates_[0-9]'`); n != 0 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM pg_class WHERE relname ~ '^delay_aggregates_[0-9]'`); n != 0 {
 		t.Errorf("%d partitions (or their indexes) left after down to 5", n)
 	}
 	if err := migrations.Up(ctx, db); err != nil {
@@ -137,8 +136,8 @@ CROSS JOIN LATERAL (SELECT '2016-05-16 20:00:00+00'::timestamptz + (g / 8) * int
 // with windows (ahead of what was newest when it was written); never a day
 // in a gap (2016-05-20).
 func TestRunAcrossDaysCreatesPartitions(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
-	var recs []rec
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	var recs []harness.Rec
 	times := []string{"2014-11-30T10:00:00Z"}
 	for _, d := range []string{"2016-05-16", "2016-05-17", "2016-05-18", "2016-05-21"} {
 		for _, hms := range []string{"00:00:00", "00:03:10", "11:00:00", "23:57:30", "23:59:59.999999"} {
@@ -148,18 +147,18 @@ func TestRunAcrossDaysCreatesPartitions(t *testing.T) {
 	for i, ts := range times {
 		for j := range 3 {
 			trip := fmt.Sprintf("t%d-%d", i, j)
-			recs = append(recs, rec{predictionsTopic, int32((i + j) % 6), trip,
-				pred(trip, fmt.Sprintf("L%d", j), fmt.Sprintf("S%d", (i+j)%4), "AT", 10*i-7*j, ts)})
+			recs = append(recs, harness.Rec{Topic: harness.PredictionsTopic, Partition: int32((i + j) % 6), Key: trip,
+				Value: harness.Pred(trip, fmt.Sprintf("L%d", j), fmt.Sprintf("S%d", (i+j)%4), "AT", 10*i-7*j, ts)})
 		}
 	}
-	produceRecords(t, addr, recs...)
-	drainedEqualsOracle(t, db, addr, len(recs), drain(t, db, addr))
-	if dl := dump(t, db, dumpDeadLetters); len(dl) != 0 {
+	harness.ProduceRecords(t, addr, recs...)
+	harness.DrainedEqualsOracle(t, db, addr, len(recs), harness.Drain(t, db, addr))
+	if dl := harness.Dump(t, db, harness.DumpDeadLetters); len(dl) != 0 {
 		t.Errorf("dead letters: %v", dl)
 	}
 
 	days := map[string]bool{}
-	for _, r := range dump(t, db, `SELECT to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM ovs_delay_partitions()`) {
+	for _, r := range harness.Dump(t, db, `SELECT to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM ovs_delay_partitions()`) {
 		days[r[1:len(r)-1]] = true
 	}
 	for _, d := range []string{"2014-11-30", "2016-05-16", "2016-05-17", "2016-05-18", "2016-05-21", "2016-05-22"} {
@@ -173,7 +172,7 @@ func TestRunAcrossDaysCreatesPartitions(t *testing.T) {
 			t.Errorf("a partition of %s, a day without windows that follows none", d)
 		}
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM ONLY delay_aggregates`); n != 0 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM ONLY delay_aggregates`); n != 0 {
 		t.Errorf("%d rows in the parent itself", n)
 	}
 }
@@ -184,8 +183,8 @@ func TestRunAcrossDaysCreatesPartitions(t *testing.T) {
 // delay_aggregates is open (ATTACH does not wait for it: with CREATE TABLE
 // ... PARTITION OF it would, and fail after the 2 s lock_timeout).
 func TestEnsurePartitionsRace(t *testing.T) {
-	db := freshDB(t)
-	ctx := testCtx(t)
+	db := harness.FreshDB(t)
+	ctx := harness.TestCtx(t)
 	var days []time.Time
 	first := time.Date(2016, 5, 1, 23, 55, 0, 0, time.UTC)
 	for i := range 12 {
@@ -223,10 +222,10 @@ func TestEnsurePartitionsRace(t *testing.T) {
 		}
 	}
 	// 12 days and the 13th, made ahead of the newest.
-	if n := query[int64](t, db, `SELECT count(*) FROM ovs_delay_partitions()`); n != 13 {
-		t.Errorf("%d partitions, want 13: %v", n, dump(t, db, dumpPartitions))
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM ovs_delay_partitions()`); n != 13 {
+		t.Errorf("%d partitions, want 13: %v", n, harness.Dump(t, db, dumpPartitions))
 	}
-	if n := query[int64](t, db, `SELECT count(DISTINCT date_trunc('day', range_start, 'UTC')) FROM ovs_delay_partitions()
+	if n := harness.Query[int64](t, db, `SELECT count(DISTINCT date_trunc('day', range_start, 'UTC')) FROM ovs_delay_partitions()
 		WHERE range_end - range_start = interval '1 day'`); n != 13 {
 		t.Errorf("%d distinct one-day partitions, want 13", n)
 	}
@@ -255,7 +254,7 @@ func TestEnsurePartitionsRace(t *testing.T) {
 	if err := s.EnsurePartitions(ctx, []time.Time{time.Date(2016, 7, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
 		t.Errorf("a partition created while a commit is open: %v", err)
 	}
-	if n := query[int64](t, db, `SELECT count(*) FROM ovs_delay_partitions() WHERE range_start >= '2016-07-01'`); n != 2 {
+	if n := harness.Query[int64](t, db, `SELECT count(*) FROM ovs_delay_partitions() WHERE range_start >= '2016-07-01'`); n != 2 {
 		t.Errorf("%d partitions from 2016-07-01 on, want 2 (that day and the next)", n)
 	}
 }
@@ -265,24 +264,24 @@ func TestEnsurePartitionsRace(t *testing.T) {
 // refusal of its rows (no row would be dead-lettered), and the retry makes
 // the partition again and commits.
 func TestStoreCommitAfterPartitionDropped(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
-	w := row(aggregate.DimLine, "L1", 2, 5, 9, 1, 9)
-	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w}, Positions: at0(1)})); err != nil {
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
+	w := harness.Row(aggregate.DimLine, "L1", 2, 5, 9, 1, 9)
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{w}, Positions: harness.At0(1)})); err != nil {
 		t.Fatal(err)
 	}
-	execSQL(t, url, `DROP TABLE delay_aggregates_20260301`)
-	w2 := row(aggregate.DimLine, "L2", 3, 6, 9, 2, 9)
-	b := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{w2}, Positions: at0(2)}
-	err := s.Commit(ctx, withSeqs(t, s, b))
+	harness.ExecSQL(t, url, `DROP TABLE delay_aggregates_20260301`)
+	w2 := harness.Row(aggregate.DimLine, "L2", 3, 6, 9, 2, 9)
+	b := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{w2}, Positions: harness.At0(2)}
+	err := s.Commit(ctx, harness.WithSeqs(t, s, b))
 	var rej *store.RejectedError
 	if err == nil || !store.Retryable(err) || store.Refused(err) || errors.As(err, &rej) {
 		t.Fatalf("commit into a dropped partition: %v; want a retryable error, not a refusal", err)
 	}
-	if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, b)); err != nil {
 		t.Fatalf("the retry: %v", err)
 	}
-	if got := dump(t, url, `SELECT dimension_id, event_count, tableoid::regclass::text FROM delay_aggregates`); fmt.Sprint(got) !=
+	if got := harness.Dump(t, url, `SELECT dimension_id, event_count, tableoid::regclass::text FROM delay_aggregates`); fmt.Sprint(got) !=
 		"[[L2 3 delay_aggregates_20260301]]" {
 		t.Errorf("rows after the retry: %v", got)
 	}
@@ -300,7 +299,7 @@ func dayOfPredictions(d time.Time, k int) [][]byte {
 	var out [][]byte
 	for m := 0; m < 24*60; m += 20 {
 		trip := fmt.Sprintf("t%d-%d", k, m)
-		out = append(out, pred(trip, fmt.Sprintf("L%d", m%3), fmt.Sprintf("S%d", m%5), "AT", (m*7+k*13)%300-60,
+		out = append(out, harness.Pred(trip, fmt.Sprintf("L%d", m%3), fmt.Sprintf("S%d", m%5), "AT", (m*7+k*13)%300-60,
 			d.Add(time.Duration(m)*time.Minute).Format(time.RFC3339)))
 	}
 	return out
@@ -309,14 +308,14 @@ func dayOfPredictions(d time.Time, k int) [][]byte {
 // partitionStarts returns the start days of db's partitions, "YYYY-MM-DD", ascending.
 func partitionStarts(t *testing.T, db string) []string {
 	t.Helper()
-	return dump(t, db, `SELECT to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM ovs_delay_partitions()`)
+	return harness.Dump(t, db, `SELECT to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM ovs_delay_partitions()`)
 }
 
 // storedWatermark returns the watermark stored for the predictions topic's
 // partition 0 (1970-01-01 if none).
 func storedWatermark(t *testing.T, db string) time.Time {
 	t.Helper()
-	return query[time.Time](t, db, `SELECT coalesce(max(watermark), 'epoch') FROM stream_positions
+	return harness.Query[time.Time](t, db, `SELECT coalesce(max(watermark), 'epoch') FROM stream_positions
 		WHERE pipeline = 'ovstream' AND topic = 'arrival_predictions' AND partition = 0`)
 }
 
@@ -330,19 +329,19 @@ func storedWatermark(t *testing.T, db string) time.Time {
 // row in them equals the SQL oracle, and the metric counts the dropped
 // days. --dead-letter-retention deletes an old dead letter at start.
 func TestRetentionDuringRun(t *testing.T) {
-	addr, db := onePartitionBroker(t), freshDB(t)
-	execSQL(t, db, `INSERT INTO dead_letters (pipeline, topic, partition, "offset", value, reason, error, created_at)
+	addr, db := harness.OnePartitionBroker(t), harness.FreshDB(t)
+	harness.ExecSQL(t, db, `INSERT INTO dead_letters (pipeline, topic, partition, "offset", value, reason, error, created_at)
 		VALUES ('ovstream', 'arrival_predictions', 0, 999999, 'x', 'decode', 'old', now() - interval '40 days')`)
-	clock := &skewClock{}
+	clock := &harness.SkewClock{}
 	const retention = 36 * time.Hour
 	cfg := consumer.Config{Retention: retention, DeadLetterRetention: 30 * 24 * time.Hour,
 		RetentionInterval: 50 * time.Millisecond, AllowedLateness: 2 * time.Minute}
-	r := runInProcess(t, db, addr, clock, cfg)
+	r := harness.RunInProcess(t, db, addr, clock, cfg)
 	var dropped float64
 	for k, d := range retentionDays {
-		produceToZero(t, addr, dayOfPredictions(d, k)...)
+		harness.ProduceToZero(t, addr, dayOfPredictions(d, k)...)
 		wm := d.Add(23*time.Hour + 38*time.Minute) // the last event, 23:40, minus the allowed lateness
-		waitFor(t, time.Minute, "the watermark of "+d.Format(time.DateOnly)+" stored", func() bool {
+		harness.WaitFor(t, time.Minute, "the watermark of "+d.Format(time.DateOnly)+" stored", func() bool {
 			return !storedWatermark(t, db).Before(wm)
 		})
 		// Floor wm, cutoff wm - 36h = 11:38 of the day before: every day
@@ -355,23 +354,23 @@ func TestRetentionDuringRun(t *testing.T) {
 		for day := keep; !day.After(d.Add(24 * time.Hour)); day = day.Add(24 * time.Hour) {
 			want = append(want, "["+day.Format(time.DateOnly)+"]")
 		}
-		waitFor(t, time.Minute, fmt.Sprintf("partitions %v after day %d", want, k), func() bool {
+		harness.WaitFor(t, time.Minute, fmt.Sprintf("partitions %v after day %d", want, k), func() bool {
 			return fmt.Sprint(partitionStarts(t, db)) == fmt.Sprint(want)
 		})
 		if k == 0 {
-			waitFor(t, 10*time.Second, "the old dead letter deleted", func() bool {
-				return query[int64](t, db, `SELECT count(*) FROM dead_letters`) == 0
+			harness.WaitFor(t, 10*time.Second, "the old dead letter deleted", func() bool {
+				return harness.Query[int64](t, db, `SELECT count(*) FROM dead_letters`) == 0
 			})
 		}
 	}
-	dropped += value(r.cfg.Metrics.RetentionDropped)
-	deleted := value(r.cfg.Metrics.RetentionDeleted)
-	r.stop(t)
+	dropped += harness.Value(r.Cfg.Metrics.RetentionDropped)
+	deleted := harness.Value(r.Cfg.Metrics.RetentionDeleted)
+	r.Stop(t)
 
 	cfg.Drain = true
-	d := runInProcess(t, db, addr, clock, cfg)
-	sum := d.wait(t, time.Minute)
-	dropped += value(d.cfg.Metrics.RetentionDropped)
+	d := harness.RunInProcess(t, db, addr, clock, cfg)
+	sum := d.Wait(t, time.Minute)
+	dropped += harness.Value(d.Cfg.Metrics.RetentionDropped)
 	// The drain wrote the last window, [23:40, 23:45) of the 15th, and
 	// stored its end: the floor is 2016-05-15 23:45, the cutoff 2016-05-14
 	// 11:45: the 14th stays.
@@ -385,30 +384,30 @@ func TestRetentionDuringRun(t *testing.T) {
 		t.Errorf("ovstream_retention_dropped_partitions_total %v (want 4: the 10th to the 13th), deleted dead letters %v (want 1)",
 			dropped, deleted)
 	}
-	loadOracleInput(t, db, addr, predictionsTopic)
-	if dl := dump(t, db, dumpDeadLetters); len(dl) != 0 {
+	harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+	if dl := harness.Dump(t, db, harness.DumpDeadLetters); len(dl) != 0 {
 		t.Errorf("dead letters: %v", dl)
 	}
 	kept := func(oracle string) string {
 		return `SELECT * FROM (` + oracle + `) AS o WHERE o.ws >= '2016-05-14 00:00:00+00'`
 	}
-	got := dump(t, db, dumpAggregates)
+	got := harness.Dump(t, db, harness.DumpAggregates)
 	if len(got) != 2*72*4 {
 		t.Errorf("%d rows kept, want 576 (2 days of 72 windows of one event: 4 rows each)", len(got))
 	}
-	sameRows(t, "delay_aggregates kept vs SQL oracle of the days from the cutoff on", got,
-		dump(t, db, kept(oracleAggregates)))
-	sameRows(t, "distributions kept vs SQL oracle", dump(t, db, dumpDistributions),
-		dump(t, db, kept(oracleDistributions)))
+	harness.SameRows(t, "delay_aggregates kept vs SQL oracle of the days from the cutoff on", got,
+		harness.Dump(t, db, kept(harness.OracleAggregates)))
+	harness.SameRows(t, "distributions kept vs SQL oracle", harness.Dump(t, db, harness.DumpDistributions),
+		harness.Dump(t, db, kept(harness.OracleDistributions)))
 }
 
 // --dead-letter-retention: the pipeline's dead letters older than the age
 // (by created_at) are deleted, replayed or not, in batches of 5,000 (12,001
 // of them); younger ones and other pipelines' stay.
 func TestDeadLetterRetention(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, _ := openStore(t)
-	execSQL(t, url, `
+	ctx := harness.TestCtx(t)
+	s, url, _ := harness.OpenStore(t)
+	harness.ExecSQL(t, url, `
 INSERT INTO dead_letters (pipeline, topic, partition, "offset", value, reason, error, created_at, replayed_at, replayed_to)
 SELECT 'p', 't', 0, g, 'v', 'decode', 'e', now() - interval '31 days' - g * interval '1 second',
 	CASE WHEN g % 2 = 0 THEN now() END, CASE WHEN g % 2 = 0 THEN 't' END
@@ -421,7 +420,7 @@ SELECT 'q', 't', 0, g, 'v', 'decode', 'e', now() - interval '90 days' FROM gener
 	if err != nil || n != 12001 {
 		t.Errorf("DeleteOldDeadLetters = %d, %v; want 12001 deleted", n, err)
 	}
-	sameRows(t, "dead letters left", dump(t, url, `SELECT pipeline, partition, count(*) FROM dead_letters GROUP BY 1, 2`),
+	harness.SameRows(t, "dead letters left", harness.Dump(t, url, `SELECT pipeline, partition, count(*) FROM dead_letters GROUP BY 1, 2`),
 		[]string{"[p 1 10]", "[q 0 5]"})
 	if n, err := s.DeleteOldDeadLetters(ctx, "p", 30*24*time.Hour); err != nil || n != 0 {
 		t.Errorf("again: %d, %v; want 0", n, err)

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"flag"
@@ -18,30 +17,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 var rollupArchive = flag.String("rollup.archive", "../testdata/auckland-20160518-2h.tar.gz",
 	"TestRollupEqualsSQLOracle: GTFS-realtime TripUpdates archive (.tar.gz or .tar.xz); the 48 h one is "+
 		"../../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz")
 
-// rollupTZ is the time zone of the rollups compared: the data's own.
-const rollupTZ = "Pacific/Auckland"
-
 // rollupQuantiles are the quantiles compared.
 var rollupQuantiles = []float64{0.5, 0.9, 0.99}
-
-// stats is one group of a rollup: count, mean, min, max, then the quantiles.
-type stats struct {
-	count int64
-	vals  []float64 // mean, min, max, quantiles...
-}
-
-// groupKey is a bucket start (Unix seconds) and a dimension id.
-type groupKey struct {
-	bucket int64
-	id     string
-}
 
 // oracleRollupSQL is the rollup over the raw events of oracle_events with
 // PostgreSQL's own aggregates: the buckets are calendar hours or days of each
@@ -65,12 +49,12 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 	if out, err := exec.Command("tar", "-xf", *rollupArchive, "-C", dir).CombinedOutput(); err != nil {
 		t.Fatalf("tar -xf %s: %v\n%s", *rollupArchive, err, out)
 	}
-	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-	produceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
-	db := freshDB(t)
-	drain(t, db, addr, "--allowed-lateness", "10m")
-	n := createOracleEvents(t, db, addr)
-	events := dump(t, db, `SELECT count(*) FROM oracle_events`)
+	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", dir)
+	db := harness.FreshDB(t)
+	harness.Drain(t, db, addr, "--allowed-lateness", "10m")
+	n := harness.CreateOracleEvents(t, db, addr)
+	events := harness.Dump(t, db, `SELECT count(*) FROM oracle_events`)
 	t.Logf("%s: %d records, %s events (records minus dead letters), drained in %v", *rollupArchive, n, events[0],
 		time.Since(started).Round(time.Second))
 
@@ -81,23 +65,23 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 		for _, dim := range []string{"line", "station", "operator", "network"} {
 			what := dim + " per " + bucket
 			t0 := time.Now()
-			want := queryRollup(t, db, fmt.Sprintf(oracleRollupSQL, dims[dim]), bucket, rollupTZ, rollupQuantiles)
+			want := harness.QueryRollup(t, db, fmt.Sprintf(oracleRollupSQL, dims[dim]), bucket, harness.RollupTZ, rollupQuantiles)
 			tOracle := time.Since(t0)
 			t0 = time.Now()
-			sql := queryRollup(t, db, `SELECT bucket_start, dimension_id, event_count, mean_delay_s, min_delay_s,
+			sql := harness.QueryRollup(t, db, `SELECT bucket_start, dimension_id, event_count, mean_delay_s, min_delay_s,
 				max_delay_s, delay_quantiles FROM ovs_rollup('ovstream', $1, $4::timestamptz, $5::timestamptz,
-				('1 ' || $6)::interval, $3::float8[], $2)`, dim, rollupTZ, rollupQuantiles, from, to, bucket)
+				('1 ' || $6)::interval, $3::float8[], $2)`, dim, harness.RollupTZ, rollupQuantiles, from, to, bucket)
 			tSQL := time.Since(t0)
 			t0 = time.Now()
 			rep := reportRollup(t, db, "--dimension", dim, "--from", from, "--to", to, "--bucket", bucket,
-				"--tz", rollupTZ, "--quantiles", "0.5,0.9,0.99")
+				"--tz", harness.RollupTZ, "--quantiles", "0.5,0.9,0.99")
 			tReport := time.Since(t0)
 			if len(want) == 0 {
 				t.Fatalf("%s: the oracle has no groups", what)
 			}
 			for _, got := range []struct {
 				name string
-				rows map[groupKey]stats
+				rows map[harness.GroupKey]harness.Stats
 			}{{"ovs_rollup", sql}, {"report", rep}} {
 				c, b, nb := compareRollups(t, what+" "+got.name, got.rows, want)
 				compared, beyond, notBitIdentical = compared+c, beyond+b, notBitIdentical+nb
@@ -115,113 +99,33 @@ func TestRollupEqualsSQLOracle(t *testing.T) {
 
 	// --top/--by/--min-events: the five lines with the highest P90 per day
 	// among those with at least 50 events, against the oracle ranked here.
-	oracle := queryRollup(t, db, fmt.Sprintf(oracleRollupSQL, "line"), "day", rollupTZ, rollupQuantiles)
+	oracle := harness.QueryRollup(t, db, fmt.Sprintf(oracleRollupSQL, "line"), "day", harness.RollupTZ, rollupQuantiles)
 	wantTop := topOf(oracle, 50, 4, 5) // vals[4]: p90
 	gotTop := reportRows(t, db, "--dimension", "line", "--from", from, "--to", to, "--bucket", "day",
-		"--tz", rollupTZ, "--min-events", "50", "--by", "p90", "--top", "5", "--csv")
-	sameRows(t, "report --top 5 --by p90 --min-events 50 vs the oracle ranked", gotTop, wantTop)
+		"--tz", harness.RollupTZ, "--min-events", "50", "--by", "p90", "--top", "5", "--csv")
+	harness.SameRows(t, "report --top 5 --by p90 --min-events 50 vs the oracle ranked", gotTop, wantTop)
 	if len(gotTop) == 0 {
 		t.Fatal("no top lines")
 	}
 
 	checkDocQueries(t, db)
-	checkGrafanaSQL(t, db)
+	harness.CheckGrafanaSQL(t, db)
 	t.Logf("done in %v", time.Since(started).Round(time.Second))
 }
 
-// createOracleEvents copies every record of the predictions topic at addr
-// into oracle_msgs (loadOracleInput) and makes the table oracle_events of
-// the events of those that are not dead letters: at (event_time), d
-// (delay_s), line, stop, op. It returns how many records it read.
-func createOracleEvents(t *testing.T, db, addr string) int {
-	t.Helper()
-	n := loadOracleInput(t, db, addr, predictionsTopic)
-	exec1(t, db, `CREATE TABLE oracle_events AS
-		SELECT (j->>'event_time')::timestamptz AS at, (j->>'delay_s')::float8 AS d,
-		       j->>'line' AS line, j->>'stop_id' AS stop, j->>'operator' AS op
-		FROM (SELECT convert_from(m.value, 'UTF8')::jsonb AS j FROM oracle_msgs m
-		      WHERE NOT EXISTS (SELECT 1 FROM dead_letters d
-		          WHERE d.topic = m.topic AND d.partition = m.partition AND d."offset" = m."offset")) AS ok`)
-	return n
-}
-
-func exec1(t *testing.T, db, sql string, args ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// queryRollup runs a query whose rows are (bucket, id, count, mean, min,
-// max, quantiles[]) and returns them by group.
-func queryRollup(t *testing.T, db, sql string, args ...any) map[groupKey]stats {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	out := map[groupKey]stats{}
-	var (
-		b          time.Time
-		id         string
-		s          stats
-		mean, l, h float64
-		qs         []float64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&b, &id, &s.count, &mean, &l, &h, &qs}, func() error {
-		k := groupKey{b.Unix(), id}
-		if _, dup := out[k]; dup {
-			return fmt.Errorf("group %v twice", k)
-		}
-		out[k] = stats{s.count, append([]float64{mean, l, h}, qs...)}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return out
-}
-
-// report runs `ovstream report` on db and returns its standard output.
-func report(t *testing.T, db string, args ...string) []byte {
-	t.Helper()
-	cmd := exec.Command(ovstreamBin(t), append([]string{"report", "--database-url", db}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("report %v: %v\n%s", args, err, stderr.String())
-	}
-	return out
-}
-
 // reportRollup runs `ovstream report --json` and returns its rows by group.
-func reportRollup(t *testing.T, db string, args ...string) map[groupKey]stats {
+func reportRollup(t *testing.T, db string, args ...string) map[harness.GroupKey]harness.Stats {
 	t.Helper()
 	var doc struct {
 		Rows []map[string]any `json:"rows"`
 	}
-	out := report(t, db, append(args, "--json")...)
+	out := harness.Report(t, db, append(args, "--json")...)
 	dec := json.NewDecoder(bytes.NewReader(out))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
 		t.Fatalf("report --json: %v\n%s", err, out)
 	}
-	res := map[groupKey]stats{}
+	res := map[harness.GroupKey]harness.Stats{}
 	num := func(r map[string]any, k string) float64 {
 		f, err := r[k].(json.Number).Float64()
 		if err != nil {
@@ -235,7 +139,7 @@ func reportRollup(t *testing.T, db string, args ...string) map[groupKey]stats {
 			t.Fatal(err)
 		}
 		n, _ := r["events"].(json.Number).Int64()
-		res[groupKey{b.Unix(), r["id"].(string)}] = stats{n, []float64{num(r, "mean"), num(r, "min"), num(r, "max"),
+		res[harness.GroupKey{Bucket: b.Unix(), Id: r["id"].(string)}] = harness.Stats{Count: n, Vals: []float64{num(r, "mean"), num(r, "min"), num(r, "max"),
 			num(r, "p50"), num(r, "p90"), num(r, "p99")}}
 	}
 	return res
@@ -245,7 +149,7 @@ func reportRollup(t *testing.T, db string, args ...string) map[groupKey]stats {
 // header, each as "[bucket id events p90]" with the bucket in Unix seconds.
 func reportRows(t *testing.T, db string, args ...string) []string {
 	t.Helper()
-	recs, err := csv.NewReader(bytes.NewReader(report(t, db, args...))).ReadAll()
+	recs, err := csv.NewReader(bytes.NewReader(harness.Report(t, db, args...))).ReadAll()
 	if err != nil || len(recs) == 0 || recs[0][0] != "bucket_start" || recs[0][2] != "name" || recs[0][8] != "p90" {
 		t.Fatalf("report --csv: %v, no header bucket_start,ID,name,events,mean,min,max,p50,p90: %q", err, recs)
 	}
@@ -263,25 +167,25 @@ func reportRows(t *testing.T, db string, args ...string) []string {
 // topOf ranks the groups of each bucket with at least minEvents events by
 // vals[by], greatest first (ties by id), and keeps top, formatted as
 // reportRows formats them.
-func topOf(rows map[groupKey]stats, minEvents int64, by, top int) []string {
-	perBucket := map[int64][]groupKey{}
+func topOf(rows map[harness.GroupKey]harness.Stats, minEvents int64, by, top int) []string {
+	perBucket := map[int64][]harness.GroupKey{}
 	for k, s := range rows {
-		if s.count >= minEvents {
-			perBucket[k.bucket] = append(perBucket[k.bucket], k)
+		if s.Count >= minEvents {
+			perBucket[k.Bucket] = append(perBucket[k.Bucket], k)
 		}
 	}
 	var out []string
 	for b, ks := range perBucket {
 		sort.Slice(ks, func(i, j int) bool {
-			vi, vj := rows[ks[i]].vals[by], rows[ks[j]].vals[by]
+			vi, vj := rows[ks[i]].Vals[by], rows[ks[j]].Vals[by]
 			if vi != vj {
 				return vi > vj
 			}
-			return ks[i].id < ks[j].id
+			return ks[i].Id < ks[j].Id
 		})
 		for _, k := range ks[:min(top, len(ks))] {
 			s := rows[k]
-			out = append(out, fmt.Sprintf("[%d %s %d %s]", b, k.id, s.count, strconv.FormatFloat(s.vals[by], 'g', -1, 64)))
+			out = append(out, fmt.Sprintf("[%d %s %d %s]", b, k.Id, s.Count, strconv.FormatFloat(s.Vals[by], 'g', -1, 64)))
 		}
 	}
 	return out
@@ -290,7 +194,7 @@ func topOf(rows map[groupKey]stats, minEvents int64, by, top int) []string {
 // compareRollups compares got with the oracle want, group by group: the same
 // groups, the same counts, and each statistic within 1e-9. It returns the
 // values compared, those beyond 1e-9, and those not bit-identical.
-func compareRollups(t *testing.T, what string, got, want map[groupKey]stats) (compared, beyond, notBitIdentical int) {
+func compareRollups(t *testing.T, what string, got, want map[harness.GroupKey]harness.Stats) (compared, beyond, notBitIdentical int) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: %d groups, the oracle has %d", what, len(got), len(want))
@@ -298,20 +202,20 @@ func compareRollups(t *testing.T, what string, got, want map[groupKey]stats) (co
 	shown := 0
 	for k, w := range want {
 		g, ok := got[k]
-		if !ok || g.count != w.count || len(g.vals) != len(w.vals) {
+		if !ok || g.Count != w.Count || len(g.Vals) != len(w.Vals) {
 			t.Errorf("%s: group %v: %+v, oracle %+v", what, k, g, w)
 			beyond++
 			continue
 		}
-		for i := range w.vals {
+		for i := range w.Vals {
 			compared++
-			if math.Float64bits(g.vals[i]) != math.Float64bits(w.vals[i]) {
+			if math.Float64bits(g.Vals[i]) != math.Float64bits(w.Vals[i]) {
 				notBitIdentical++
 			}
-			if math.Abs(g.vals[i]-w.vals[i]) > 1e-9 || math.IsNaN(g.vals[i]) {
+			if math.Abs(g.Vals[i]-w.Vals[i]) > 1e-9 || math.IsNaN(g.Vals[i]) {
 				beyond++
 				if shown++; shown <= 5 {
-					t.Errorf("%s: group %v value %d: %v, oracle %v", what, k, i, g.vals[i], w.vals[i])
+					t.Errorf("%s: group %v value %d: %v, oracle %v", what, k, i, g.Vals[i], w.Vals[i])
 				}
 			}
 		}
@@ -346,7 +250,7 @@ func checkDocQueries(t *testing.T, db string) {
 		t.Fatalf("docs/analysing.md has %d SQL examples, want 5", len(queries))
 	}
 	for i, q := range queries {
-		rows := dump(t, db, strings.ReplaceAll(q, "now()", readmeNow))
+		rows := harness.Dump(t, db, strings.ReplaceAll(q, "now()", readmeNow))
 		if len(rows) == 0 {
 			t.Errorf("docs/analysing.md example %d returns no rows:\n%s", i+1, q)
 			continue
@@ -378,9 +282,9 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--no-such-flag"), 2, "unknown flag: --no-such-flag"},
 		{base, 1, "ovstream report:"}, // good flags, no database there
 	} {
-		p := startOvstream(t, nil, tc.args...)
-		if code := p.wait(t, time.Minute); code != tc.code || !strings.Contains(p.output(), tc.says) {
-			t.Errorf("%v: exit %d, want %d with %q:\n%s", tc.args[1:], code, tc.code, tc.says, p.output())
+		p := harness.StartOvstream(t, nil, tc.args...)
+		if code := p.Wait(t, time.Minute); code != tc.code || !strings.Contains(p.Output(), tc.says) {
+			t.Errorf("%v: exit %d, want %d with %q:\n%s", tc.args[1:], code, tc.code, tc.says, p.Output())
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -26,14 +27,14 @@ import (
 // on purpose while no instance runs.
 func TestPipelineSettingsShared(t *testing.T) {
 	t.Parallel()
-	addr, db := startBroker(t), freshDB(t)
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	drain(t, db, addr, "--pipeline", "shared")
-	if got := dump(t, db, `SELECT window_size::text, topics::text FROM pipelines WHERE name = 'shared'`); len(got) != 1 ||
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.Drain(t, db, addr, "--pipeline", "shared")
+	if got := harness.Dump(t, db, `SELECT window_size::text, topics::text FROM pipelines WHERE name = 'shared'`); len(got) != 1 ||
 		got[0] != "[00:05:00 {arrival_predictions,vehicle_positions}]" {
 		t.Fatalf("recorded settings %v, want the first instance's 5m and both topics", got)
 	}
-	before := snapshot(t, db)
+	before := harness.Snapshot(t, db)
 
 	for _, tc := range []struct {
 		flags []string
@@ -45,40 +46,40 @@ func TestPipelineSettingsShared(t *testing.T) {
 		{[]string{"--window", "7m", "--topics", "vehicle_positions,arrival_predictions"}, []string{"--window 5m0s (pipeline) vs 7m0s",
 			"--topics arrival_predictions,vehicle_positions (pipeline) vs vehicle_positions,arrival_predictions (this instance)"}},
 	} {
-		args := append(runArgs(db, addr, "--pipeline", "shared", "--drain"), tc.flags...)
-		p := startOvstream(t, nil, args...)
-		if code := p.wait(t, 2*time.Minute); code != 2 {
-			t.Fatalf("run %v exited %d, want 2:\n%s", tc.flags, code, p.output())
+		args := append(harness.RunArgs(db, addr, "--pipeline", "shared", "--drain"), tc.flags...)
+		p := harness.StartOvstream(t, nil, args...)
+		if code := p.Wait(t, 2*time.Minute); code != 2 {
+			t.Fatalf("run %v exited %d, want 2:\n%s", tc.flags, code, p.Output())
 		}
 		for _, w := range tc.want {
-			if !strings.Contains(p.output(), w) {
-				t.Errorf("run %v did not say %q:\n%s", tc.flags, w, tail(p.output(), 10))
+			if !strings.Contains(p.Output(), w) {
+				t.Errorf("run %v did not say %q:\n%s", tc.flags, w, harness.Tail(p.Output(), 10))
 			}
 		}
-		sameSnapshot(t, "after the refused run "+strings.Join(tc.flags, " "), before, snapshot(t, db))
+		harness.SameSnapshot(t, "after the refused run "+strings.Join(tc.flags, " "), before, harness.Snapshot(t, db))
 	}
 
 	// On purpose: refused while an instance is live, then done.
-	live := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "shared")...)
-	waitLog(t, live, claimedLine, time.Minute)
+	live := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "shared")...)
+	harness.WaitLog(t, live, harness.ClaimedLine, time.Minute)
 	set := []string{"pipeline", "set", "--database-url", db, "--pipeline", "shared", "--window", "10m"}
-	if out, errOut, code := runCLI(t, nil, set...); code != 1 || !strings.Contains(errOut, `pipeline "shared" has live instances (`) {
+	if out, errOut, code := harness.RunCLI(t, nil, set...); code != 1 || !strings.Contains(errOut, `pipeline "shared" has live instances (`) {
 		t.Fatalf("pipeline set with a live instance: exit %d, %q %q", code, out, errOut)
 	}
-	if err := live.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := live.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := live.wait(t, time.Minute); code != 0 {
-		t.Fatalf("the live instance exited %d after SIGTERM:\n%s", code, live.output())
+	if code := live.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("the live instance exited %d after SIGTERM:\n%s", code, live.Output())
 	}
-	if out, errOut, code := runCLI(t, nil, set...); code != 0 || out != `pipeline "shared": --window 10m0s (was 5m0s); windows already written keep their size`+"\n" {
+	if out, errOut, code := harness.RunCLI(t, nil, set...); code != 0 || out != `pipeline "shared": --window 10m0s (was 5m0s); windows already written keep their size`+"\n" {
 		t.Fatalf("pipeline set: exit %d, %q %q", code, out, errOut)
 	}
 	// Now 10m is the pipeline's, and 5m is refused.
-	drain(t, db, addr, "--pipeline", "shared", "--window", "10m")
-	p := startOvstream(t, nil, runArgs(db, addr, "--pipeline", "shared", "--drain")...)
-	if code := p.wait(t, time.Minute); code != 2 || !strings.Contains(p.output(), "--window 10m0s (pipeline) vs 5m0s (this instance)") {
-		t.Fatalf("run with the old window after pipeline set: exit %d\n%s", code, tail(p.output(), 10))
+	harness.Drain(t, db, addr, "--pipeline", "shared", "--window", "10m")
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", "shared", "--drain")...)
+	if code := p.Wait(t, time.Minute); code != 2 || !strings.Contains(p.Output(), "--window 10m0s (pipeline) vs 5m0s (this instance)") {
+		t.Fatalf("run with the old window after pipeline set: exit %d\n%s", code, harness.Tail(p.Output(), 10))
 	}
 }
 
@@ -91,16 +92,16 @@ func TestPipelineSettingsShared(t *testing.T) {
 // flight holds it; then claim B (another --window, other partitions: a split
 // pipeline) runs through store.Claim.
 func TestConcurrentFirstClaimsWithDifferentWindowsOneRefused(t *testing.T) {
-	ctx := testCtx(t)
-	db := freshDB(t)
-	execSQL(t, db, `INSERT INTO pipelines (name, topics) VALUES ('race', ARRAY['t'])`)
+	ctx := harness.TestCtx(t)
+	db := harness.FreshDB(t)
+	harness.ExecSQL(t, db, `INSERT INTO pipelines (name, topics) VALUES ('race', ARRAY['t'])`)
 	s, err := store.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
 
-	conn := connect(t, ctx, db)
+	conn := harness.Connect(t, ctx, db)
 	defer conn.Close(ctx)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -122,7 +123,7 @@ func TestConcurrentFirstClaimsWithDifferentWindowsOneRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = <-done
-	stored := dump(t, db, `SELECT window_size::text FROM pipelines WHERE name = 'race'`)
+	stored := harness.Dump(t, db, `SELECT window_size::text FROM pipelines WHERE name = 'race'`)
 	var se *store.SettingsError
 	if !errors.As(err, &se) {
 		t.Errorf("claim B with --window 10m while claim A recorded 5m: err = %v (pipeline's window now %v), want a *store.SettingsError",
@@ -135,7 +136,7 @@ func TestConcurrentFirstClaimsWithDifferentWindowsOneRefused(t *testing.T) {
 	const rounds = 40
 	for i := 0; i < rounds; i++ {
 		name := fmt.Sprintf("race%d", i)
-		execSQL(t, db, fmt.Sprintf(`INSERT INTO pipelines (name, topics) VALUES ('%s', ARRAY['t'])`, name))
+		harness.ExecSQL(t, db, fmt.Sprintf(`INSERT INTO pipelines (name, topics) VALUES ('%s', ARRAY['t'])`, name))
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		start := make(chan struct{})
@@ -174,16 +175,16 @@ func TestConcurrentFirstClaimsWithDifferentWindowsOneRefused(t *testing.T) {
 // instance re-aggregated that window start, its new partial would have
 // replaced its old one, with the old one's events.)
 func TestPipelineSetWindowRefusedWithPendingPartials(t *testing.T) {
-	ctx := testCtx(t)
-	g := newSplitStoreRig(t)
+	ctx := harness.TestCtx(t)
+	g := harness.NewSplitStoreRig(t)
 	// A passes the first 5m window; B has no watermark yet: it waits.
-	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
-	if n := g.partials(); n == 0 {
+	g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W1, false))
+	if n := g.Partials(); n == 0 {
 		t.Fatal("no partial pending")
 	}
-	_, serr := g.sa.SetSettings(ctx, "p", store.Settings{Window: 10 * time.Minute}, time.Microsecond)
+	_, serr := g.Sa.SetSettings(ctx, "p", store.Settings{Window: 10 * time.Minute}, time.Microsecond)
 	if serr == nil {
-		t.Errorf("pipeline set --window 10m succeeded with %d partials of 5m windows pending", g.partials())
+		t.Errorf("pipeline set --window 10m succeeded with %d partials of 5m windows pending", g.Partials())
 	} else {
 		// Refused: the instances keep 5m (a claim with 10m is refused,
 		// TestPipelineSettingsShared), so what follows cannot happen.
@@ -192,24 +193,24 @@ func TestPipelineSetWindowRefusedWithPendingPartials(t *testing.T) {
 	}
 	// Both instances run with 10m now. B writes its first 10m window.
 	const w10 = 10 * time.Minute
-	end := t0.Add(w10)
+	end := harness.T0.Add(w10)
 	win := aggregate.NewPartitionedWindower(w10)
 	for i := range 50 {
 		win.AddFrom(1, aggregate.Prediction{TripID: "y", Line: "L1", StopID: "S1", Operator: "A", DelayS: float64(i),
-			EventTime: t0.Add(time.Duration(i*10) * time.Second)})
+			EventTime: harness.T0.Add(time.Duration(i*10) * time.Second)})
 	}
 	split := func(first time.Time) *store.Split {
 		return &store.Split{Topic: "t", Topics: []string{"t"}, Window: w10, FirstOpen: first, IdleLease: time.Minute}
 	}
-	bb := store.Batch{Pipeline: "p", Owner: splitOwner(1), Epoch: g.eb, Watermark: end, Partials: win.ClosedSet(end).PartialWindows(),
-		Positions: []store.Position{{PartitionID: g.tb, NextOffset: 20, ConsumedOffset: 20}}, Split: split(end.Add(w10))}
-	if _, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, bb)); err != nil {
+	bb := store.Batch{Pipeline: "p", Owner: harness.SplitOwner(1), Epoch: g.Eb, Watermark: end, Partials: win.ClosedSet(end).PartialWindows(),
+		Positions: []store.Position{{PartitionID: g.Tb, NextOffset: 20, ConsumedOffset: 20}}, Split: split(end.Add(w10))}
+	if _, err := g.Sb.CommitSplit(ctx, harness.WithSeqs(t, g.Sb, bb)); err != nil {
 		t.Fatalf("B's first 10m commit: %v", err)
 	}
 	// A passes 12:10 too, with nothing new for 12:00: the merge takes 12:00.
-	ba := store.Batch{Pipeline: "p", Owner: splitOwner(0), Epoch: g.ea, Watermark: end,
-		Positions: []store.Position{{PartitionID: g.ta, NextOffset: 30, ConsumedOffset: 30}}, Split: split(end.Add(w10))}
-	_, err := g.sa.CommitSplit(ctx, withSeqs(t, g.sa, ba))
+	ba := store.Batch{Pipeline: "p", Owner: harness.SplitOwner(0), Epoch: g.Ea, Watermark: end,
+		Positions: []store.Position{{PartitionID: g.Ta, NextOffset: 30, ConsumedOffset: 30}}, Split: split(end.Add(w10))}
+	_, err := g.Sa.CommitSplit(ctx, harness.WithSeqs(t, g.Sa, ba))
 	t.Logf("the merge after pipeline set: %v", err)
 	if err != nil {
 		t.Errorf("after pipeline set --window with pending partials, the merge fails: %v (retryable %v)", err, store.Retryable(err))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -27,7 +28,7 @@ import (
 // seeks) is TestRunStoppedDuringStartup.
 func TestSigtermDuringStartup(t *testing.T) {
 	t.Parallel()
-	addr := startBroker(t)
+	addr := harness.StartBroker(t)
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,12 +44,12 @@ func TestSigtermDuringStartup(t *testing.T) {
 			accepted <- c // held open, never answered
 		}
 	}()
-	refused := freeAddr(t) // nothing listens there
+	refused := harness.FreeAddr(t) // nothing listens there
 	for _, tc := range []struct {
 		name, db string
-		waiting  func(p *proc) bool
+		waiting  func(p *harness.Proc) bool
 	}{
-		{"PostgreSQL silent", "postgres://postgres@" + silent.Addr().String() + "/x?sslmode=disable", func(*proc) bool {
+		{"PostgreSQL silent", "postgres://postgres@" + silent.Addr().String() + "/x?sslmode=disable", func(*harness.Proc) bool {
 			select {
 			case c := <-accepted:
 				t.Cleanup(func() { c.Close() })
@@ -57,24 +58,24 @@ func TestSigtermDuringStartup(t *testing.T) {
 				return false
 			}
 		}},
-		{"PostgreSQL refusing", "postgres://postgres@" + refused + "/x?sslmode=disable", func(p *proc) bool {
-			return strings.Contains(p.output(), "cannot reach PostgreSQL yet; retrying")
+		{"PostgreSQL refusing", "postgres://postgres@" + refused + "/x?sslmode=disable", func(p *harness.Proc) bool {
+			return strings.Contains(p.Output(), "cannot reach PostgreSQL yet; retrying")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startOvstream(t, nil, runArgs(tc.db, addr)...)
-			waitFor(t, time.Minute, "the run waiting for PostgreSQL", func() bool {
-				if exited(p) {
-					t.Fatalf("ovstream exited before SIGTERM:\n%s", p.output())
+			p := harness.StartOvstream(t, nil, harness.RunArgs(tc.db, addr)...)
+			harness.WaitFor(t, time.Minute, "the run waiting for PostgreSQL", func() bool {
+				if harness.Exited(p) {
+					t.Fatalf("ovstream exited before SIGTERM:\n%s", p.Output())
 				}
 				return tc.waiting(p)
 			})
-			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			began := time.Now()
-			if code := p.wait(t, time.Minute); code != 0 {
-				t.Fatalf("SIGTERM during start-up: exit %d, want 0; output:\n%s", code, tail(p.output(), 20))
+			if code := p.Wait(t, time.Minute); code != 0 {
+				t.Fatalf("SIGTERM during start-up: exit %d, want 0; output:\n%s", code, harness.Tail(p.Output(), 20))
 			}
 			if took := time.Since(began); took > 5*time.Second {
 				t.Errorf("SIGTERM during start-up: exit after %v", took.Round(time.Millisecond))
@@ -89,8 +90,8 @@ func TestSigtermDuringStartup(t *testing.T) {
 // nil, not the error of the step it stopped, and holds no partition.
 func TestRunStoppedDuringStartup(t *testing.T) {
 	t.Parallel()
-	addr := onePartitionBroker(t)
-	db := freshDB(t)
+	addr := harness.OnePartitionBroker(t)
+	db := harness.FreshDB(t)
 	st, err := store.Open(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +99,13 @@ func TestRunStoppedDuringStartup(t *testing.T) {
 	defer st.Close(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	log := &lockedWriter{w: &bytes.Buffer{}}
-	cfg := consumer.Config{Brokers: []string{addr}, PredictionsTopic: predictionsTopic, Owner: "stopped-early",
+	log := &harness.LockedWriter{W: &bytes.Buffer{}}
+	cfg := consumer.Config{Brokers: []string{addr}, PredictionsTopic: harness.PredictionsTopic, Owner: "stopped-early",
 		Metrics: consumer.NewMetrics(nil), Logger: slog.New(slog.NewTextHandler(log, nil))}
 	if _, err := consumer.Run(ctx, cfg, st); err != nil {
-		t.Fatalf("Run stopped during start-up: %v, want nil; log:\n%s", err, log.w.String())
+		t.Fatalf("Run stopped during start-up: %v, want nil; log:\n%s", err, log.W.String())
 	}
-	if owned := dump(t, db, `SELECT count(*) FROM stream_positions WHERE owner IS NOT NULL`); owned[0] != "[0]" {
+	if owned := harness.Dump(t, db, `SELECT count(*) FROM stream_positions WHERE owner IS NOT NULL`); owned[0] != "[0]" {
 		t.Errorf("%s partitions owned after a run stopped during start-up", owned[0])
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -17,19 +18,19 @@ import (
 // no particular order (here as they lie in the table: w1/p0, w2/p0, w1/p1,
 // w2/p1, once the table is analyzed), so counting the changes of window_start in that order counted 4.
 func TestSplitMergeCountsEachWindowOnce(t *testing.T) {
-	g := newSplitStoreRig(t)
-	if m := g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false)); m.Windows != 0 || m.Pending != 2 {
+	g := harness.NewSplitStoreRig(t)
+	if m := g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W2, false)); m.Windows != 0 || m.Pending != 2 {
 		t.Fatalf("A past both windows: %+v", m)
 	}
 	// The statistics autovacuum gathers of a small table: the DELETE of the
 	// merge then scans it in the order its rows lie in.
-	execSQL(t, g.url, `ANALYZE delay_partial_windows`)
-	m := g.commit(g.sb, g.batch(g.eb, g.tb, g.w2, false))
-	want := g.plain.Closed(g.w2)
-	if m.Windows != 2 || m.Rows != len(want) || m.Pending != 0 || g.partials() != 0 {
-		t.Fatalf("B past both windows: %+v, %d partials; want 2 windows, %d rows", m, g.partials(), len(want))
+	harness.ExecSQL(t, g.Url, `ANALYZE delay_partial_windows`)
+	m := g.Commit(g.Sb, g.Batch(g.Eb, g.Tb, g.W2, false))
+	want := g.Plain.Closed(g.W2)
+	if m.Windows != 2 || m.Rows != len(want) || m.Pending != 0 || g.Partials() != 0 {
+		t.Fatalf("B past both windows: %+v, %d partials; want 2 windows, %d rows", m, g.Partials(), len(want))
 	}
-	sameAggregates(t, g.url, want)
+	harness.SameAggregates(t, g.Url, want)
 }
 
 // conflictRow stores a stale delay_aggregates row under the key of want[i]
@@ -39,7 +40,7 @@ func TestSplitMergeCountsEachWindowOnce(t *testing.T) {
 func conflictRow(t *testing.T, url string, want []aggregate.Row, i int) {
 	t.Helper()
 	w := want[i]
-	execSQL(t, url, `INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id, operator,
+	harness.ExecSQL(t, url, `INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id, operator,
 		event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts)
 		VALUES ('p', '`+w.WindowStart.UTC().Format("2006-01-02T15:04:05Z")+`', '`+w.WindowEnd.UTC().Format("2006-01-02T15:04:05Z")+
 		`', '`+w.Dimension+`', '`+strings.ReplaceAll(w.DimensionID, "'", "''")+`', NULL, 999, 1, 1, 1, 1, '{1}', '{999}')`)
@@ -51,17 +52,17 @@ func conflictRow(t *testing.T, url string, want []aggregate.Row, i int) {
 func TestSplitMergeSecondPassAfterConflict(t *testing.T) {
 	for _, at := range []string{"first", "middle", "last"} {
 		t.Run(at, func(t *testing.T) {
-			g := newSplitStoreRig(t)
-			g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false))
-			want := g.plain.Closed(g.w2)
+			g := harness.NewSplitStoreRig(t)
+			g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W2, false))
+			want := g.Plain.Closed(g.W2)
 			i := map[string]int{"first": 0, "middle": len(want) / 2, "last": len(want) - 1}[at]
-			conflictRow(t, g.url, want, i)
-			execSQL(t, g.url, `ANALYZE delay_partial_windows`) // a sequential scan: partials in no window order
-			m := g.commit(g.sb, g.batch(g.eb, g.tb, g.w2, false))
-			if m.Windows != 2 || m.Rows != len(want) || g.partials() != 0 {
+			conflictRow(t, g.Url, want, i)
+			harness.ExecSQL(t, g.Url, `ANALYZE delay_partial_windows`) // a sequential scan: partials in no window order
+			m := g.Commit(g.Sb, g.Batch(g.Eb, g.Tb, g.W2, false))
+			if m.Windows != 2 || m.Rows != len(want) || g.Partials() != 0 {
 				t.Fatalf("merge after a conflict at row %d: %+v; want 2 windows, %d rows", i, m, len(want))
 			}
-			sameAggregates(t, g.url, want)
+			harness.SameAggregates(t, g.Url, want)
 		})
 	}
 }
@@ -71,20 +72,20 @@ func TestSplitMergeSecondPassAfterConflict(t *testing.T) {
 // commit with the merge's error (not retryable, naming the corrupt partial
 // window, not PostgreSQL's 57014 of the COPY's CopyFail) and writes nothing.
 func TestSplitMergeCorruptPartialInSecondPass(t *testing.T) {
-	ctx := testCtx(t)
-	g := newSplitStoreRig(t)
-	g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false))
-	want := g.plain.Closed(g.w2)
-	conflictRow(t, g.url, want, 0)
-	execSQL(t, g.url, `UPDATE delay_partial_windows SET data = substring(data FROM 1 FOR 10)
+	ctx := harness.TestCtx(t)
+	g := harness.NewSplitStoreRig(t)
+	g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W2, false))
+	want := g.Plain.Closed(g.W2)
+	conflictRow(t, g.Url, want, 0)
+	harness.ExecSQL(t, g.Url, `UPDATE delay_partial_windows SET data = substring(data FROM 1 FOR 10)
 		WHERE window_start = (SELECT max(window_start) FROM delay_partial_windows)`)
-	before := snapshot(t, g.url)
-	partials := dump(t, g.url, `SELECT t::text FROM delay_partial_windows t`)
-	_, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w2, false)))
+	before := harness.Snapshot(t, g.Url)
+	partials := harness.Dump(t, g.Url, `SELECT t::text FROM delay_partial_windows t`)
+	_, err := g.Sb.CommitSplit(ctx, harness.WithSeqs(t, g.Sb, g.Batch(g.Eb, g.Tb, g.W2, false)))
 	if err == nil || store.Retryable(err) || !strings.Contains(err.Error(), "merge partials of pipeline") ||
 		!strings.Contains(err.Error(), "corrupt partial window") || strings.Contains(err.Error(), "57014") {
 		t.Fatalf("merge of a corrupt partial in the second pass: %v (retryable %v)", err, store.Retryable(err))
 	}
-	sameSnapshot(t, "after the failed merge", before, snapshot(t, g.url))
-	sameRows(t, "partials after the failed merge", partials, dump(t, g.url, `SELECT t::text FROM delay_partial_windows t`))
+	harness.SameSnapshot(t, "after the failed merge", before, harness.Snapshot(t, g.Url))
+	harness.SameRows(t, "partials after the failed merge", partials, harness.Dump(t, g.Url, `SELECT t::text FROM delay_partial_windows t`))
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // G10 for split pipelines, the partial-windows table: with a CHECK on
@@ -20,46 +22,33 @@ import (
 // records of that partition; both drains end.
 func TestSplitRefusedPartialWindow(t *testing.T) {
 	t.Parallel()
-	addr, db := startBroker(t), freshDB(t)
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	execSQL(t, db, `ALTER TABLE delay_partial_windows ADD CONSTRAINT no_partition_4 CHECK (partition <> 4)`)
-	ps := startSplit(t, db, addr, split2, "--drain", "--allowed-lateness", "10m")
-	waitAll(t, ps, "split drains with a refused partial window")
-	n := loadOracleInput(t, db, addr, predictionsTopic)
-	want := dump(t, db, fmt.Sprintf(`SELECT topic, partition, "offset", 'no_partition_4' FROM oracle_msgs
-		WHERE topic = '%s' AND partition = 4`, predictionsTopic))
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ExecSQL(t, db, `ALTER TABLE delay_partial_windows ADD CONSTRAINT no_partition_4 CHECK (partition <> 4)`)
+	ps := harness.StartSplit(t, db, addr, harness.Split2, "--drain", "--allowed-lateness", "10m")
+	harness.WaitAll(t, ps, "split drains with a refused partial window")
+	n := harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+	want := harness.Dump(t, db, fmt.Sprintf(`SELECT topic, partition, "offset", 'no_partition_4' FROM oracle_msgs
+		WHERE topic = '%s' AND partition = 4`, harness.PredictionsTopic))
 	if len(want) < 100 {
 		t.Fatalf("partition 4 holds %d records, want at least 100", len(want))
 	}
-	got := dump(t, db, `SELECT topic, partition, "offset",
+	got := harness.Dump(t, db, `SELECT topic, partition, "offset",
 		CASE WHEN error LIKE 'PostgreSQL refused the delay_partial_windows row (%): new row for relation "delay_partial_windows" violates check constraint "no_partition_4" (SQLSTATE 23514)' THEN 'no_partition_4'
 		ELSE error END FROM dead_letters WHERE reason = 'rejected'`)
-	sameRows(t, "rejected dead letters vs the records of partition 4", got, want)
-	if other := dump(t, db, `SELECT reason, count(*) FROM dead_letters WHERE reason <> 'rejected' GROUP BY reason`); len(other) != 0 {
+	harness.SameRows(t, "rejected dead letters vs the records of partition 4", got, want)
+	if other := harness.Dump(t, db, `SELECT reason, count(*) FROM dead_letters WHERE reason <> 'rejected' GROUP BY reason`); len(other) != 0 {
 		t.Errorf("dead letters other than rejected: %v", other)
 	}
-	countedOnceOrDead(t, db, n)
-	if left := dump(t, db, `SELECT count(*) FROM delay_partial_windows`); left[0] != "[0]" {
+	harness.CountedOnceOrDead(t, db, n)
+	if left := harness.Dump(t, db, `SELECT count(*) FROM delay_partial_windows`); left[0] != "[0]" {
 		t.Errorf("%s partials left after the drains", left[0])
 	}
 	logged := false
 	for _, p := range ps {
-		logged = logged || strings.Contains(p.output(), "PostgreSQL refused rows")
+		logged = logged || strings.Contains(p.Output(), "PostgreSQL refused rows")
 	}
 	if !logged {
 		t.Errorf("no instance logged the refused partials")
-	}
-}
-
-// countedOnceOrDead checks that delay_aggregates equals the SQL oracle over
-// the n records of oracle_msgs minus the dead letters, and that every record
-// is counted once or dead-lettered once.
-func countedOnceOrDead(t *testing.T, db string, n int) {
-	t.Helper()
-	sameRows(t, "delay_aggregates vs SQL oracle (records minus dead letters)", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
-	counted := dump(t, db, `SELECT coalesce(sum(event_count), 0)::bigint + (SELECT count(*) FROM dead_letters)
-		FROM delay_aggregates WHERE dimension = 'network'`)
-	if counted[0] != fmt.Sprintf("[%d]", n) {
-		t.Errorf("counted + dead letters = %v, want every record once: %d", counted, n)
 	}
 }

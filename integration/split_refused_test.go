@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // G10 for split pipelines, the merged rows: with a CHECK on
@@ -23,40 +25,40 @@ import (
 // constraint is fixed (the runbook's SQL) gives the whole oracle.
 func TestSplitRefusedMergedRowKept(t *testing.T) {
 	t.Parallel()
-	addr, db := startBroker(t), freshDB(t)
-	produceFeeds(t, addr, loadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	execSQL(t, db, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_station_7151 CHECK (dimension <> 'station' OR dimension_id <> '`+refusedStation+`')`)
-	ps := startSplit(t, db, addr, split2, "--drain", "--allowed-lateness", "10m")
-	waitAll(t, ps, "split drains with a refused merged row")
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ExecSQL(t, db, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_station_7151 CHECK (dimension <> 'station' OR dimension_id <> '`+harness.RefusedStation+`')`)
+	ps := harness.StartSplit(t, db, addr, harness.Split2, "--drain", "--allowed-lateness", "10m")
+	harness.WaitAll(t, ps, "split drains with a refused merged row")
 	merged := false
 	for _, p := range ps {
-		merged = merged || strings.Contains(p.output(), "PostgreSQL refused a merged row")
+		merged = merged || strings.Contains(p.Output(), "PostgreSQL refused a merged row")
 	}
 	if !merged {
 		t.Errorf("no instance logged the refused merged row")
 	}
-	loadOracleInput(t, db, addr, predictionsTopic)
-	oracle := dump(t, db, oracleAggregates)
-	station := dump(t, db, `SELECT * FROM (`+oracleAggregates+`) o(ws, we, dim, id, op, n, mean, p90, lo, hi) WHERE dim = 'station' AND id = '`+refusedStation+`'`)
+	harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+	oracle := harness.Dump(t, db, harness.OracleAggregates)
+	station := harness.Dump(t, db, `SELECT * FROM (`+harness.OracleAggregates+`) o(ws, we, dim, id, op, n, mean, p90, lo, hi) WHERE dim = 'station' AND id = '`+harness.RefusedStation+`'`)
 	if len(station) != 3 {
-		t.Fatalf("the oracle has %d rows of station %s, want 3 (one per window of the sample)", len(station), refusedStation)
+		t.Fatalf("the oracle has %d rows of station %s, want 3 (one per window of the sample)", len(station), harness.RefusedStation)
 	}
 	// refused_windows has delay_aggregates' columns: dumpAggregates reads it too.
-	refusedRows := strings.Replace(dumpAggregates, "FROM delay_aggregates", "FROM refused_windows", 1)
-	sameRows(t, "refused_windows vs the oracle's rows of the refused station", dump(t, db, refusedRows), station)
-	without := dump(t, db, `SELECT * FROM (`+oracleAggregates+`) o(ws, we, dim, id, op, n, mean, p90, lo, hi) WHERE NOT (dim = 'station' AND id = '`+refusedStation+`')`)
-	sameRows(t, "delay_aggregates vs the SQL oracle without the refused station", dump(t, db, dumpAggregates), without)
-	if e := dump(t, db, `SELECT DISTINCT error FROM refused_windows`); len(e) != 3 || !strings.Contains(e[0], `violates check constraint "no_station_7151" (SQLSTATE 23514)`) {
+	refusedRows := strings.Replace(harness.DumpAggregates, "FROM delay_aggregates", "FROM refused_windows", 1)
+	harness.SameRows(t, "refused_windows vs the oracle's rows of the refused station", harness.Dump(t, db, refusedRows), station)
+	without := harness.Dump(t, db, `SELECT * FROM (`+harness.OracleAggregates+`) o(ws, we, dim, id, op, n, mean, p90, lo, hi) WHERE NOT (dim = 'station' AND id = '`+harness.RefusedStation+`')`)
+	harness.SameRows(t, "delay_aggregates vs the SQL oracle without the refused station", harness.Dump(t, db, harness.DumpAggregates), without)
+	if e := harness.Dump(t, db, `SELECT DISTINCT error FROM refused_windows`); len(e) != 3 || !strings.Contains(e[0], `violates check constraint "no_station_7151" (SQLSTATE 23514)`) {
 		t.Errorf("refused_windows errors: %v", e)
 	}
-	if n := dump(t, db, `SELECT count(*) FROM delay_partial_windows`); n[0] != "[0]" {
+	if n := harness.Dump(t, db, `SELECT count(*) FROM delay_partial_windows`); n[0] != "[0]" {
 		t.Errorf("%s partials left after the drains", n[0])
 	}
 	// status says so (it did not before: only the log did), then, re-applied, no more.
 	refusedStatus := func(want int) {
 		t.Helper()
-		text, errOut, code := runCLI(t, nil, "status", "--database-url", db, "--brokers", addr)
-		js, _, _ := runCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", addr)
+		text, errOut, code := harness.RunCLI(t, nil, "status", "--database-url", db, "--brokers", addr)
+		js, _, _ := harness.RunCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", addr)
 		line := fmt.Sprintf("refused merged rows: %d in table refused_windows", want)
 		if code != 0 || strings.Contains(text, "refused merged rows") != (want > 0) || want > 0 && !strings.Contains(text, line) ||
 			!strings.Contains(js, fmt.Sprintf(`"refused_windows": %d`, want)) {
@@ -65,13 +67,13 @@ func TestSplitRefusedMergedRowKept(t *testing.T) {
 	}
 	refusedStatus(3)
 	// The runbook: fix the cause, re-apply, delete.
-	execSQL(t, db, `ALTER TABLE delay_aggregates DROP CONSTRAINT no_station_7151;
+	harness.ExecSQL(t, db, `ALTER TABLE delay_aggregates DROP CONSTRAINT no_station_7151;
 INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id, operator, event_count,
     mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts)
 SELECT pipeline, window_start, window_end, dimension, dimension_id, operator, event_count,
     mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts FROM refused_windows WHERE pipeline = 'ovstream';
 DELETE FROM refused_windows WHERE pipeline = 'ovstream';`)
-	sameRows(t, "delay_aggregates after re-applying the refused rows vs the SQL oracle", dump(t, db, dumpAggregates), oracle)
-	sameRows(t, "distributions after re-applying vs SQL oracle", dump(t, db, dumpDistributions), dump(t, db, oracleDistributions))
+	harness.SameRows(t, "delay_aggregates after re-applying the refused rows vs the SQL oracle", harness.Dump(t, db, harness.DumpAggregates), oracle)
+	harness.SameRows(t, "distributions after re-applying vs SQL oracle", harness.Dump(t, db, harness.DumpDistributions), harness.Dump(t, db, harness.OracleDistributions))
 	refusedStatus(0)
 }

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // Split drains one after the other: half A drains and waits for half B; A
@@ -18,40 +20,40 @@ import (
 // drained flag is left, and no record is late.
 func TestSplitSequentialDrains(t *testing.T) {
 	t.Parallel()
-	addr := startBroker(t)
-	db := freshDB(t)
-	var recs []rec
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
+	var recs []harness.Rec
 	for p := range int32(6) {
 		recs = append(recs, minutePreds(p, 0, 30+int(p)*2)...) // the halves end in different windows
 	}
-	produceRecords(t, addr, recs...)
+	harness.ProduceRecords(t, addr, recs...)
 	half := map[string]string{
 		"A": "arrival_predictions:0,arrival_predictions:1,arrival_predictions:2",
 		"B": "arrival_predictions:3,arrival_predictions:4,arrival_predictions:5",
 	}
-	start := func(name string) *proc {
-		return startOvstream(t, nil, runArgs(db, addr, "--drain", "--pipeline", "p", "--topics", predictionsTopic+",",
+	start := func(name string) *harness.Proc {
+		return harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain", "--pipeline", "p", "--topics", harness.PredictionsTopic+",",
 			"--partitions", half[name])...)
 	}
-	end := func(name string, p *proc) {
+	end := func(name string, p *harness.Proc) {
 		t.Helper()
-		if code := p.wait(t, time.Minute); code != 0 {
-			t.Fatalf("drain of half %s: exit %d\n%s", name, code, tail(p.output(), 20))
+		if code := p.Wait(t, time.Minute); code != 0 {
+			t.Fatalf("drain of half %s: exit %d\n%s", name, code, harness.Tail(p.Output(), 20))
 		}
 	}
 	a := start("A")
-	waitFor(t, time.Minute, "half A's drain waiting for the merge", func() bool {
-		return strings.Contains(a.output(), "drained: waiting for the other instances")
+	harness.WaitFor(t, time.Minute, "half A's drain waiting for the merge", func() bool {
+		return strings.Contains(a.Output(), "drained: waiting for the other instances")
 	})
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
 	end("A stopped while waiting", a)
 	began := time.Now()
 	end("B", start("B"))
 	t.Logf("B's drain took %v", time.Since(began))
 	exactAgainstOracle(t, db, addr)
-	merged := dump(t, db, dumpAggregates)
+	merged := harness.Dump(t, db, harness.DumpAggregates)
 	left := func() string {
-		return dump(t, db, `SELECT (SELECT count(*) FROM delay_partial_windows), (SELECT count(*) FROM stream_positions WHERE drained)`)[0]
+		return harness.Dump(t, db, `SELECT (SELECT count(*) FROM delay_partial_windows), (SELECT count(*) FROM stream_positions WHERE drained)`)[0]
 	}
 	if got := left(); got != "[0 0]" {
 		t.Errorf("after B's drain: partial windows, partitions marked drained %s, want [0 0]", got)
@@ -59,7 +61,7 @@ func TestSplitSequentialDrains(t *testing.T) {
 	began = time.Now()
 	end("A again", start("A"))
 	t.Logf("A's rerun took %v", time.Since(began))
-	sameRows(t, "delay_aggregates after A's rerun vs after B's drain", dump(t, db, dumpAggregates), merged)
+	harness.SameRows(t, "delay_aggregates after A's rerun vs after B's drain", harness.Dump(t, db, harness.DumpAggregates), merged)
 	if got := left(); got != "[0 0]" {
 		t.Errorf("after A's rerun: partial windows, partitions marked drained %s, want [0 0]", got)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -15,78 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
-
-// splitStoreRig is two "instances" of pipeline p (two Stores, each owning
-// one partition of topic t) and the events of two 5-minute windows on both
-// partitions, which a plain Windower sees all of.
-type splitStoreRig struct {
-	url      string
-	sa, sb   *store.Store
-	ea, eb   int64
-	ta, tb   aggregate.PartitionID
-	plain    *aggregate.Windower
-	parts    map[int32]*aggregate.Windower
-	w1, w2   time.Time // window ends
-	commit   func(s *store.Store, b store.Batch) store.Merged
-	batch    func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch
-	partials func() int
-}
-
-// splitOwner is the owner that claims partition part of topic t in newSplitStoreRig.
-func splitOwner(part int32) string { return fmt.Sprintf("instance-%d", part) }
-
-func newSplitStoreRig(t *testing.T) *splitStoreRig {
-	ctx := testCtx(t)
-	url := freshDB(t)
-	open := func(part int32) (*store.Store, int64, aggregate.PartitionID) {
-		s, err := store.Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close(context.Background()) })
-		tp := aggregate.PartitionID{Topic: "t", Partition: part}
-		c, err := s.Claim(ctx, "p", splitOwner(part), []aggregate.PartitionID{tp}, store.ClaimOptions{Lease: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, c.Epoch, tp
-	}
-	g := &splitStoreRig{url: url}
-	g.sa, g.ea, g.ta = open(0)
-	g.sb, g.eb, g.tb = open(1)
-	const w = 5 * time.Minute
-	g.w1, g.w2 = t0.Add(w), t0.Add(2*w)
-
-	r := rand.New(rand.NewPCG(4, 2))
-	g.plain = aggregate.NewWindower(w)
-	g.parts = map[int32]*aggregate.Windower{0: aggregate.NewPartitionedWindower(w), 1: aggregate.NewPartitionedWindower(w)}
-	for range 3000 {
-		p := aggregate.Prediction{TripID: "x", Line: []string{"L1", "L2"}[r.IntN(2)], StopID: []string{"S1", "S2", "S3"}[r.IntN(3)],
-			Operator: []string{"A", "B"}[r.IntN(2)], DelayS: float64(r.IntN(900)-300) + []float64{0, 0.1, 0.25}[r.IntN(3)],
-			EventTime: t0.Add(time.Duration(r.IntN(600)) * time.Second)}
-		part := int32(r.IntN(2))
-		g.plain.Add(p)
-		g.parts[part].AddFrom(part, p)
-	}
-	g.batch = func(epoch int64, tp aggregate.PartitionID, wm time.Time, idle bool) store.Batch {
-		win := g.parts[tp.Partition]
-		return store.Batch{Pipeline: "p", Owner: splitOwner(tp.Partition), Epoch: epoch, Watermark: wm, Partials: win.ClosedSet(wm).PartialWindows(),
-			Positions: []store.Position{{PartitionID: tp, NextOffset: 10, ConsumedOffset: 10, Idle: idle}},
-			Split:     &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: win.FirstEnd(), IdleLease: time.Minute}}
-	}
-	g.commit = func(s *store.Store, b store.Batch) store.Merged {
-		t.Helper()
-		m, err := s.CommitSplit(ctx, withSeqs(t, s, b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	g.partials = func() int { return query[int](t, url, `SELECT count(*) FROM delay_partial_windows`) }
-	return g
-}
 
 // The merge step of store.CommitSplit, commit by commit, with two "instances"
 // (two Stores, each owning one partition of topic t): a window merges only
@@ -96,10 +26,10 @@ func newSplitStoreRig(t *testing.T) *splitStoreRig {
 // already writes nothing (ErrMergedPast); an idle partition stops holding the
 // merge.
 func TestStoreSplitMerge(t *testing.T) {
-	ctx := testCtx(t)
-	g := newSplitStoreRig(t)
-	url, sa, sb, ea, eb, ta, tb, plain, parts, w1, w2 := g.url, g.sa, g.sb, g.ea, g.eb, g.ta, g.tb, g.plain, g.parts, g.w1, g.w2
-	commit, batch, partials := g.commit, g.batch, g.partials
+	ctx := harness.TestCtx(t)
+	g := harness.NewSplitStoreRig(t)
+	url, sa, sb, ea, eb, ta, tb, plain, parts, w1, w2 := g.Url, g.Sa, g.Sb, g.Ea, g.Eb, g.Ta, g.Tb, g.Plain, g.Parts, g.W1, g.W2
+	commit, batch, partials := g.Commit, g.Batch, g.Partials
 
 	// A passes the first window; B has no watermark yet: nothing merges.
 	m := commit(sa, batch(ea, ta, w1, false))
@@ -122,16 +52,16 @@ func TestStoreSplitMerge(t *testing.T) {
 	if m.Rows != len(want) {
 		t.Fatalf("merged %d rows, want %d", m.Rows, len(want))
 	}
-	sameAggregates(t, url, want)
+	harness.SameAggregates(t, url, want)
 
 	// A batch that still holds the merged window writes nothing.
 	stale := batch(ea, ta, w2, false)
 	stale.Split.FirstOpen = w1
-	_, err := sa.CommitSplit(ctx, withSeqs(t, sa, stale))
+	_, err := sa.CommitSplit(ctx, harness.WithSeqs(t, sa, stale))
 	if !errors.Is(err, store.ErrMergedPast) {
 		t.Fatalf("a batch holding a merged window: %v, want ErrMergedPast", err)
 	}
-	if got := query[int64](t, url, `SELECT next_offset FROM stream_positions WHERE partition = 0`); got != 10 || partials() != 0 {
+	if got := harness.Query[int64](t, url, `SELECT next_offset FROM stream_positions WHERE partition = 0`); got != 10 || partials() != 0 {
 		t.Fatalf("the refused batch wrote: next_offset %d, %d partials", got, partials())
 	}
 
@@ -143,7 +73,7 @@ func TestStoreSplitMerge(t *testing.T) {
 	if m = commit(sb, batch(eb, tb, w2, false)); m.Windows != 1 || !m.Until.Equal(w2) {
 		t.Fatalf("B past the second window: %+v", m)
 	}
-	sameAggregates(t, url, append(want, plain.Closed(w2)[len(want):]...))
+	harness.SameAggregates(t, url, append(want, plain.Closed(w2)[len(want):]...))
 }
 
 // A commit whose partitions all held the merge at their stored watermarks
@@ -154,19 +84,19 @@ func TestStoreSplitMerge(t *testing.T) {
 // commit waits for the lock. Before Split.Holding existed every commit
 // waited: this test hung at A's first Holding commit.
 func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
-	ctx := testCtx(t)
-	g := newSplitStoreRig(t)
+	ctx := harness.TestCtx(t)
+	g := harness.NewSplitStoreRig(t)
 	// Both past the first window (their first commits wait for the lock
 	// as before): it merges.
-	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
-	if m := g.commit(g.sb, g.batch(g.eb, g.tb, g.w1, false)); m.Windows != 1 || m.Skipped {
+	g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W1, false))
+	if m := g.Commit(g.Sb, g.Batch(g.Eb, g.Tb, g.W1, false)); m.Windows != 1 || m.Skipped {
 		t.Fatalf("first window: %+v", m)
 	}
-	g.parts[0].Drop(g.w1)
-	g.parts[1].Drop(g.w1)
-	want := g.plain.Closed(g.w1)
+	g.Parts[0].Drop(g.W1)
+	g.Parts[1].Drop(g.W1)
+	want := g.Plain.Closed(g.W1)
 
-	locker, err := pgx.Connect(ctx, g.url)
+	locker, err := pgx.Connect(ctx, g.Url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,35 +109,35 @@ func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
 		t.Fatal(err)
 	}
 	holding := func(epoch int64, tp aggregate.PartitionID, wm time.Time) store.Batch {
-		b := g.batch(epoch, tp, wm, false)
+		b := g.Batch(epoch, tp, wm, false)
 		b.Split.Holding = true
 		return b
 	}
 	// A stale batch is refused though the merge is left.
-	stale := holding(g.ea, g.ta, g.w2)
-	stale.Split.FirstOpen = g.w1
-	if _, err := g.sa.CommitSplit(ctx, withSeqs(t, g.sa, stale)); !errors.Is(err, store.ErrMergedPast) {
+	stale := holding(g.Ea, g.Ta, g.W2)
+	stale.Split.FirstOpen = g.W1
+	if _, err := g.Sa.CommitSplit(ctx, harness.WithSeqs(t, g.Sa, stale)); !errors.Is(err, store.ErrMergedPast) {
 		t.Fatalf("a Holding batch holding a merged window: %v, want ErrMergedPast", err)
 	}
 	// A and B past the second window while the lock is held: neither waits.
-	if m := g.commit(g.sa, holding(g.ea, g.ta, g.w2)); !m.Skipped || m.Windows != 0 || m.Pending != 1 || !m.Until.Equal(g.w1) {
+	if m := g.Commit(g.Sa, holding(g.Ea, g.Ta, g.W2)); !m.Skipped || m.Windows != 0 || m.Pending != 1 || !m.Until.Equal(g.W1) {
 		t.Fatalf("A past the second window, lock held: %+v", m)
 	}
-	if m := g.commit(g.sb, holding(g.eb, g.tb, g.w2)); !m.Skipped || m.Windows != 0 || m.Pending != 1 {
+	if m := g.Commit(g.Sb, holding(g.Eb, g.Tb, g.W2)); !m.Skipped || m.Windows != 0 || m.Pending != 1 {
 		t.Fatalf("B past the second window, lock held: %+v", m)
 	}
-	g.parts[0].Drop(g.w2)
-	g.parts[1].Drop(g.w2)
+	g.Parts[0].Drop(g.W2)
+	g.Parts[1].Drop(g.W2)
 	// Without Holding, B's next commit waits for the lock, then merges.
 	done := make(chan store.Merged, 1)
 	go func() {
-		m, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w2, false)))
+		m, err := g.Sb.CommitSplit(ctx, harness.WithSeqs(t, g.Sb, g.Batch(g.Eb, g.Tb, g.W2, false)))
 		if err != nil {
 			t.Error(err)
 		}
 		done <- m
 	}()
-	for query[int64](t, g.url, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
+	for harness.Query[int64](t, g.Url, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
 		select {
 		case m := <-done:
 			t.Fatalf("a commit without Holding did not wait for the lock: %+v", m)
@@ -217,101 +147,60 @@ func TestStoreSplitMergeLeftWhileAnotherDecides(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m := <-done; m.Skipped || m.Windows != 1 || !m.Until.Equal(g.w2) || m.Pending != 0 || g.partials() != 0 {
-		t.Fatalf("B after the lock was released: %+v, %d partials", m, g.partials())
+	if m := <-done; m.Skipped || m.Windows != 1 || !m.Until.Equal(g.W2) || m.Pending != 0 || g.Partials() != 0 {
+		t.Fatalf("B after the lock was released: %+v, %d partials", m, g.Partials())
 	}
-	sameAggregates(t, g.url, append(want, g.plain.Closed(g.w2)[len(want):]...))
+	harness.SameAggregates(t, g.Url, append(want, g.Plain.Closed(g.W2)[len(want):]...))
 }
 
 // The instance that holds the merge frontier (its watermark is the lowest)
 // leaves the merge, when it may (Holding), to a live instance past it, whose
 // next commit merges exactly; with Holding unset it merges itself.
 func TestStoreSplitMergeLeftByTheSlowest(t *testing.T) {
-	g := newSplitStoreRig(t)
-	w3 := g.w2.Add(5 * time.Minute)
+	g := harness.NewSplitStoreRig(t)
+	w3 := g.W2.Add(5 * time.Minute)
 	holding := func(b store.Batch) store.Batch {
 		b.Split.Holding = true
 		return b
 	}
-	if _, err := g.sb.Heartbeat(testCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.tb}, true, time.Time{}); err != nil {
+	if _, err := g.Sb.Heartbeat(harness.TestCtx(t), "p", "instance-1", store.RoleActive, []aggregate.PartitionID{g.Tb}, true, time.Time{}); err != nil {
 		t.Fatal(err) // B is alive; A never sends one
 	}
-	g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
-	if m := g.commit(g.sb, g.batch(g.eb, g.tb, w3, false)); m.Windows != 1 || !m.Frontier.Equal(g.w1) {
+	g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W1, false))
+	if m := g.Commit(g.Sb, g.Batch(g.Eb, g.Tb, w3, false)); m.Windows != 1 || !m.Frontier.Equal(g.W1) {
 		t.Fatalf("B past both windows, A past the first: %+v", m)
 	}
-	g.parts[0].Drop(g.w1)
-	g.parts[1].Drop(w3)
+	g.Parts[0].Drop(g.W1)
+	g.Parts[1].Drop(w3)
 	// A, at the frontier (w2) with B past it: leaves the merge.
-	if m := g.commit(g.sa, holding(g.batch(g.ea, g.ta, g.w2, false))); !m.Skipped || m.Windows != 0 || m.Pending != 1 ||
-		!m.Frontier.Equal(g.w2) {
+	if m := g.Commit(g.Sa, holding(g.Batch(g.Ea, g.Ta, g.W2, false))); !m.Skipped || m.Windows != 0 || m.Pending != 1 ||
+		!m.Frontier.Equal(g.W2) {
 		t.Fatalf("A at the frontier, B past it: %+v", m)
 	}
-	g.parts[0].Drop(g.w2)
+	g.Parts[0].Drop(g.W2)
 	// B's next commit (nothing new) merges the second window.
-	if m := g.commit(g.sb, holding(g.batch(g.eb, g.tb, w3, false))); m.Skipped || m.Windows != 1 || !m.Until.Equal(g.w2) ||
+	if m := g.Commit(g.Sb, holding(g.Batch(g.Eb, g.Tb, w3, false))); m.Skipped || m.Windows != 1 || !m.Until.Equal(g.W2) ||
 		m.Pending != 0 {
 		t.Fatalf("B's next commit: %+v", m)
 	}
-	sameAggregates(t, g.url, g.plain.Closed(g.w2))
+	harness.SameAggregates(t, g.Url, g.Plain.Closed(g.W2))
 }
 
 // A merge of several windows in one commit, taken and written a chunk of
 // whole windows at a time (store.MergeChunkRows), writes the rows one
 // Windower fed every event gives, for every window.
 func TestStoreSplitMergeInChunks(t *testing.T) {
-	g := newSplitStoreRig(t)
-	g.sb.MergeChunkRows = 1 // each window a chunk of its own
-	if m := g.commit(g.sa, g.batch(g.ea, g.ta, g.w2, false)); m.Windows != 0 || m.Pending != 2 {
+	g := harness.NewSplitStoreRig(t)
+	g.Sb.MergeChunkRows = 1 // each window a chunk of its own
+	if m := g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W2, false)); m.Windows != 0 || m.Pending != 2 {
 		t.Fatalf("A past both windows: %+v", m)
 	}
-	m := g.commit(g.sb, g.batch(g.eb, g.tb, g.w2, false))
-	want := g.plain.Closed(g.w2)
-	if m.Windows != 2 || m.Rows != len(want) || !m.Until.Equal(g.w2) || m.Pending != 0 || g.partials() != 0 {
-		t.Fatalf("B past both windows: %+v, %d partials; want 2 windows, %d rows", m, g.partials(), len(want))
+	m := g.Commit(g.Sb, g.Batch(g.Eb, g.Tb, g.W2, false))
+	want := g.Plain.Closed(g.W2)
+	if m.Windows != 2 || m.Rows != len(want) || !m.Until.Equal(g.W2) || m.Pending != 0 || g.Partials() != 0 {
+		t.Fatalf("B past both windows: %+v, %d partials; want 2 windows, %d rows", m, g.Partials(), len(want))
 	}
-	sameAggregates(t, g.url, want)
-}
-
-// sameAggregates compares p's delay_aggregates with want, every statistic
-// bit for bit (after the clamp into [min, max] a commit applies to the mean
-// and P90 of every row, split or not).
-func sameAggregates(t *testing.T, url string, want []aggregate.Row) {
-	t.Helper()
-	ctx := testCtx(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT window_start, window_end, dimension, dimension_id, coalesce(operator, ''),
-		event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s FROM delay_aggregates WHERE pipeline = 'p'
-		ORDER BY window_start, dimension, dimension_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []aggregate.Row
-	var r aggregate.Row
-	if _, err := pgx.ForEachRow(rows, []any{&r.WindowStart, &r.WindowEnd, &r.Dimension, &r.DimensionID, &r.Operator,
-		&r.Count, &r.Mean, &r.P90, &r.Min, &r.Max}, func() error {
-		got = append(got, r)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d delay_aggregates rows, want %d", len(got), len(want))
-	}
-	bits := math.Float64bits
-	for i, g := range got {
-		w := want[i]
-		w.Mean, w.P90 = min(max(w.Mean, w.Min), w.Max), min(max(w.P90, w.Min), w.Max)
-		if !g.WindowStart.Equal(w.WindowStart) || !g.WindowEnd.Equal(w.WindowEnd) || g.Dimension != w.Dimension ||
-			g.DimensionID != w.DimensionID || g.Operator != w.Operator || g.Count != w.Count || bits(g.Mean) != bits(w.Mean) ||
-			bits(g.P90) != bits(w.P90) || bits(g.Min) != bits(w.Min) || bits(g.Max) != bits(w.Max) {
-			t.Fatalf("row %d: stored %+v, want %+v", i, g, w)
-		}
-	}
+	harness.SameAggregates(t, g.Url, want)
 }
 
 // A split drain's last commit ends the drain (merges every window, clears
@@ -324,28 +213,28 @@ func sameAggregates(t *testing.T, url string, want []aggregate.Row) {
 // and both drains waited for ever (all drained, none merging;
 // TestFailoverSplitDrainEndLost hung so in 1 of 3 runs).
 func TestStoreSplitDrainEndWithoutHeartbeat(t *testing.T) {
-	g := newSplitStoreRig(t)
+	g := harness.NewSplitStoreRig(t)
 	drained := func(b store.Batch) store.Batch {
 		b.Positions[0].Drained = true
 		return b
 	}
 	// A is alive (its heartbeat fresh) and drained: it waits for B.
-	if _, err := g.sa.Heartbeat(testCtx(t), "p", splitOwner(0), store.RoleActive, []aggregate.PartitionID{g.ta}, true, time.Time{}); err != nil {
+	if _, err := g.Sa.Heartbeat(harness.TestCtx(t), "p", harness.SplitOwner(0), store.RoleActive, []aggregate.PartitionID{g.Ta}, true, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if m := g.commit(g.sa, drained(g.batch(g.ea, g.ta, g.w2, false))); m.Drained || m.Windows != 0 {
+	if m := g.Commit(g.Sa, drained(g.Batch(g.Ea, g.Ta, g.W2, false))); m.Drained || m.Windows != 0 {
 		t.Fatalf("A drained, B not yet: %+v", m)
 	}
 	// B, without a heartbeat, drains: every partition drained.
-	m := g.commit(g.sb, drained(g.batch(g.eb, g.tb, g.w2, false)))
-	want := g.plain.Closed(g.w2)
-	if !m.Drained || m.Windows != 2 || m.Rows != len(want) || m.Pending != 0 || g.partials() != 0 {
-		t.Fatalf("B's drain-ending commit: %+v, %d partials; want the drain ended, 2 windows, %d rows merged", m, g.partials(), len(want))
+	m := g.Commit(g.Sb, drained(g.Batch(g.Eb, g.Tb, g.W2, false)))
+	want := g.Plain.Closed(g.W2)
+	if !m.Drained || m.Windows != 2 || m.Rows != len(want) || m.Pending != 0 || g.Partials() != 0 {
+		t.Fatalf("B's drain-ending commit: %+v, %d partials; want the drain ended, 2 windows, %d rows merged", m, g.Partials(), len(want))
 	}
-	if n := query[int](t, g.url, `SELECT count(*) FROM stream_positions WHERE drained`); n != 0 {
+	if n := harness.Query[int](t, g.Url, `SELECT count(*) FROM stream_positions WHERE drained`); n != 0 {
 		t.Fatalf("%d partitions still marked drained after the drain ended", n)
 	}
-	sameAggregates(t, g.url, want)
+	harness.SameAggregates(t, g.Url, want)
 }
 
 // Three "instances" (Stores, one partition each) commit 30 windows side by
@@ -354,8 +243,8 @@ func TestStoreSplitDrainEndWithoutHeartbeat(t *testing.T) {
 // window: no commit is refused (ErrMergedPast), and once each commits again
 // without Holding, every window equals one Windower fed every event.
 func TestStoreSplitHoldingCommitsRace(t *testing.T) {
-	ctx := testCtx(t)
-	url := freshDB(t)
+	ctx := harness.TestCtx(t)
+	url := harness.FreshDB(t)
 	const w, windows, n = 5 * time.Minute, 30, 3
 	plain := aggregate.NewWindower(w)
 	type inst struct {
@@ -391,7 +280,7 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 6000 {
 		p := aggregate.Prediction{TripID: "x", Line: fmt.Sprintf("L%d", r.IntN(4)), StopID: fmt.Sprintf("S%d", r.IntN(5)),
-			Operator: "A", DelayS: float64(r.IntN(600) - 100), EventTime: t0.Add(time.Duration(r.IntN(windows*300)) * time.Second)}
+			Operator: "A", DelayS: float64(r.IntN(600) - 100), EventTime: harness.T0.Add(time.Duration(r.IntN(windows*300)) * time.Second)}
 		part := int32(r.IntN(n))
 		plain.Add(p)
 		is[part].win.AddFrom(part, p)
@@ -401,7 +290,7 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 			Positions: []store.Position{{PartitionID: in.tp, NextOffset: 1, ConsumedOffset: 1}},
 			Split: &store.Split{Topic: "t", Topics: []string{"t"}, Window: w, FirstOpen: in.win.FirstEnd(),
 				IdleLease: time.Minute, Holding: holding}}
-		m, err := in.st.CommitSplit(ctx, withSeqs(t, in.st, b))
+		m, err := in.st.CommitSplit(ctx, harness.WithSeqs(t, in.st, b))
 		if err == nil {
 			in.win.Drop(wm)
 		}
@@ -413,7 +302,7 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 		go func() {
 			s := 0
 			for k := 1; k <= windows; k++ {
-				m, err := commit(in, t0.Add(time.Duration(k)*w), k > 1)
+				m, err := commit(in, harness.T0.Add(time.Duration(k)*w), k > 1)
 				if err != nil {
 					errs <- err
 					skipped <- s
@@ -435,14 +324,14 @@ func TestStoreSplitHoldingCommitsRace(t *testing.T) {
 		total += <-skipped
 	}
 	for _, in := range is {
-		if _, err := commit(in, t0.Add(windows*w), false); err != nil {
+		if _, err := commit(in, harness.T0.Add(windows*w), false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := query[time.Time](t, url, `SELECT merged_until FROM pipelines WHERE name = 'p'`); !got.Equal(t0.Add(windows * w)) {
+	if got := harness.Query[time.Time](t, url, `SELECT merged_until FROM pipelines WHERE name = 'p'`); !got.Equal(harness.T0.Add(windows * w)) {
 		t.Fatalf("merged until %v", got)
 	}
-	sameAggregates(t, url, plain.Closed(t0.Add(windows*w)))
+	harness.SameAggregates(t, url, plain.Closed(harness.T0.Add(windows*w)))
 	t.Logf("%d commits left the merge to the next one", total)
 }
 
@@ -460,11 +349,11 @@ func TestStoreSplitCorruptPartialWindow(t *testing.T) {
 		{"nul", `UPDATE delay_partial_windows SET data = overlay(data PLACING '\x00'::bytea FROM 4 FOR 1)`, "corrupt partial window"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t)
-			g := newSplitStoreRig(t)
-			g.commit(g.sa, g.batch(g.ea, g.ta, g.w1, false))
-			execSQL(t, g.url, tc.edit)
-			_, err := g.sb.CommitSplit(ctx, withSeqs(t, g.sb, g.batch(g.eb, g.tb, g.w1, false)))
+			ctx := harness.TestCtx(t)
+			g := harness.NewSplitStoreRig(t)
+			g.Commit(g.Sa, g.Batch(g.Ea, g.Ta, g.W1, false))
+			harness.ExecSQL(t, g.Url, tc.edit)
+			_, err := g.Sb.CommitSplit(ctx, harness.WithSeqs(t, g.Sb, g.Batch(g.Eb, g.Tb, g.W1, false)))
 			if err == nil || store.Retryable(err) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("merge of an edited partial window: %v (retryable %v), want an error naming %q", err, store.Retryable(err), tc.want)
 			}

@@ -2,17 +2,6 @@
 
 package integration
 
-// The crash suite over split pipelines (G1-G7, docs/design.md "Split
-// windows"): two instances of one pipeline on disjoint partitions of both
-// topics run as services while the feed is produced, and the test breaks
-// them as production does: seeded random SIGKILLs of either instance,
-// restarts with the partitions reassigned (after both stopped, or by a live
-// --takeover that fences the old owners), PostgreSQL restarted while a merge
-// transaction is open, and the answer to a merge's COMMIT lost. Each schedule
-// ends with the drains of the pipeline's instances; then every result table
-// equals the uninterrupted single run and delay_aggregates the SQL oracle,
-// and the positions monitor saw no violation of G3 (the rig of crash_test.go).
-
 import (
 	"context"
 	"errors"
@@ -25,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // allPartitions is every partition of both topics: one instance on it owns
@@ -40,7 +30,7 @@ var splitLayouts = []struct {
 	name  string
 	parts []string
 }{
-	{"halves", split2},
+	{"halves", harness.Split2},
 	{"moved", []string{ // predictions 3 and positions 1 move to the first instance
 		"arrival_predictions:0,arrival_predictions:1,arrival_predictions:2,arrival_predictions:3,vehicle_positions:0,vehicle_positions:1",
 		"arrival_predictions:4,arrival_predictions:5,vehicle_positions:2",
@@ -53,9 +43,9 @@ var splitLayouts = []struct {
 }
 
 // startLayout starts one instance per entry of parts, with extra run flags.
-func (r *rig) startLayout(parts []string, extra ...string) []*proc {
+func (r *rig) startLayout(parts []string, extra ...string) []*harness.Proc {
 	r.t.Helper()
-	var ps []*proc
+	var ps []*harness.Proc
 	for i, p := range parts {
 		ps = append(ps, r.startInstance(i, p, extra...))
 	}
@@ -64,7 +54,7 @@ func (r *rig) startLayout(parts []string, extra ...string) []*proc {
 
 // startInstance starts instance i of a layout on parts, with extra run
 // flags after r.instanceFlags(i).
-func (r *rig) startInstance(i int, parts string, extra ...string) *proc {
+func (r *rig) startInstance(i int, parts string, extra ...string) *harness.Proc {
 	r.t.Helper()
 	flags := []string{"--partitions", parts}
 	if r.instanceFlags != nil {
@@ -79,17 +69,17 @@ func (r *rig) splitDrains(parts []string) {
 	r.finalDrain = func() string {
 		r.t.Helper()
 		ps := r.startLayout(parts, "--drain")
-		waitAll(r.t, ps, "final drains")
+		harness.WaitAll(r.t, ps, "final drains")
 		var out []string
 		for i, p := range ps {
-			out = append(out, fmt.Sprintf("--- drain %d (%s):\n%s", i, parts[i], tail(p.output(), 15)))
+			out = append(out, fmt.Sprintf("--- drain %d (%s):\n%s", i, parts[i], harness.Tail(p.Output(), 15)))
 		}
 		return strings.Join(out, "\n")
 	}
 }
 
 // sleepAll sleeps d, failing the test when one of ps exits meanwhile.
-func (r *rig) sleepAll(ps []*proc, d time.Duration, when string) {
+func (r *rig) sleepAll(ps []*harness.Proc, d time.Duration, when string) {
 	r.t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
@@ -117,18 +107,18 @@ func partsFilter(t *testing.T, parts string) string {
 
 // waitInstanceCommits waits until the instance p on parts commits n more
 // times: each commit upserts the stream_positions rows of its partitions.
-func (r *rig) waitInstanceCommits(p *proc, parts string, n int, timeout time.Duration, when string) {
+func (r *rig) waitInstanceCommits(p *harness.Proc, parts string, n int, timeout time.Duration, when string) {
 	r.t.Helper()
 	q := `SELECT coalesce(max(updated_at), 'epoch') FROM stream_positions WHERE ` + partsFilter(r.t, parts)
 	deadline := time.Now().Add(timeout)
-	prev := scalar[time.Time](r.t, r.db, q)
+	prev := harness.Scalar[time.Time](r.t, r.db, q)
 	for seen := 0; seen < n; {
 		r.alive(p, when)
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%d of %d commits of the instance on %s within %v %s; output:\n%s", seen, n, parts, timeout, when, tail(p.output(), 60))
+			r.t.Fatalf("%d of %d commits of the instance on %s within %v %s; output:\n%s", seen, n, parts, timeout, when, harness.Tail(p.Output(), 60))
 		}
 		time.Sleep(20 * time.Millisecond)
-		if c := scalar[time.Time](r.t, r.db, q); c.After(prev) {
+		if c := harness.Scalar[time.Time](r.t, r.db, q); c.After(prev) {
 			seen++
 			prev = c
 		}
@@ -138,7 +128,7 @@ func (r *rig) waitInstanceCommits(p *proc, parts string, n int, timeout time.Dur
 // mergedUntil returns pipelines.merged_until ("" until a first merge).
 func (r *rig) mergedUntil() string {
 	r.t.Helper()
-	return scalar[string](r.t, r.db, `SELECT coalesce((SELECT merged_until::text FROM pipelines WHERE name = 'ovstream'), '')`)
+	return harness.Scalar[string](r.t, r.db, `SELECT coalesce((SELECT merged_until::text FROM pipelines WHERE name = 'ovstream'), '')`)
 }
 
 // mergeState returns the end of the last merged window's merge frontier
@@ -146,22 +136,22 @@ func (r *rig) mergedUntil() string {
 // how many windows have partials waiting for the merge.
 func (r *rig) mergeState() (until string, pending int) {
 	r.t.Helper()
-	s := scalar[string](r.t, r.db, `SELECT coalesce((SELECT to_char(merged_until AT TIME ZONE 'UTC', 'HH24:MI:SS') FROM pipelines
+	s := harness.Scalar[string](r.t, r.db, `SELECT coalesce((SELECT to_char(merged_until AT TIME ZONE 'UTC', 'HH24:MI:SS') FROM pipelines
 		WHERE name = 'ovstream'), '-') || ' ' || (SELECT count(DISTINCT window_start) FROM delay_partial_windows)`)
-	scan(r.t, s, "%s %d", &until, &pending)
+	harness.Scan(r.t, s, "%s %d", &until, &pending)
 	return until, pending
 }
 
 // waitMergedPast waits until the pipeline merged windows past until ("":
 // any merge), with every instance of ps alive.
-func (r *rig) waitMergedPast(ps []*proc, until string, timeout time.Duration, when string) {
+func (r *rig) waitMergedPast(ps []*harness.Proc, until string, timeout time.Duration, when string) {
 	r.t.Helper()
 	q := `SELECT coalesce((SELECT merged_until > '-infinity'::timestamptz FROM pipelines WHERE name = 'ovstream'), false)`
 	if until != "" {
 		q = fmt.Sprintf(`SELECT coalesce((SELECT merged_until > '%s' FROM pipelines WHERE name = 'ovstream'), false)`, until)
 	}
 	deadline := time.Now().Add(timeout)
-	for !scalar[bool](r.t, r.db, q) {
+	for !harness.Scalar[bool](r.t, r.db, q) {
 		for _, p := range ps {
 			r.alive(p, when)
 		}
@@ -176,13 +166,13 @@ func (r *rig) waitMergedPast(ps []*proc, until string, timeout time.Duration, wh
 // start-up, and requires exit 0. It waits until p logged its metrics
 // address, before it connects to anything: a SIGTERM before main installs
 // its handler would kill the process (exit -1) before it ran any of ovstream.
-func (r *rig) terminate(p *proc) {
+func (r *rig) terminate(p *harness.Proc) {
 	r.t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(p.output(), "serving /metrics") {
+	for !strings.Contains(p.Output(), "serving /metrics") {
 		r.alive(p, "before SIGTERM")
 		if time.Now().After(deadline) {
-			r.t.Fatalf("no metrics address logged within a minute; output:\n%s", tail(p.output(), 20))
+			r.t.Fatalf("no metrics address logged within a minute; output:\n%s", harness.Tail(p.Output(), 20))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -190,17 +180,17 @@ func (r *rig) terminate(p *proc) {
 }
 
 // waitClaimed waits until p logged its claim: a --takeover after it fences it.
-func waitClaimed(t *testing.T, p *proc) {
+func waitClaimed(t *testing.T, p *harness.Proc) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(p.output(), "claimed partitions") {
+	for !strings.Contains(p.Output(), "claimed partitions") {
 		select {
-		case <-p.done:
-			t.Fatalf("ovstream exited (%v) before it claimed; output:\n%s", p.err, tail(p.output(), 40))
+		case <-p.Done:
+			t.Fatalf("ovstream exited (%v) before it claimed; output:\n%s", p.Err, harness.Tail(p.Output(), 40))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no claim within a minute; output:\n%s", tail(p.output(), 40))
+			t.Fatalf("no claim within a minute; output:\n%s", harness.Tail(p.Output(), 40))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -219,10 +209,10 @@ func waitClaimed(t *testing.T, p *proc) {
 // windows the first finalized wait as partials for it.
 func TestSplitCrashRandomKills(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
 	const kills = 16
-	r := newRig(t, rng, ds, startBroker(t), 3*kills)
+	r := newRig(t, rng, ds, harness.StartBroker(t), 3*kills)
 	r.flags = append(r.flags, "--metrics-addr", "127.0.0.1:0") // logged at once: see terminate
 	// The second instance of a layout allows 10 minutes more lateness (no
 	// event of the data is late under either): its watermark trails, so
@@ -234,12 +224,12 @@ func TestSplitCrashRandomKills(t *testing.T) {
 		}
 		return nil
 	}
-	r.feed.paced(200 * time.Millisecond)
+	r.feed.Paced(200 * time.Millisecond)
 	layout := splitLayouts[0]
 	ps := r.startLayout(layout.parts)
 	var schedule []string
 	merging, waiting := 0, 0 // disruptions after the first merge; of them, with partials waiting
-	for r.kills < kills || !r.feed.finished() {
+	for r.kills < kills || !r.feed.Finished() {
 		r.sleepAll(ps, time.Duration(200+rng.IntN(1000))*time.Millisecond, "between disruptions")
 		merged, pending := r.mergeState()
 		if merged != "-" {
@@ -280,8 +270,8 @@ func TestSplitCrashRandomKills(t *testing.T) {
 			old := ps
 			ps = r.startLayout(next.parts)
 			for i, p := range old {
-				if code := p.wait(t, time.Minute); code != 3 || !strings.Contains(p.output(), "fenced") {
-					t.Fatalf("old instance %d after the takeover by %s: exit %d, want 3 (fenced); output:\n%s", i, next.name, code, tail(p.output(), 40))
+				if code := p.Wait(t, time.Minute); code != 3 || !strings.Contains(p.Output(), "fenced") {
+					t.Fatalf("old instance %d after the takeover by %s: exit %d, want 3 (fenced); output:\n%s", i, next.name, code, harness.Tail(p.Output(), 40))
 				}
 			}
 			r.mon.check(t, "after the takeover by "+next.name)
@@ -304,7 +294,7 @@ func TestSplitCrashRandomKills(t *testing.T) {
 // so its session's RowExclusiveLock on delay_aggregates says so. When the
 // transaction ended before the stop took effect, p goes on (SIGCONT) and the
 // watch goes on. It returns the attempts it took.
-func (r *rig) stopInMerge(p *proc, app string, timeout time.Duration) int {
+func (r *rig) stopInMerge(p *harness.Proc, app string, timeout time.Duration) int {
 	t := r.t
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -331,7 +321,7 @@ WHERE a.application_name = $1 AND l.locktype = 'relation' AND l.relation = 'dela
 			time.Sleep(2 * time.Millisecond)
 		}
 		r.signal(p, syscall.SIGSTOP)
-		waitStopped(t, p)
+		harness.WaitStopped(t, p)
 		time.Sleep(50 * time.Millisecond)
 		var still bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (`+inMerge+` AND l.pid = $2)`, app, pid).Scan(&still); err != nil {
@@ -363,45 +353,45 @@ func withApp(db, app string) string {
 // the tables of the uninterrupted single run and the SQL oracle.
 func TestSplitPostgresRestart(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	pg := startPrivatePG(t)
-	r := newRigOn(t, rng, ds, startBroker(t), 100, pg.freshDB())
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	pg := harness.StartPrivatePG(t)
+	r := newRigOn(t, rng, ds, harness.StartBroker(t), 100, pg.FreshDB())
 	apps := []string{"ovstream-split-0", "ovstream-split-1"}
-	ps := make([]*proc, 2)
+	ps := make([]*harness.Proc, 2)
 	for i := range ps {
-		ps[i] = r.startWith(nil, "--partitions", split2[i], "--database-url", withApp(r.db, apps[i]))
+		ps[i] = r.startWith(nil, "--partitions", harness.Split2[i], "--database-url", withApp(r.db, apps[i]))
 	}
-	r.feed.holdBack(1) // the positions, after the restarts
-	r.feed.paced(150 * time.Millisecond)
+	r.feed.HoldBack(1) // the positions, after the restarts
+	r.feed.Paced(150 * time.Millisecond)
 	r.waitMergedPast(ps, "", 2*time.Minute, "before the first restart")
 	first := rng.IntN(2)
 	for round, i := range []int{first, 1 - first} { // each instance's merge once
 		attempts := r.stopInMerge(ps[i], apps[i], 2*time.Minute)
 		merged := r.mergedUntil()
 		before := []int{failures(ps[0]), failures(ps[1])}
-		pg.restart()
+		pg.Restart()
 		r.signal(ps[i], syscall.SIGCONT)
 		for j, p := range ps {
-			r.waitInstanceCommits(p, split2[j], 2, 2*time.Minute, fmt.Sprintf("after PostgreSQL restart %d", round+1))
+			r.waitInstanceCommits(p, harness.Split2[j], 2, 2*time.Minute, fmt.Sprintf("after PostgreSQL restart %d", round+1))
 		}
 		if failures(ps[i]) == before[i] {
 			t.Fatalf("restart %d: instance %d, stopped inside its merge, logged no failed and retried commit; output:\n%s",
-				round+1, i, tail(ps[i].output(), 40))
+				round+1, i, harness.Tail(ps[i].Output(), 40))
 		}
 		r.waitMergedPast(ps, merged, 2*time.Minute, fmt.Sprintf("after PostgreSQL restart %d", round+1))
 		r.mon.check(t, fmt.Sprintf("after PostgreSQL restart %d", round+1))
 		t.Logf("restart %d: instance %d stopped inside a merge transaction (attempt %d), merged until %s; retried failures: %d and %d",
 			round+1, i, attempts, merged, failures(ps[0])-before[0], failures(ps[1])-before[1])
 	}
-	r.feed.release()
-	r.feed.paced(150 * time.Millisecond)
-	r.feed.wait(t, 3*time.Minute)
-	r.waitConsumedTo(ps[0], highWaterMarks(t, r.brokers), 2*time.Minute, "after the feed ended")
+	r.feed.Release()
+	r.feed.Paced(150 * time.Millisecond)
+	r.feed.Wait(t, 3*time.Minute)
+	r.waitConsumedTo(ps[0], harness.HighWaterMarks(t, r.brokers), 2*time.Minute, "after the feed ended")
 	for _, p := range ps {
 		r.stopGracefully(p)
 	}
-	r.splitDrains(split2)
+	r.splitDrains(harness.Split2)
 	r.finish(0) // no kill: the restarts are the disruptions
 }
 
@@ -447,7 +437,7 @@ func (in *inspector) hook(mode string) func(stage string, port int) {
 				WHERE client_port = $1 AND backend_xid IS NOT NULL`, port).Scan(&c.xid, &c.start)
 		case "answered":
 			var rows pgx.Rows
-			rows, err = conn.Query(ctx, dumpAggregates+` WHERE updated_at = $1::timestamptz`, c.start)
+			rows, err = conn.Query(ctx, harness.DumpAggregates+` WHERE updated_at = $1::timestamptz`, c.start)
 			if err == nil {
 				for rows.Next() {
 					vals, _ := rows.Values()
@@ -492,34 +482,34 @@ func (in *inspector) fail(c *mergeCommit, err error) {
 // tables of the uninterrupted single run and the SQL oracle.
 func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 80)
-	proxy := startPgProxy(t, testServerAddr(t))
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	r := newRig(t, rng, ds, harness.StartBroker(t), 80)
+	proxy := startPgProxy(t, harness.TestServerAddr(t))
 	ins := &inspector{db: r.db}
-	ps := []*proc{
-		r.startWith(nil, "--partitions", split2[0], "--database-url", proxy.url(r.db)),
-		r.startWith(nil, "--partitions", split2[1]),
+	ps := []*harness.Proc{
+		r.startWith(nil, "--partitions", harness.Split2[0], "--database-url", proxy.url(r.db)),
+		r.startWith(nil, "--partitions", harness.Split2[1]),
 	}
 	a := ps[0]
-	r.feed.holdBack(1) // the positions, after the broken COMMITs
-	r.feed.paced(150 * time.Millisecond)
+	r.feed.HoldBack(1) // the positions, after the broken COMMITs
+	r.feed.Paced(150 * time.Millisecond)
 	r.waitMergedPast(ps, "", 2*time.Minute, "before the first broken COMMIT")
 	modes := []string{dropAfterWindows, dropAfterWindows, dropBeforeWindows}
 	rng.Shuffle(len(modes), func(i, j int) { modes[i], modes[j] = modes[j], modes[i] })
 	for i, mode := range modes {
 		r.sleepAll(ps, time.Duration(100+rng.IntN(400))*time.Millisecond, "before arming the proxy")
-		resyncs := strings.Count(a.output(), "COMMIT outcome unknown")
+		resyncs := strings.Count(a.Output(), "COMMIT outcome unknown")
 		proxy.mu.Lock()
 		proxy.inspect = ins.hook(mode)
 		proxy.mu.Unlock()
 		proxy.armNext(mode)
 		deadline := time.Now().Add(2 * time.Minute)
-		for len(proxy.dropped()) <= i || strings.Count(a.output(), "COMMIT outcome unknown") == resyncs {
+		for len(proxy.dropped()) <= i || strings.Count(a.Output(), "COMMIT outcome unknown") == resyncs {
 			r.alive(ps[1], "while the proxy waits for a merge")
 			r.alive(a, "after its merge COMMIT was broken")
 			if time.Now().After(deadline) {
-				t.Fatalf("merge COMMIT %d (%s): drops %q; no unknown outcome reported; output:\n%s", i+1, mode, proxy.dropped(), tail(a.output(), 40))
+				t.Fatalf("merge COMMIT %d (%s): drops %q; no unknown outcome reported; output:\n%s", i+1, mode, proxy.dropped(), harness.Tail(a.Output(), 40))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -533,33 +523,33 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 				t.Fatalf("merge COMMIT %d: %s; %d merged rows seen, merged_until %q", i+1, d, len(c.rows), c.until)
 			}
 			// Nothing of a merged window is written again as a partial.
-			if n := dump(t, r.db, fmt.Sprintf(`SELECT count(*) FROM delay_partial_windows WHERE window_end <= '%s'`, c.until))[0]; n != "[0]" {
+			if n := harness.Dump(t, r.db, fmt.Sprintf(`SELECT count(*) FROM delay_partial_windows WHERE window_end <= '%s'`, c.until))[0]; n != "[0]" {
 				t.Fatalf("merge COMMIT %d: %s partials of windows merged until %s", i+1, n, c.until)
 			}
 		case dropBeforeWindows:
-			if n := dump(t, r.db, `SELECT count(*) FROM delay_aggregates WHERE updated_at = '`+c.start+`'`)[0]; n != "[0]" {
+			if n := harness.Dump(t, r.db, `SELECT count(*) FROM delay_aggregates WHERE updated_at = '`+c.start+`'`)[0]; n != "[0]" {
 				t.Fatalf("merge COMMIT %d, never sent: %s rows of its transaction stored", i+1, n)
 			}
 		}
 		merged := r.mergedUntil()
-		r.waitInstanceCommits(a, split2[0], 2, 2*time.Minute, fmt.Sprintf("after broken merge COMMIT %d (%s)", i+1, mode))
+		r.waitInstanceCommits(a, harness.Split2[0], 2, 2*time.Minute, fmt.Sprintf("after broken merge COMMIT %d (%s)", i+1, mode))
 		r.waitMergedPast(ps, merged, 2*time.Minute, fmt.Sprintf("after broken merge COMMIT %d (%s)", i+1, mode))
 		r.mon.check(t, fmt.Sprintf("after broken merge COMMIT %d (%s)", i+1, mode))
 		t.Logf("merge COMMIT %d (%s): transaction %s, %d rows merged, until %s", i+1, mode, c.xid, len(c.rows), c.until)
 	}
-	r.feed.release()
-	r.feed.paced(150 * time.Millisecond)
-	r.feed.wait(t, 3*time.Minute)
-	r.waitConsumedTo(a, highWaterMarks(t, r.brokers), 2*time.Minute, "after the feed ended")
+	r.feed.Release()
+	r.feed.Paced(150 * time.Millisecond)
+	r.feed.Wait(t, 3*time.Minute)
+	r.waitConsumedTo(a, harness.HighWaterMarks(t, r.brokers), 2*time.Minute, "after the feed ended")
 	for _, p := range ps {
 		r.stopGracefully(p)
 	}
-	r.splitDrains(split2)
+	r.splitDrains(harness.Split2)
 	r.finish(0)
 	// The rows of the merges whose answer was lost: exactly once in the
 	// table, as the uninterrupted run has them, never written again.
 	ref := map[string]bool{}
-	for _, row := range r.ref.tables[dumpAggregates] {
+	for _, row := range r.ref.Tables[harness.DumpAggregates] {
 		ref[row] = true
 	}
 	checked := 0
@@ -572,8 +562,8 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 				t.Errorf("merge COMMIT %d wrote a row the uninterrupted run does not have: %s", i+1, row)
 			}
 		}
-		sameRows(t, fmt.Sprintf("rows of merge COMMIT %d (answer lost) at the end vs when it committed", i+1),
-			dump(t, r.db, dumpAggregates+` WHERE updated_at = '`+c.start+`'`), c.rows)
+		harness.SameRows(t, fmt.Sprintf("rows of merge COMMIT %d (answer lost) at the end vs when it committed", i+1),
+			harness.Dump(t, r.db, harness.DumpAggregates+` WHERE updated_at = '`+c.start+`'`), c.rows)
 		checked += len(c.rows)
 	}
 	t.Logf("%d rows of merges whose COMMIT answer was lost: each once, equal to the uninterrupted run, never rewritten", checked)
@@ -598,50 +588,50 @@ func TestSplitAmbiguousCommitDuringMerge(t *testing.T) {
 // and none its last commit.
 func TestSplitAmbiguousDrainEnd(t *testing.T) {
 	t.Parallel()
-	ds := auckland2h(t)
-	ref := referenceFor(t, ds)
-	addr := startBroker(t)
-	f := newFeed(ds, addr, 1)
-	f.steps[len(f.steps)-1].settle = false
-	f.all(t)
+	ds := harness.Auckland2h(t)
+	ref := harness.ReferenceFor(t, ds)
+	addr := harness.StartBroker(t)
+	f := harness.NewFeed(ds, addr, 1)
+	f.Steps[len(f.Steps)-1].Settle = false
+	f.All(t)
 	for _, mode := range []string{dropAfterDrainEnd, dropBeforeDrainEnd, cutDrainEnd} {
 		t.Run(mode, func(t *testing.T) {
-			db := freshDB(t)
-			proxy := startPgProxy(t, testServerAddr(t))
-			drainOn := func(db, parts string) *proc {
-				return startOvstream(t, nil, runArgs(db, addr, "--drain", "--partitions", parts, "--flush-interval", "50ms",
-					"--allowed-lateness", ds.lateness, "--log-level", "info")...)
+			db := harness.FreshDB(t)
+			proxy := startPgProxy(t, harness.TestServerAddr(t))
+			drainOn := func(db, parts string) *harness.Proc {
+				return harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--drain", "--partitions", parts, "--flush-interval", "50ms",
+					"--allowed-lateness", ds.Lateness, "--log-level", "info")...)
 			}
-			first := drainOn(db, split2[1])
-			waitFor(t, 2*time.Minute, "the first drain waiting for the merge", func() bool {
-				if exited(first) {
-					t.Fatalf("the first drain ended before the second started:\n%s", tail(first.output(), 40))
+			first := drainOn(db, harness.Split2[1])
+			harness.WaitFor(t, 2*time.Minute, "the first drain waiting for the merge", func() bool {
+				if harness.Exited(first) {
+					t.Fatalf("the first drain ended before the second started:\n%s", harness.Tail(first.Output(), 40))
 				}
-				return dump(t, db, `SELECT count(*) FROM stream_positions WHERE drained AND `+partsFilter(t, split2[1]))[0] == "[5]"
+				return harness.Dump(t, db, `SELECT count(*) FROM stream_positions WHERE drained AND `+partsFilter(t, harness.Split2[1]))[0] == "[5]"
 			})
 			proxy.armNext(mode)
-			second := drainOn(proxy.url(db), split2[0])
-			for i, p := range []*proc{first, second} {
-				if code := p.wait(t, time.Minute); code != 0 {
-					t.Fatalf("drain %d exited %d; drops %q; output:\n%s", i+1, code, proxy.dropped(), tail(p.output(), 30))
+			second := drainOn(proxy.url(db), harness.Split2[0])
+			for i, p := range []*harness.Proc{first, second} {
+				if code := p.Wait(t, time.Minute); code != 0 {
+					t.Fatalf("drain %d exited %d; drops %q; output:\n%s", i+1, code, proxy.dropped(), harness.Tail(p.Output(), 30))
 				}
 			}
 			d := proxy.dropped()
 			if len(d) != 1 || mode == dropAfterDrainEnd && !strings.Contains(d[0], "answered COMMIT") ||
 				mode != dropAfterDrainEnd && !strings.HasPrefix(d[0], strings.Split(mode, "-")[0]) {
-				t.Fatalf("the COMMIT that ends the drain was not broken: drops %q; output:\n%s", d, tail(second.output(), 30))
+				t.Fatalf("the COMMIT that ends the drain was not broken: drops %q; output:\n%s", d, harness.Tail(second.Output(), 30))
 			}
-			if strings.Contains(second.output(), "claim partitions failed") {
-				t.Fatalf("the proxy broke the second drain's claim, not its last commit; output:\n%s", tail(second.output(), 30))
+			if strings.Contains(second.Output(), "claim partitions failed") {
+				t.Fatalf("the proxy broke the second drain's claim, not its last commit; output:\n%s", harness.Tail(second.Output(), 30))
 			}
 			// The lost answer is resolved by reading, on a new connection, the
 			// commit sequences its fencing statement raised (store/outcome.go),
 			// not by a resync: the rest of the stored rows could not tell.
-			if resyncs := strings.Count(second.output(), "COMMIT outcome unknown"); resyncs != 0 {
+			if resyncs := strings.Count(second.Output(), "COMMIT outcome unknown"); resyncs != 0 {
 				t.Errorf("the second drain resynced %d times; its COMMIT's outcome is resolved by PostgreSQL", resyncs)
 			}
-			compared, differing := compareWithReference(t, db, ref, "split drains, the drain-ending COMMIT broken")
-			checkOracle(t, db, addr, ds)
+			compared, differing := harness.CompareWithReference(t, db, ref, "split drains, the drain-ending COMMIT broken")
+			harness.CheckOracle(t, db, addr, ds)
 			t.Logf("%s: %d rows compared with one uninterrupted drain, %d differ", d[0], compared, differing)
 		})
 	}

@@ -2,14 +2,6 @@
 
 package integration
 
-// Standby, not ping-pong (docs/design.md "Pipelines, instances
-// and partitions"): a second instance of a pipeline waits while the owner of
-// its partitions is alive, takes over when the owner dies (its lease
-// expires) or stops cleanly (it releases them), never blocks on a frozen
-// owner's row locks, and two instances under a supervisor that restarts
-// whatever exits do not fence each other in a loop. Every schedule ends with
-// the tables of an uninterrupted run and the SQL oracle.
-
 import (
 	"context"
 	"fmt"
@@ -20,55 +12,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/harness"
 )
-
-const (
-	standbyLine = "standby: waiting for partitions held by a live instance"
-	claimedLine = "claimed partitions"
-)
-
-// waitLog waits until p's output holds want and returns when it was seen
-// (polled every 20 ms); it fails the test when p exits first or timeout passes.
-func waitLog(t *testing.T, p *proc, want string, timeout time.Duration) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if strings.Contains(p.output(), want) {
-			return time.Now()
-		}
-		select {
-		case <-p.done:
-			if strings.Contains(p.output(), want) {
-				return time.Now()
-			}
-			t.Fatalf("ovstream exited (%v) before logging %q; output:\n%s", p.err, want, tail(p.output(), 40))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ovstream did not log %q within %v; output:\n%s", want, timeout, tail(p.output(), 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// lineWith returns the first line of p's output that holds want.
-func lineWith(p *proc, want string) string {
-	for _, l := range strings.Split(p.output(), "\n") {
-		if strings.Contains(l, want) {
-			return l
-		}
-	}
-	return ""
-}
 
 // ownerOf is the owner string (host:pid-nonce) of the instance p, from its
 // starting line.
-func ownerOf(t *testing.T, p *proc) string {
+func ownerOf(t *testing.T, p *harness.Proc) string {
 	t.Helper()
-	l := lineWith(p, "msg=starting ")
+	l := harness.LineWith(p, "msg=starting ")
 	_, owner, ok := strings.Cut(l, " owner=")
 	if !ok {
-		t.Fatalf("no owner in the starting line %q; output:\n%s", l, tail(p.output(), 20))
+		t.Fatalf("no owner in the starting line %q; output:\n%s", l, harness.Tail(p.Output(), 20))
 	}
 	owner, _, _ = strings.Cut(owner, " ")
 	return owner
@@ -81,28 +35,28 @@ func ownerOf(t *testing.T, p *proc) string {
 // lease (10 s). The tables are exact.
 func TestStandbyTakeover(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 60)
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	r := newRig(t, rng, ds, harness.StartBroker(t), 60)
 	r.flags = []string{"--lease", "3s"}
 	const lease = 3 * time.Second
-	r.feed.paced(300 * time.Millisecond)
+	r.feed.Paced(300 * time.Millisecond)
 	a := r.start()
 	r.waitProgress(a, time.Minute, "before the standby starts")
 	b := r.startWith(nil, "--metrics-addr", "127.0.0.1:0")
-	waitLog(t, b, standbyLine, time.Minute)
-	if l := lineWith(b, standbyLine); !strings.Contains(l, "holder="+ownerOf(t, a)) || !strings.Contains(l, "holder_since=") {
+	harness.WaitLog(t, b, harness.StandbyLine, time.Minute)
+	if l := harness.LineWith(b, harness.StandbyLine); !strings.Contains(l, "holder="+ownerOf(t, a)) || !strings.Contains(l, "holder_since=") {
 		t.Fatalf("the standby does not name the holder %s and since when: %s", ownerOf(t, a), l)
 	}
-	ops := opsAddr(t, b)
-	if code, body := httpGet(t, "http://"+ops+"/readyz"); code != 503 || !strings.HasPrefix(body, "standby\n") ||
+	ops := harness.OpsAddr(t, b)
+	if code, body := harness.HttpGet(t, "http://"+ops+"/readyz"); code != 503 || !strings.HasPrefix(body, "standby\n") ||
 		!strings.Contains(body, "held by "+ownerOf(t, a)) {
 		t.Fatalf("/readyz of the standby: %d %q; want 503 standby naming %s", code, body, ownerOf(t, a))
 	}
-	if m := scrape(t, ops); m["ovstream_standby"] != 1 {
+	if m := harness.Scrape(t, ops); m["ovstream_standby"] != 1 {
 		t.Fatalf("ovstream_standby = %v while waiting, want 1", m["ovstream_standby"])
 	}
-	st := status(t, r.db, r.brokers, "ovstream")
+	st := harness.Status(t, r.db, r.brokers, "ovstream")
 	roles := map[string]string{}
 	for _, in := range st.Instances {
 		roles[in.Owner] = fmt.Sprintf("%s alive=%t", in.Role, in.Alive)
@@ -117,51 +71,51 @@ func TestStandbyTakeover(t *testing.T) {
 	}
 	// The owner goes on committing while the standby waits.
 	r.waitCommits(a, 3, time.Minute, "while the standby waits")
-	if strings.Contains(b.output(), claimedLine) {
-		t.Fatalf("the standby claimed while the owner lived; output:\n%s", tail(b.output(), 20))
+	if strings.Contains(b.Output(), harness.ClaimedLine) {
+		t.Fatalf("the standby claimed while the owner lived; output:\n%s", harness.Tail(b.Output(), 20))
 	}
 	// Liveness is not progress: a transaction of the test holds the
 	// partitions' rows for three leases, so A's commits wait on it; A's
 	// heartbeat goes on, and B goes on waiting.
 	holdRows(t, r, 3*lease, func() {
-		if strings.Contains(b.output(), claimedLine) {
-			t.Fatalf("the standby claimed while the owner's commit waited on a lock; output:\n%s", tail(b.output(), 20))
+		if strings.Contains(b.Output(), harness.ClaimedLine) {
+			t.Fatalf("the standby claimed while the owner's commit waited on a lock; output:\n%s", harness.Tail(b.Output(), 20))
 		}
 	})
 	r.waitCommits(a, 2, time.Minute, "after its commit waited on a lock")
 
 	killed := time.Now()
 	r.kill(a)
-	took := waitLog(t, b, claimedLine, lease+time.Minute).Sub(killed)
+	took := harness.WaitLog(t, b, harness.ClaimedLine, lease+time.Minute).Sub(killed)
 	t.Logf("SIGKILL of the owner: the standby claimed %v later (lease %v)", took.Round(time.Millisecond), lease)
 	if took > lease+5*time.Second {
 		t.Fatalf("the standby claimed %v after the owner's SIGKILL; want within the lease + 5 s", took)
 	}
-	if l := lineWith(b, claimedLine); !strings.Contains(l, ownerOf(t, a)+" expired") || !strings.Contains(l, "epoch=2") {
+	if l := harness.LineWith(b, harness.ClaimedLine); !strings.Contains(l, ownerOf(t, a)+" expired") || !strings.Contains(l, "epoch=2") {
 		t.Fatalf("the claim does not say it took A's expired partitions at epoch 2: %s", l)
 	}
 	r.waitProgress(b, time.Minute, "after the takeover")
-	if m := scrape(t, ops); m["ovstream_standby"] != 0 {
+	if m := harness.Scrape(t, ops); m["ovstream_standby"] != 0 {
 		t.Fatalf("ovstream_standby = %v after the claim, want 0", m["ovstream_standby"])
 	}
 
 	c := r.startWith(nil, "--lease", "10s")
-	waitLog(t, c, standbyLine, time.Minute)
+	harness.WaitLog(t, c, harness.StandbyLine, time.Minute)
 	stopped := time.Now()
 	r.stopGracefully(b)
-	took = waitLog(t, c, claimedLine, time.Minute).Sub(stopped)
+	took = harness.WaitLog(t, c, harness.ClaimedLine, time.Minute).Sub(stopped)
 	t.Logf("SIGTERM of the owner: the standby claimed %v after the signal (lease 10s)", took.Round(time.Millisecond))
-	if l := lineWith(c, claimedLine); !strings.Contains(l, "released x9") {
+	if l := harness.LineWith(c, harness.ClaimedLine); !strings.Contains(l, "released x9") {
 		t.Fatalf("the claim after SIGTERM does not say the partitions were released: %s", l)
 	}
 	if took > 3*time.Second {
 		t.Fatalf("the standby claimed %v after the owner's SIGTERM; want at once (well under the 10 s lease)", took)
 	}
-	if !strings.Contains(b.output(), "released partitions") {
-		t.Fatalf("the owner did not say it released its partitions; output:\n%s", tail(b.output(), 20))
+	if !strings.Contains(b.Output(), "released partitions") {
+		t.Fatalf("the owner did not say it released its partitions; output:\n%s", harness.Tail(b.Output(), 20))
 	}
 	r.waitProgress(c, time.Minute, "after the release")
-	r.feed.wait(t, 2*time.Minute)
+	r.feed.Wait(t, 2*time.Minute)
 	r.waitCommits(c, 2, time.Minute, "after the feed ended")
 	r.stopGracefully(c)
 	r.finish(1)
@@ -189,7 +143,7 @@ func holdRows(t *testing.T, r *rig, d time.Duration, check func()) {
 	}
 	committed := r.lastCommit()
 	beat := func() time.Time {
-		return scalar[time.Time](t, r.db, `SELECT max(heartbeat_at) FROM pipeline_instances WHERE role = 'active'`)
+		return harness.Scalar[time.Time](t, r.db, `SELECT max(heartbeat_at) FROM pipeline_instances WHERE role = 'active'`)
 	}
 	first, beats := beat(), 0
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
@@ -215,24 +169,24 @@ func holdRows(t *testing.T, r *rig, d time.Duration, check func()) {
 // systemd's Restart=always, until stop; it keeps every incarnation.
 type supervised struct {
 	mu    sync.Mutex
-	procs []*proc
+	procs []*harness.Proc
 	exits []int
 }
 
 func (s *supervised) run(ctx context.Context, t *testing.T, args []string) {
 	for {
-		p := startOvstream(t, nil, args...)
+		p := harness.StartOvstream(t, nil, args...)
 		s.mu.Lock()
 		s.procs = append(s.procs, p)
 		s.mu.Unlock()
 		select {
-		case <-p.done:
+		case <-p.Done:
 		case <-ctx.Done():
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			<-p.done
+			_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+			<-p.Done
 		}
 		s.mu.Lock()
-		s.exits = append(s.exits, p.cmd.ProcessState.ExitCode())
+		s.exits = append(s.exits, p.Cmd.ProcessState.ExitCode())
 		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -248,7 +202,7 @@ func (s *supervised) claims() int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, p := range s.procs {
-		n += strings.Count(p.output(), claimedLine)
+		n += strings.Count(p.Output(), harness.ClaimedLine)
 	}
 	return n
 }
@@ -259,12 +213,12 @@ func (s *supervised) claims() int {
 // in all, no exit 3; after SIGTERM of both, the tables are exact.
 func TestStandbySupervisor(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 40)
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	r := newRig(t, rng, ds, harness.StartBroker(t), 40)
 	r.flags = nil // the defaults: what a service file would run
 	const span = 30 * time.Second
-	r.feed.paced(span / 42)
+	r.feed.Paced(span / 42)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	units := []*supervised{{}, {}}
@@ -273,7 +227,7 @@ func TestStandbySupervisor(t *testing.T) {
 		wg.Go(func() { u.run(ctx, t, r.args()) })
 	}
 	began := time.Now()
-	r.feed.wait(t, 2*span)
+	r.feed.Wait(t, 2*span)
 	deadline := time.Now().Add(time.Minute)
 	for !r.storedAll() {
 		if time.Now().After(deadline) {
@@ -291,7 +245,7 @@ func TestStandbySupervisor(t *testing.T) {
 		incarnations += len(u.procs)
 		for j, code := range u.exits {
 			if code != 0 {
-				t.Errorf("instance %d, incarnation %d exited %d (3 = fenced); output:\n%s", i, j, code, tail(u.procs[j].output(), 30))
+				t.Errorf("instance %d, incarnation %d exited %d (3 = fenced); output:\n%s", i, j, code, harness.Tail(u.procs[j].Output(), 30))
 			}
 		}
 	}
@@ -301,7 +255,7 @@ func TestStandbySupervisor(t *testing.T) {
 	}
 	standbys := 0
 	for _, u := range units {
-		if strings.Contains(u.procs[0].output(), standbyLine) {
+		if strings.Contains(u.procs[0].Output(), harness.StandbyLine) {
 			standbys++
 		}
 	}
@@ -322,35 +276,35 @@ func TestStandbySupervisor(t *testing.T) {
 // exact.
 func TestStandbyFrozenOwner(t *testing.T) {
 	t.Parallel()
-	rng := crashSeed(t)
-	ds := auckland2h(t)
-	r := newRig(t, rng, ds, startBroker(t), 40)
+	rng := harness.CrashSeed(t)
+	ds := harness.Auckland2h(t)
+	r := newRig(t, rng, ds, harness.StartBroker(t), 40)
 	const lease = 8 * time.Second // B reaches its first claim within it, under load too
 	r.flags = []string{"--lease", lease.String()}
-	r.feed.paced(150 * time.Millisecond)
+	r.feed.Paced(150 * time.Millisecond)
 	k := 3 + rng.IntN(5)
 	a := r.start(fmt.Sprintf("OVSTREAM_CRASHPOINT=mid_commit:%d", k), "OVSTREAM_CRASHPOINT_ACTION=stop")
 	waitCrashpointStop(t, a, "mid_commit", k)
 	frozen := time.Now()
-	inFlight := snapshot(t, r.db)
-	epoch := scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`)
+	inFlight := harness.Snapshot(t, r.db)
+	epoch := harness.Scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`)
 	b := r.startWith([]string{"OVSTREAM_CRASHPOINT=before_begin:1", "OVSTREAM_CRASHPOINT_ACTION=stop"}, "--metrics-addr", "127.0.0.1:0")
-	waitLog(t, b, standbyLine, lease)
-	if l := lineWith(b, standbyLine); !strings.Contains(l, "holder="+ownerOf(t, a)) {
+	harness.WaitLog(t, b, harness.StandbyLine, lease)
+	if l := harness.LineWith(b, harness.StandbyLine); !strings.Contains(l, "holder="+ownerOf(t, a)) {
 		t.Fatalf("the standby does not name the frozen owner %s: %s", ownerOf(t, a), l)
 	}
-	ops := opsAddr(t, b)
+	ops := harness.OpsAddr(t, b)
 	answers := 0
-	for !strings.Contains(b.output(), claimedLine) {
-		if code, body := httpGet(t, "http://"+ops+"/readyz"); code != 503 || !strings.HasPrefix(body, "standby\n") {
-			if strings.Contains(b.output(), claimedLine) {
+	for !strings.Contains(b.Output(), harness.ClaimedLine) {
+		if code, body := harness.HttpGet(t, "http://"+ops+"/readyz"); code != 503 || !strings.HasPrefix(body, "standby\n") {
+			if strings.Contains(b.Output(), harness.ClaimedLine) {
 				break
 			}
 			t.Fatalf("/readyz of the waiting standby: %d %q", code, body)
 		}
 		answers++
 		if time.Since(frozen) > lease+time.Minute {
-			t.Fatalf("B did not claim within a minute of A's lease; output:\n%s", tail(b.output(), 30))
+			t.Fatalf("B did not claim within a minute of A's lease; output:\n%s", harness.Tail(b.Output(), 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -360,25 +314,25 @@ func TestStandbyFrozenOwner(t *testing.T) {
 	if answers < 3 {
 		t.Fatalf("B answered /readyz only %d times while it waited", answers)
 	}
-	term := lineWith(b, "terminated the database session")
+	term := harness.LineWith(b, "terminated the database session")
 	if !strings.Contains(term, "owner="+ownerOf(t, a)) || !strings.Contains(term, "lease=expired") ||
 		!strings.Contains(term, `reason="its owner's lease expired"`) || !strings.Contains(term, "pid=") {
-		t.Fatalf("B did not log terminating A's session after its lease expired: %q; output:\n%s", term, tail(b.output(), 30))
+		t.Fatalf("B did not log terminating A's session after its lease expired: %q; output:\n%s", term, harness.Tail(b.Output(), 30))
 	}
 	waitCrashpointStop(t, b, "before_begin", 1)
-	claimed := snapshot(t, r.db)
-	if got := scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`); got != epoch+1 {
+	claimed := harness.Snapshot(t, r.db)
+	if got := harness.Scalar[int64](t, r.db, `SELECT max(epoch) FROM stream_positions`); got != epoch+1 {
 		t.Fatalf("epoch %d after B's claim, want %d", got, epoch+1)
 	}
-	sameSnapshot(t, "A's commit in flight was not rolled back by the termination", inFlight, claimed)
+	harness.SameSnapshot(t, "A's commit in flight was not rolled back by the termination", inFlight, claimed)
 	r.signal(a, syscall.SIGCONT)
 	waitFenced(t, a)
-	sameSnapshot(t, "A (frozen, then fenced) wrote after B's claim", claimed, snapshot(t, r.db))
+	harness.SameSnapshot(t, "A (frozen, then fenced) wrote after B's claim", claimed, harness.Snapshot(t, r.db))
 	r.kill(b)
 
 	c := r.startWith(nil, "--takeover") // B is dead (its lease runs on)
 	r.waitProgress(c, time.Minute, "after the frozen owner")
-	r.feed.wait(t, 2*time.Minute)
+	r.feed.Wait(t, 2*time.Minute)
 	r.waitCommits(c, 2, time.Minute, "after the feed ended")
 	r.stopGracefully(c)
 	r.finish(0) // the kills here came before commits; TestCrashPoints covers those after

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // The Halifax pair produced by `ovstream produce --gtfs-static` into a
@@ -18,8 +20,8 @@ func TestDrainHalifaxStaticFeedEqualsSQLOracle(t *testing.T) {
 	const static = "../testdata/halifax-20251106/google_transit_trimmed.zip"
 	counts := map[bool]int{}
 	for _, withStatic := range []bool{false, true} {
-		addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
-		db := freshDB(t)
+		addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
+		db := harness.FreshDB(t)
 		args := []string{"--operator", "HFX", "--gtfs-rt", "../testdata/halifax-20251106"}
 		want := "produced 11638 predictions to arrival_predictions, 291 positions to vehicle_positions from 2 files; skipped: 5403 no delay"
 		if withStatic {
@@ -27,7 +29,7 @@ func TestDrainHalifaxStaticFeedEqualsSQLOracle(t *testing.T) {
 			want = "produced 16574 predictions to arrival_predictions, 291 positions to vehicle_positions from 2 files; " +
 				"skipped: 433 no delay, 34 time only: stop not in the trip's stop_times.txt"
 		}
-		out := produceCLI(t, addr, args...)
+		out := harness.ProduceCLI(t, addr, args...)
 		if !strings.Contains(out, want) {
 			t.Fatalf("produce %v:\n%s\nwant it to say: %s", args, out, want)
 		}
@@ -35,23 +37,23 @@ func TestDrainHalifaxStaticFeedEqualsSQLOracle(t *testing.T) {
 			t.Fatalf("produce does not describe the static feed:\n%s", out)
 		}
 
-		out = drain(t, db, addr, "--allowed-lateness", "1h")
-		n := loadOracleInput(t, db, addr, predictionsTopic)
-		got := dump(t, db, dumpAggregates)
+		out = harness.Drain(t, db, addr, "--allowed-lateness", "1h")
+		n := harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+		got := harness.Dump(t, db, harness.DumpAggregates)
 		if len(got) == 0 {
 			t.Fatalf("no delay_aggregates rows; run output:\n%s", out)
 		}
-		sameRows(t, fmt.Sprintf("delay_aggregates vs SQL oracle (static feed: %v)", withStatic), got, dump(t, db, oracleAggregates))
-		if dead := dump(t, db, `SELECT count(*) FROM dead_letters`); dead[0] != "[0]" {
+		harness.SameRows(t, fmt.Sprintf("delay_aggregates vs SQL oracle (static feed: %v)", withStatic), got, harness.Dump(t, db, harness.OracleAggregates))
+		if dead := harness.Dump(t, db, `SELECT count(*) FROM dead_letters`); dead[0] != "[0]" {
 			t.Fatalf("dead letters: %v", dead)
 		}
-		counted := dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
+		counted := harness.Dump(t, db, `SELECT sum(event_count)::bigint FROM delay_aggregates WHERE dimension = 'network'`)
 		if counted[0] != fmt.Sprintf("[%d]", n) {
 			t.Fatalf("network rows count %v, the topic holds %d", counted, n)
 		}
 		counts[withStatic] = n
 		if withStatic {
-			named := dump(t, db, `SELECT count(*) FROM oracle_msgs WHERE convert_from(value, 'UTF8')::jsonb ? 'line_name'
+			named := harness.Dump(t, db, `SELECT count(*) FROM oracle_msgs WHERE convert_from(value, 'UTF8')::jsonb ? 'line_name'
 				AND convert_from(value, 'UTF8')::jsonb ? 'stop_name'`)
 			if named[0] == "[0]" {
 				t.Fatal("no record carries line_name and stop_name")

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // statsQuantiles are the extra quantiles compared with percentile_cont, besides 0.9.
@@ -38,7 +39,7 @@ FROM unnest($1::float8[]) AS t(v)`
 func TestStatsMatchPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, testDatabaseURL())
+	conn, err := pgx.Connect(ctx, harness.TestDatabaseURL())
 	if err != nil {
 		t.Fatalf("integration tests need PostgreSQL (DATABASE_URL or the local test database): %v", err)
 	}

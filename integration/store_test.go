@@ -4,85 +4,21 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
 )
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// tp0 is the partition openStore claims, as owner0; at0 is a batch's position of it.
-var tp0 = aggregate.PartitionID{Topic: "t", Partition: 0}
-
-const owner0 = "test"
-
-func at0(next int64) []store.Position {
-	return []store.Position{{PartitionID: tp0, NextOffset: next, ConsumedOffset: next}}
-}
-
-// openStore opens a Store on a fresh database and claims partition tp0 of pipeline "p".
-func openStore(t *testing.T) (s *store.Store, url string, epoch int64) {
-	t.Helper()
-	ctx := testCtx(t)
-	url = freshDB(t)
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	c, err := s.Claim(ctx, "p", owner0, []aggregate.PartitionID{tp0}, store.ClaimOptions{Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, url, c.Epoch
-}
-
-// query connects on its own and returns the single value of sql.
-func query[T any](t *testing.T, url, sql string, args ...any) T {
-	t.Helper()
-	ctx := testCtx(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var v T
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return v
-}
-
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// row is a delay_aggregates row with a distribution whose ends are lo and
-// hi: count-1 events at lo and one at hi (count at lo when lo = hi).
-func row(dim, id string, count int64, mean, p90, lo, hi float64) aggregate.Row {
-	r := aggregate.Row{WindowStart: t0, WindowEnd: t0.Add(5 * time.Minute), Dimension: dim, DimensionID: id,
-		Operator: "op1", Count: count, Mean: mean, P90: p90, Min: lo, Max: hi,
-		Values: []float64{lo}, Counts: []int64{count}}
-	if hi != lo {
-		r.Values, r.Counts = []float64{lo, hi}, []int64{max(count-1, 1), 1}
-	}
-	return r
-}
-
 func TestMigrateUpTwice(t *testing.T) {
-	ctx := testCtx(t)
-	url := freshDB(t)
+	ctx := harness.TestCtx(t)
+	url := harness.FreshDB(t)
 	if err := migrations.Up(ctx, url); err != nil {
 		t.Fatalf("second up: %v", err)
 	}
@@ -99,8 +35,8 @@ func TestMigrateUpTwice(t *testing.T) {
 }
 
 func TestMigrateCheckBehindOnEmptyDatabase(t *testing.T) {
-	ctx := testCtx(t)
-	url := emptyDB(t)
+	ctx := harness.TestCtx(t)
+	url := harness.EmptyDB(t)
 	err := migrations.Check(ctx, url)
 	var se *migrations.SchemaError
 	if !errors.As(err, &se) || se.Version != 0 || se.Dirty {
@@ -112,15 +48,15 @@ func TestMigrateCheckBehindOnEmptyDatabase(t *testing.T) {
 		}
 	}
 	// Check only reads: it created nothing.
-	if exists := query[bool](t, url, "SELECT to_regclass('schema_migrations') IS NOT NULL"); exists {
+	if exists := harness.Query[bool](t, url, "SELECT to_regclass('schema_migrations') IS NOT NULL"); exists {
 		t.Error("Check created schema_migrations")
 	}
 }
 
 func TestMigrateCheckDirty(t *testing.T) {
-	ctx := testCtx(t)
-	url := freshDB(t)
-	query[int64](t, url, "WITH u AS (UPDATE schema_migrations SET dirty = true RETURNING 1) SELECT count(*) FROM u")
+	ctx := harness.TestCtx(t)
+	url := harness.FreshDB(t)
+	harness.Query[int64](t, url, "WITH u AS (UPDATE schema_migrations SET dirty = true RETURNING 1) SELECT count(*) FROM u")
 	err := migrations.Check(ctx, url)
 	var se *migrations.SchemaError
 	latest := migrations.Latest()
@@ -145,8 +81,8 @@ func TestMigrateCheckDirty(t *testing.T) {
 }
 
 func TestMigrateDownThenUp(t *testing.T) {
-	ctx := testCtx(t)
-	url := freshDB(t)
+	ctx := harness.TestCtx(t)
+	url := harness.FreshDB(t)
 	if err := migrations.Down(ctx, url); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +90,7 @@ func TestMigrateDownThenUp(t *testing.T) {
 	if err := migrations.Check(ctx, url); !errors.As(err, &se) || se.Version != 0 {
 		t.Fatalf("Check after down = %v", err)
 	}
-	if n := query[int64](t, url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"); n != 0 {
+	if n := harness.Query[int64](t, url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"); n != 0 {
 		t.Fatalf("%d tables left after down", n)
 	}
 	if err := migrations.Up(ctx, url); err != nil {
@@ -166,7 +102,7 @@ func TestMigrateDownThenUp(t *testing.T) {
 }
 
 func TestMigrateErrorsHidePassword(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := harness.TestCtx(t)
 	for _, f := range []func(string) error{
 		func(u string) error { return migrations.Up(ctx, u) },
 		func(u string) error { return migrations.Check(ctx, u) },
@@ -179,67 +115,67 @@ func TestMigrateErrorsHidePassword(t *testing.T) {
 }
 
 func TestStoreCommitReplacesWindows(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
-	first := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
-		row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30),
-		row(aggregate.DimNetwork, aggregate.NetworkID, 5, 10, 20, 0, 30),
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
+	first := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{
+		harness.Row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30),
+		harness.Row(aggregate.DimNetwork, aggregate.NetworkID, 5, 10, 20, 0, 30),
 	},
-		Positions: at0(0),
+		Positions: harness.At0(0),
 	}
 	first.Windows[1].Operator = "" // several operators -> NULL
-	if err := s.Commit(ctx, withSeqs(t, s, first)); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, first)); err != nil {
 		t.Fatal(err)
 	}
-	second := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
-		row(aggregate.DimLine, "L1", 3, 7, 8, 1, 9),
+	second := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{
+		harness.Row(aggregate.DimLine, "L1", 3, 7, 8, 1, 9),
 	},
-		Positions: at0(0),
+		Positions: harness.At0(0),
 	}
-	if err := s.Commit(ctx, withSeqs(t, s, second)); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, second)); err != nil {
 		t.Fatal(err)
 	}
-	if n := query[int64](t, url, "SELECT event_count FROM delay_aggregates WHERE dimension = 'line' AND dimension_id = 'L1'"); n != 3 {
+	if n := harness.Query[int64](t, url, "SELECT event_count FROM delay_aggregates WHERE dimension = 'line' AND dimension_id = 'L1'"); n != 3 {
 		t.Fatalf("event_count = %d after 5 then 3, want 3 (replace, never add)", n)
 	}
-	if m := query[float64](t, url, "SELECT mean_delay_s + p90_delay_s + min_delay_s + max_delay_s FROM delay_aggregates WHERE dimension_id = 'L1'"); m != 7+8+1+9 {
+	if m := harness.Query[float64](t, url, "SELECT mean_delay_s + p90_delay_s + min_delay_s + max_delay_s FROM delay_aggregates WHERE dimension_id = 'L1'"); m != 7+8+1+9 {
 		t.Fatalf("statistics not replaced: sum %v", m)
 	}
-	if op := query[*string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'network'"); op != nil {
+	if op := harness.Query[*string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'network'"); op != nil {
 		t.Fatalf("operator = %q, want NULL", *op)
 	}
-	if op := query[string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'line'"); op != "op1" {
+	if op := harness.Query[string](t, url, "SELECT operator FROM delay_aggregates WHERE dimension = 'line'"); op != "op1" {
 		t.Fatalf("operator = %q", op)
 	}
 	const dist = "SELECT delay_values::text || ' ' || delay_counts::text FROM delay_aggregates WHERE dimension_id = 'L1'"
-	if d := query[string](t, url, dist); d != "{1,9} {2,1}" {
+	if d := harness.Query[string](t, url, dist); d != "{1,9} {2,1}" {
 		t.Fatalf("distribution %s after the upsert path, want {1,9} {2,1} (replaced)", d)
 	}
 	// Replaying the first batch restores its values exactly.
-	if err := s.Commit(ctx, withSeqs(t, s, first)); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, first)); err != nil {
 		t.Fatal(err)
 	}
-	if n := query[int64](t, url, "SELECT sum(event_count) FROM delay_aggregates"); n != 10 {
+	if n := harness.Query[int64](t, url, "SELECT sum(event_count) FROM delay_aggregates"); n != 10 {
 		t.Fatalf("sum(event_count) = %d after replay, want 10", n)
 	}
-	if d := query[string](t, url, dist); d != "{0,30} {4,1}" {
+	if d := harness.Query[string](t, url, dist); d != "{0,30} {4,1}" {
 		t.Fatalf("distribution %s after the replay, want {0,30} {4,1}", d)
 	}
 	// Rounding a few ulps outside [min, max] is clamped, not rejected by the CHECK.
-	third := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{
-		row(aggregate.DimStation, "S1", 3, (0.1+0.1+0.1)/3, 0.1, 0.1, 0.1),
+	third := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{
+		harness.Row(aggregate.DimStation, "S1", 3, (0.1+0.1+0.1)/3, 0.1, 0.1, 0.1),
 	},
-		Positions: at0(0),
+		Positions: harness.At0(0),
 	}
-	if err := s.Commit(ctx, withSeqs(t, s, third)); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, third)); err != nil {
 		t.Fatalf("mean one ulp above max: %v", err)
 	}
 }
 
 func TestStoreFencedWritesNothing(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, old := openStore(t)
-	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: old, Watermark: t0, Positions: at0(0)})); err != nil {
+	ctx := harness.TestCtx(t)
+	s, url, old := harness.OpenStore(t)
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: old, Watermark: harness.T0, Positions: harness.At0(0)})); err != nil {
 		t.Fatal(err)
 	}
 	other, err := store.Open(ctx, url)
@@ -247,20 +183,20 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	c, err := other.Claim(ctx, "p", "other", []aggregate.PartitionID{tp0}, store.ClaimOptions{Lease: time.Minute, Takeover: true})
+	c, err := other.Claim(ctx, "p", "other", []aggregate.PartitionID{harness.Tp0}, store.ClaimOptions{Lease: time.Minute, Takeover: true})
 	newer := c.Epoch
 	if err != nil || newer != old+1 {
 		t.Fatalf("second claim = %d, %v; want %d", newer, err, old+1)
 	}
-	err = s.Commit(ctx, withSeqs(t, s, store.Batch{
+	err = s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{
 		Pipeline:    "p",
-		Owner:       owner0,
+		Owner:       harness.Owner0,
 		Epoch:       old,
-		Windows:     []aggregate.Row{row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30)},
-		Vehicles:    []store.Vehicle{{Position: aggregate.Position{VehicleID: "v", EventTime: t0}}},
+		Windows:     []aggregate.Row{harness.Row(aggregate.DimLine, "L1", 5, 10, 20, 0, 30)},
+		Vehicles:    []store.Vehicle{{Position: aggregate.Position{VehicleID: "v", EventTime: harness.T0}}},
 		DeadLetters: []store.DeadLetter{{Topic: "t", Reason: store.ReasonDecode, Error: "x"}},
-		Positions:   at0(5),
-		Watermark:   t0.Add(time.Hour),
+		Positions:   harness.At0(5),
+		Watermark:   harness.T0.Add(time.Hour),
 	}))
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("commit with stale epoch = %v, want ErrFenced", err)
@@ -269,45 +205,45 @@ func TestStoreFencedWritesNothing(t *testing.T) {
 		t.Error("ErrFenced is retryable")
 	}
 	for _, tbl := range []string{"delay_aggregates", "vehicle_latest", "dead_letters"} {
-		if n := query[int64](t, url, "SELECT count(*) FROM "+tbl); n != 0 {
+		if n := harness.Query[int64](t, url, "SELECT count(*) FROM "+tbl); n != 0 {
 			t.Errorf("fenced commit wrote %d rows into %s", n, tbl)
 		}
 	}
-	if n := query[int64](t, url, "SELECT next_offset FROM stream_positions WHERE pipeline = 'p'"); n != 0 {
+	if n := harness.Query[int64](t, url, "SELECT next_offset FROM stream_positions WHERE pipeline = 'p'"); n != 0 {
 		t.Errorf("fenced commit moved the stored offset to %d", n)
 	}
-	if wm := query[time.Time](t, url, "SELECT watermark FROM stream_positions WHERE pipeline = 'p'"); !wm.Equal(t0) {
+	if wm := harness.Query[time.Time](t, url, "SELECT watermark FROM stream_positions WHERE pipeline = 'p'"); !wm.Equal(harness.T0) {
 		t.Errorf("fenced commit moved the watermark to %v", wm)
 	}
 	// The new owner commits normally.
-	if err := other.Commit(ctx, withSeqs(t, other, store.Batch{Pipeline: "p", Owner: "other", Epoch: newer, Positions: at0(0)})); err != nil {
+	if err := other.Commit(ctx, harness.WithSeqs(t, other, store.Batch{Pipeline: "p", Owner: "other", Epoch: newer, Positions: harness.At0(0)})); err != nil {
 		t.Fatal(err)
 	}
 	// A pipeline whose claim the database does not hold writes nothing: its
 	// rows are missing, as after a restore to before the claim, so the
 	// instance is told to claim again (BehindError.ClaimLost).
 	var behind *store.BehindError
-	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "unclaimed", Owner: owner0, Epoch: 1, Positions: at0(0)})); !errors.As(err, &behind) || !behind.ClaimLost {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "unclaimed", Owner: harness.Owner0, Epoch: 1, Positions: harness.At0(0)})); !errors.As(err, &behind) || !behind.ClaimLost {
 		t.Fatalf("commit to an unclaimed pipeline = %v, want a BehindError with ClaimLost", err)
 	}
-	if n := query[int64](t, url, "SELECT count(*) FROM stream_positions WHERE pipeline = 'unclaimed'"); n != 0 {
+	if n := harness.Query[int64](t, url, "SELECT count(*) FROM stream_positions WHERE pipeline = 'unclaimed'"); n != 0 {
 		t.Errorf("the commit to an unclaimed pipeline wrote %d stream_positions rows", n)
 	}
 }
 
 func TestStorePositionsNeverMoveBackwards(t *testing.T) {
-	ctx := testCtx(t)
-	s, _, _ := openStore(t)
+	ctx := harness.TestCtx(t)
+	s, _, _ := harness.OpenStore(t)
 	a := aggregate.PartitionID{Topic: "arrival_predictions", Partition: 0}
 	b := aggregate.PartitionID{Topic: "vehicle_positions", Partition: 3}
-	c, err := s.Claim(ctx, "p", owner0, []aggregate.PartitionID{a, b}, store.ClaimOptions{Lease: time.Minute})
+	c, err := s.Claim(ctx, "p", harness.Owner0, []aggregate.PartitionID{a, b}, store.ClaimOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	epoch := c.Epoch
 	commit := func(ps ...store.Position) {
 		t.Helper()
-		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: ps})); err != nil {
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Positions: ps})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -334,8 +270,8 @@ func TestStorePositionsNeverMoveBackwards(t *testing.T) {
 }
 
 func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
 	speed := 3.5
 	veh := func(off int64, at time.Time, lat float64) store.Vehicle {
 		return store.Vehicle{Position: aggregate.Position{VehicleID: "v1", Lat: lat, Lon: 2, EventTime: at, SpeedMPS: &speed}, Partition: 1, Offset: off}
@@ -345,82 +281,82 @@ func TestStoreLatestStateTieLaterOffsetWins(t *testing.T) {
 	}
 	commit := func(v store.Vehicle, tr store.Trip) {
 		t.Helper()
-		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: at0(0)})); err != nil {
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Vehicles: []store.Vehicle{v}, Trips: []store.Trip{tr}, Positions: harness.At0(0)})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check := func(what string, wantOff int64) {
 		t.Helper()
-		if off := query[int64](t, url, "SELECT kafka_offset FROM vehicle_latest WHERE vehicle_id = 'v1'"); off != wantOff {
+		if off := harness.Query[int64](t, url, "SELECT kafka_offset FROM vehicle_latest WHERE vehicle_id = 'v1'"); off != wantOff {
 			t.Errorf("%s: vehicle_latest offset %d, want %d", what, off, wantOff)
 		}
-		if off := query[int64](t, url, "SELECT kafka_offset FROM trip_delay_latest WHERE trip_id = 't1'"); off != wantOff {
+		if off := harness.Query[int64](t, url, "SELECT kafka_offset FROM trip_delay_latest WHERE trip_id = 't1'"); off != wantOff {
 			t.Errorf("%s: trip_delay_latest offset %d, want %d", what, off, wantOff)
 		}
 	}
-	commit(veh(10, t0, 1), trip(10, t0, 1))
-	commit(veh(12, t0, 2), trip(12, t0, 2)) // tie on observed_at: the later offset wins
+	commit(veh(10, harness.T0, 1), trip(10, harness.T0, 1))
+	commit(veh(12, harness.T0, 2), trip(12, harness.T0, 2)) // tie on observed_at: the later offset wins
 	check("tie", 12)
-	commit(veh(11, t0, 3), trip(11, t0, 3)) // an older offset replayed afterwards
+	commit(veh(11, harness.T0, 3), trip(11, harness.T0, 3)) // an older offset replayed afterwards
 	check("older offset replayed", 12)
-	commit(veh(20, t0.Add(-time.Second), 4), trip(20, t0.Add(-time.Second), 4)) // older event time, later offset
+	commit(veh(20, harness.T0.Add(-time.Second), 4), trip(20, harness.T0.Add(-time.Second), 4)) // older event time, later offset
 	check("older event time", 12)
-	commit(veh(13, t0.Add(time.Second), 5), trip(13, t0.Add(time.Second), 5))
+	commit(veh(13, harness.T0.Add(time.Second), 5), trip(13, harness.T0.Add(time.Second), 5))
 	check("newer event time", 13)
-	if lat := query[float64](t, url, "SELECT lat FROM vehicle_latest"); lat != 5 {
+	if lat := harness.Query[float64](t, url, "SELECT lat FROM vehicle_latest"); lat != 5 {
 		t.Errorf("lat = %v, want 5", lat)
 	}
 	// Several rows for one key in one batch: the newest wins, no 21000 error.
-	err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
-		Vehicles:  []store.Vehicle{veh(31, t0.Add(time.Hour), 7), veh(30, t0.Add(time.Hour), 6)},
-		Trips:     []store.Trip{trip(30, t0.Add(time.Hour), 6), trip(31, t0.Add(time.Hour), 7)},
-		Positions: at0(0),
+	err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch,
+		Vehicles:  []store.Vehicle{veh(31, harness.T0.Add(time.Hour), 7), veh(30, harness.T0.Add(time.Hour), 6)},
+		Trips:     []store.Trip{trip(30, harness.T0.Add(time.Hour), 6), trip(31, harness.T0.Add(time.Hour), 7)},
+		Positions: harness.At0(0),
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("one batch", 31)
 	// Optional fields: "" and nil are NULL.
-	if n := query[int64](t, url, "SELECT count(*) FROM vehicle_latest WHERE trip_id IS NULL AND bearing IS NULL AND speed_mps = 3.5"); n != 1 {
+	if n := harness.Query[int64](t, url, "SELECT count(*) FROM vehicle_latest WHERE trip_id IS NULL AND bearing IS NULL AND speed_mps = 3.5"); n != 1 {
 		t.Errorf("optional vehicle fields not NULL")
 	}
-	if n := query[int64](t, url, "SELECT count(*) FROM trip_delay_latest WHERE vehicle_id IS NULL AND stop_sequence IS NULL"); n != 1 {
+	if n := harness.Query[int64](t, url, "SELECT count(*) FROM trip_delay_latest WHERE vehicle_id IS NULL AND stop_sequence IS NULL"); n != 1 {
 		t.Errorf("optional trip fields not NULL")
 	}
 }
 
 func TestStoreDeadLetterBytes(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
 	dl := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 41,
 		Key: []byte{0x00, 'k', 0xff}, Value: []byte("{\"trip_id\":\"a\x00b\",\xc3\x28}"),
 		Reason: store.ReasonDecode, Error: "not a JSON object"}
 	noKey := store.DeadLetter{Topic: "arrival_predictions", Partition: 2, Offset: 42, Value: []byte{}, Reason: store.ReasonLate, Error: "late"}
 	for range 2 {
-		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: at0(0)})); err != nil {
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, DeadLetters: []store.DeadLetter{dl, noKey, dl}, Positions: harness.At0(0)})); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := query[int64](t, url, "SELECT count(*) FROM dead_letters"); n != 2 {
+	if n := harness.Query[int64](t, url, "SELECT count(*) FROM dead_letters"); n != 2 {
 		t.Fatalf("%d dead letters, want 2", n)
 	}
-	if k := query[[]byte](t, url, `SELECT key FROM dead_letters WHERE "offset" = 41`); !bytes.Equal(k, dl.Key) {
+	if k := harness.Query[[]byte](t, url, `SELECT key FROM dead_letters WHERE "offset" = 41`); !bytes.Equal(k, dl.Key) {
 		t.Errorf("key = %x, want %x", k, dl.Key)
 	}
-	if v := query[[]byte](t, url, `SELECT value FROM dead_letters WHERE "offset" = 41`); !bytes.Equal(v, dl.Value) {
+	if v := harness.Query[[]byte](t, url, `SELECT value FROM dead_letters WHERE "offset" = 41`); !bytes.Equal(v, dl.Value) {
 		t.Errorf("value = %x, want %x", v, dl.Value)
 	}
-	if null := query[bool](t, url, `SELECT key IS NULL AND value IS NOT NULL AND length(value) = 0 FROM dead_letters WHERE "offset" = 42`); !null {
+	if null := harness.Query[bool](t, url, `SELECT key IS NULL AND value IS NOT NULL AND length(value) = 0 FROM dead_letters WHERE "offset" = 42`); !null {
 		t.Errorf("nil key / empty value not kept apart")
 	}
 }
 
 func TestStoreSeedWatermark(t *testing.T) {
-	ctx := testCtx(t)
-	s, _, epoch := openStore(t)
+	ctx := harness.TestCtx(t)
+	s, _, epoch := harness.OpenStore(t)
 	seed := func() time.Time {
 		t.Helper()
-		wm, err := s.SeedWatermark(ctx, "p", []aggregate.PartitionID{tp0})
+		wm, err := s.SeedWatermark(ctx, "p", []aggregate.PartitionID{harness.Tp0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -431,36 +367,36 @@ func TestStoreSeedWatermark(t *testing.T) {
 	}
 	commit := func(b store.Batch) {
 		t.Helper()
-		b.Pipeline, b.Owner, b.Epoch = "p", owner0, epoch
-		if err := s.Commit(ctx, withSeqs(t, s, b)); err != nil {
+		b.Pipeline, b.Owner, b.Epoch = "p", harness.Owner0, epoch
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, b)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	commit(store.Batch{Watermark: t0.Add(-time.Hour), Positions: at0(0)})
-	if wm := seed(); !wm.Equal(t0.Add(-time.Hour)) || wm.Location() != time.UTC {
-		t.Fatalf("seed = %v, want the stored watermark %v in UTC", wm, t0.Add(-time.Hour))
+	commit(store.Batch{Watermark: harness.T0.Add(-time.Hour), Positions: harness.At0(0)})
+	if wm := seed(); !wm.Equal(harness.T0.Add(-time.Hour)) || wm.Location() != time.UTC {
+		t.Fatalf("seed = %v, want the stored watermark %v in UTC", wm, harness.T0.Add(-time.Hour))
 	}
-	commit(store.Batch{Windows: []aggregate.Row{row(aggregate.DimLine, "L", 1, 1, 1, 1, 1)}, Positions: at0(0)}) // window_end t0+5m
-	if wm := seed(); !wm.Equal(t0.Add(5 * time.Minute)) {
-		t.Fatalf("seed = %v, want max(window_end) %v", wm, t0.Add(5*time.Minute))
+	commit(store.Batch{Windows: []aggregate.Row{harness.Row(aggregate.DimLine, "L", 1, 1, 1, 1, 1)}, Positions: harness.At0(0)}) // window_end t0+5m
+	if wm := seed(); !wm.Equal(harness.T0.Add(5 * time.Minute)) {
+		t.Fatalf("seed = %v, want max(window_end) %v", wm, harness.T0.Add(5*time.Minute))
 	}
-	commit(store.Batch{Watermark: t0.Add(time.Hour), Positions: at0(0)})
-	if wm := seed(); !wm.Equal(t0.Add(time.Hour)) {
-		t.Fatalf("seed = %v, want the stored watermark %v", wm, t0.Add(time.Hour))
+	commit(store.Batch{Watermark: harness.T0.Add(time.Hour), Positions: harness.At0(0)})
+	if wm := seed(); !wm.Equal(harness.T0.Add(time.Hour)) {
+		t.Fatalf("seed = %v, want the stored watermark %v", wm, harness.T0.Add(time.Hour))
 	}
-	commit(store.Batch{Watermark: t0, Positions: at0(0)}) // the stored watermark never decreases
-	if wm := seed(); !wm.Equal(t0.Add(time.Hour)) {
-		t.Fatalf("seed = %v after an older watermark, want %v", wm, t0.Add(time.Hour))
+	commit(store.Batch{Watermark: harness.T0, Positions: harness.At0(0)}) // the stored watermark never decreases
+	if wm := seed(); !wm.Equal(harness.T0.Add(time.Hour)) {
+		t.Fatalf("seed = %v after an older watermark, want %v", wm, harness.T0.Add(time.Hour))
 	}
 }
 
 func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
-	bad := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
-		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 0, 1, 1, 1, 1)},
-		Positions: at0(3)}
-	err := s.Commit(ctx, withSeqs(t, s, bad))
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
+	bad := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch,
+		Windows:   []aggregate.Row{harness.Row(aggregate.DimLine, "L1", 0, 1, 1, 1, 1)},
+		Positions: harness.At0(3)}
+	err := s.Commit(ctx, harness.WithSeqs(t, s, bad))
 	if err == nil {
 		t.Fatal("count 0 was accepted")
 	}
@@ -470,11 +406,11 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 	if !strings.Contains(err.Error(), "store: commit 1 windows") {
 		t.Errorf("error %q does not say what was being done", err)
 	}
-	if n := query[int64](t, url, "SELECT count(next_offset) FROM stream_positions"); n != 0 {
+	if n := harness.Query[int64](t, url, "SELECT count(next_offset) FROM stream_positions"); n != 0 {
 		t.Errorf("failed commit stored %d positions", n)
 	}
 	// The store reconnects and goes on.
-	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Windows: []aggregate.Row{row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: at0(0)})); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Windows: []aggregate.Row{harness.Row(aggregate.DimLine, "L1", 1, 1, 1, 1, 1)}, Positions: harness.At0(0)})); err != nil {
 		t.Fatalf("commit after a failed one: %v", err)
 	}
 }
@@ -483,25 +419,25 @@ func TestStoreCheckViolationIsNotRetryable(t *testing.T) {
 // point) fails the commit with a retryable error, writes nothing, and the next
 // commit reconnects.
 func TestStoreConnectionKilledMidCommit(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
-	if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: at0(0)})); err != nil { // warm the connection
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Positions: harness.At0(0)})); err != nil { // warm the connection
 		t.Fatal(err)
 	}
 	kill := func() {
-		query[int64](t, url, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
+		harness.Query[int64](t, url, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'ovstream' AND pid <> pg_backend_pid()`)
 	}
-	batch := store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch,
-		Windows:   []aggregate.Row{row(aggregate.DimLine, "L1", 2, 1, 1, 1, 1)},
-		Positions: at0(3)}
+	batch := store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch,
+		Windows:   []aggregate.Row{harness.Row(aggregate.DimLine, "L1", 2, 1, 1, 1, 1)},
+		Positions: harness.At0(3)}
 	for _, hook := range []string{"AfterWindows", "BeforeCommit"} {
 		if hook == "AfterWindows" {
 			s.Hooks = store.Hooks{AfterWindows: kill}
 		} else {
 			s.Hooks = store.Hooks{BeforeCommit: kill}
 		}
-		err := s.Commit(ctx, withSeqs(t, s, batch))
+		err := s.Commit(ctx, harness.WithSeqs(t, s, batch))
 		if err == nil || !store.Retryable(err) {
 			t.Fatalf("%s: commit on a killed connection = %v, want a retryable error", hook, err)
 		}
@@ -511,12 +447,12 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 		if hook == "AfterWindows" && errors.As(err, &ce) {
 			t.Errorf("%s: %v is a CommitError, but COMMIT was never sent", hook, err)
 		}
-		if n := query[int64](t, url, "SELECT count(*) FROM delay_aggregates") + query[int64](t, url, "SELECT count(*) FROM stream_positions WHERE next_offset > 0"); n != 0 {
+		if n := harness.Query[int64](t, url, "SELECT count(*) FROM delay_aggregates") + harness.Query[int64](t, url, "SELECT count(*) FROM stream_positions WHERE next_offset > 0"); n != 0 {
 			t.Fatalf("%s: killed commit wrote %d rows", hook, n)
 		}
 	}
 	s.Hooks = store.Hooks{}
-	if err := s.Commit(ctx, withSeqs(t, s, batch)); err != nil {
+	if err := s.Commit(ctx, harness.WithSeqs(t, s, batch)); err != nil {
 		t.Fatalf("retry after reconnect: %v", err)
 	}
 	if err := s.Ping(ctx); err != nil {
@@ -525,9 +461,9 @@ func TestStoreConnectionKilledMidCommit(t *testing.T) {
 }
 
 func TestMigrateCheckAhead(t *testing.T) {
-	ctx := testCtx(t)
-	url := freshDB(t)
-	query[int64](t, url, "WITH u AS (UPDATE schema_migrations SET version = version + 1 RETURNING 1) SELECT count(*) FROM u")
+	ctx := harness.TestCtx(t)
+	url := harness.FreshDB(t)
+	harness.Query[int64](t, url, "WITH u AS (UPDATE schema_migrations SET version = version + 1 RETURNING 1) SELECT count(*) FROM u")
 	err := migrations.Check(ctx, url)
 	var se *migrations.SchemaError
 	if !errors.As(err, &se) || se.Dirty || se.Version != migrations.Latest()+1 {
@@ -541,8 +477,8 @@ func TestMigrateCheckAhead(t *testing.T) {
 // Two processes migrating at once: the second waits for the first's advisory
 // lock (bounded by lock_timeout), then finds nothing to do.
 func TestMigrateUpConcurrently(t *testing.T) {
-	ctx := testCtx(t)
-	url := emptyDB(t)
+	ctx := harness.TestCtx(t)
+	url := harness.EmptyDB(t)
 	errs := make(chan error, 3)
 	for range 3 {
 		go func() { errs <- migrations.Up(ctx, url) }()

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ovstream/ovstream/integration/harness"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -25,38 +26,38 @@ import (
 // truncation itself (an end offset below the position) needs replicas:
 // TestRealKafkaUncleanElectionTruncation.
 func TestLeaderChangeWhileRunning(t *testing.T) {
-	addr, db := startBroker(t), freshDB(t)
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
 	start := time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC)
-	produceRecords(t, addr, events(0, 10, start)...)
-	p := startOvstream(t, nil, runArgs(db, addr)...)
-	waitFor(t, time.Minute, "run to consume the first 10 records", func() bool {
-		return storedConsumedOf(t, db, "ovstream")["arrival_predictions/0"] == 10
+	harness.ProduceRecords(t, addr, harness.Events(0, 10, start)...)
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr)...)
+	harness.WaitFor(t, time.Minute, "run to consume the first 10 records", func() bool {
+		return harness.StoredConsumedOf(t, db, "ovstream")["arrival_predictions/0"] == 10
 	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := kadm.NewClient(cl).ElectLeaders(context.Background(), kadm.ElectPreferredReplica, kadm.TopicsSet{predictionsTopic: {0: {}}})
+	res, err := kadm.NewClient(cl).ElectLeaders(context.Background(), kadm.ElectPreferredReplica, kadm.TopicsSet{harness.PredictionsTopic: {0: {}}})
 	cl.Close()
-	if err != nil || res[predictionsTopic][0].Err != nil {
+	if err != nil || res[harness.PredictionsTopic][0].Err != nil {
 		t.Fatalf("ElectLeaders: %v %+v", err, res)
 	}
-	produceRecords(t, addr, events(10, 10, start.Add(10*time.Minute))...)
-	waitFor(t, time.Minute, "run to consume the next 10 records", func() bool {
-		return storedConsumedOf(t, db, "ovstream")["arrival_predictions/0"] == 20
+	harness.ProduceRecords(t, addr, harness.Events(10, 10, start.Add(10*time.Minute))...)
+	harness.WaitFor(t, time.Minute, "run to consume the next 10 records", func() bool {
+		return harness.StoredConsumedOf(t, db, "ovstream")["arrival_predictions/0"] == 20
 	})
-	_ = p.cmd.Process.Signal(sigterm)
-	if code := p.wait(t, time.Minute); code != 0 {
-		t.Fatalf("run: exit %d, want 0:\n%s", code, p.output())
+	_ = p.Cmd.Process.Signal(harness.Sigterm)
+	if code := p.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("run: exit %d, want 0:\n%s", code, p.Output())
 	}
 	want := "leader changed: position validated against the new leader (KIP-320); reading on\" partition=arrival_predictions/0 offset=10 leader_epoch=0 end_offset=10"
-	if !strings.Contains(p.output(), want) {
-		t.Fatalf("run output does not say %q:\n%s", want, p.output())
+	if !strings.Contains(p.Output(), want) {
+		t.Fatalf("run output does not say %q:\n%s", want, p.Output())
 	}
-	drain(t, db, addr)
-	loadOracleInput(t, db, addr, predictionsTopic)
-	sameRows(t, "delay_aggregates vs SQL oracle", dump(t, db, dumpAggregates), dump(t, db, oracleAggregates))
-	if got := dump(t, db, `SELECT next_offset, leader_epoch FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`); got[0] != "[20 1]" {
+	harness.Drain(t, db, addr)
+	harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)
+	harness.SameRows(t, "delay_aggregates vs SQL oracle", harness.Dump(t, db, harness.DumpAggregates), harness.Dump(t, db, harness.OracleAggregates))
+	if got := harness.Dump(t, db, `SELECT next_offset, leader_epoch FROM stream_positions WHERE topic = 'arrival_predictions' AND partition = 0`); got[0] != "[20 1]" {
 		t.Fatalf("stored (next_offset, leader_epoch) %v, want [20 1]", got)
 	}
 }
@@ -68,13 +69,13 @@ func TestLeaderChangeWhileRunning(t *testing.T) {
 // commit does not write the epoch) makes it unknown, so the epoch of an
 // older offset is never validated against a newer one.
 func TestStoreLeaderEpochFollowsNextOffset(t *testing.T) {
-	ctx := testCtx(t)
-	s, url, epoch := openStore(t)
+	ctx := harness.TestCtx(t)
+	s, url, epoch := harness.OpenStore(t)
 	commit := func(next int64, leaderEpoch int32) {
 		t.Helper()
-		ps := at0(next)
+		ps := harness.At0(next)
 		ps[0].LeaderEpoch = leaderEpoch
-		if err := s.Commit(ctx, withSeqs(t, s, store.Batch{Pipeline: "p", Owner: owner0, Epoch: epoch, Positions: ps})); err != nil {
+		if err := s.Commit(ctx, harness.WithSeqs(t, s, store.Batch{Pipeline: "p", Owner: harness.Owner0, Epoch: epoch, Positions: ps})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,7 +85,7 @@ func TestStoreLeaderEpochFollowsNextOffset(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fmt.Sprintf("%d/%d", stored[tp0].NextOffset, stored[tp0].LeaderEpoch)
+		return fmt.Sprintf("%d/%d", stored[harness.Tp0].NextOffset, stored[harness.Tp0].LeaderEpoch)
 	}
 	for _, c := range []struct {
 		next  int64
@@ -104,7 +105,7 @@ func TestStoreLeaderEpochFollowsNextOffset(t *testing.T) {
 		}
 	}
 	// What a version-10 commit does to the row: next_offset on, the epoch untouched.
-	query[int64](t, url, "WITH u AS (UPDATE stream_positions SET next_offset = 40, consumed_offset = 40 RETURNING 1) SELECT count(*) FROM u")
+	harness.Query[int64](t, url, "WITH u AS (UPDATE stream_positions SET next_offset = 40, consumed_offset = 40 RETURNING 1) SELECT count(*) FROM u")
 	if got := loaded(); got != "40/-1" {
 		t.Fatalf("after a commit without the epoch: loaded %s, want 40/-1", got)
 	}

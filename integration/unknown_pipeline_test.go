@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/ovstream/ovstream/integration/harness"
 )
 
 // A --pipeline the database holds nothing of (a misspelt name) is an error
@@ -20,35 +21,35 @@ import (
 // saying the same, which the page shows in Chromium; a known pipeline still
 // gets 200. An empty database says it has none yet.
 func TestUnknownPipelineNamed(t *testing.T) {
-	bro := newBrowser(t) // first: a missing Chromium fails at once
-	addr := startBroker(t)
-	db := freshDB(t)
+	bro := harness.NewBrowser(t) // first: a missing Chromium fails at once
+	addr := harness.StartBroker(t)
+	db := harness.FreshDB(t)
 	// Two pipelines as their first claims leave them; "gamma" has only
 	// results (loaded without a claim), which is known too.
-	execSQL(t, db, `INSERT INTO pipelines (name) VALUES ('beta'), ('alpha')`)
-	execSQL(t, db, `SELECT ovs_create_delay_partition('2016-05-19 07:00+00')`)
-	execSQL(t, db, `INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id,
+	harness.ExecSQL(t, db, `INSERT INTO pipelines (name) VALUES ('beta'), ('alpha')`)
+	harness.ExecSQL(t, db, `SELECT ovs_create_delay_partition('2016-05-19 07:00+00')`)
+	harness.ExecSQL(t, db, `INSERT INTO delay_aggregates (pipeline, window_start, window_end, dimension, dimension_id,
 		event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s, delay_values, delay_counts)
 		VALUES ('gamma', '2016-05-19 07:00+00', '2016-05-19 07:05+00', 'network', 'all', 1, 30, 30, 30, 30, '{30}', '{1}')`)
 	const known = `known pipelines: "alpha", "beta"`
 	report := []string{"report", "--database-url", db, "--from", "2016-05-19", "--to", "2016-05-20"}
 	status := []string{"status", "--database-url", db, "--brokers", addr}
 	for _, args := range [][]string{report, status} {
-		out, errOut, code := runCLI(t, nil, append(args, "--pipeline", "alpah")...)
+		out, errOut, code := harness.RunCLI(t, nil, append(args, "--pipeline", "alpah")...)
 		want := "ovstream " + args[0] + `: no pipeline "alpah" in this database; ` + known + "\n" +
 			"Run 'ovstream " + args[0] + " --help' for usage.\n"
 		if code != 2 || out != "" || errOut != want {
 			t.Errorf("%s --pipeline alpah: exit %d, stdout %q, stderr %q; want exit 2, no output and %q", args[0], code, out, errOut, want)
 		}
 		for _, p := range []string{"alpha", "gamma"} {
-			if out, errOut, code := runCLI(t, nil, append(args, "--pipeline", p)...); code != 0 || errOut != "" {
+			if out, errOut, code := harness.RunCLI(t, nil, append(args, "--pipeline", p)...); code != 0 || errOut != "" {
 				t.Errorf("%s --pipeline %s: exit %d, stderr %q; want 0:\n%s", args[0], p, code, errOut, out)
 			}
 		}
 	}
 
-	srv := startOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "alpah")
-	base := printed(t, srv, regexp.MustCompile(`dashboard of pipeline alpah: (http://[0-9.:]+/)`))
+	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "alpah")
+	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline alpah: (http://[0-9.:]+/)`))
 	for _, tc := range []struct {
 		path string
 		code int
@@ -57,7 +58,7 @@ func TestUnknownPipelineNamed(t *testing.T) {
 		{"api/delay", 404}, {"api/top?pipeline=alpah", 404}, {"api/line?pipeline=alpah&id=1", 404}, {"api/health", 404},
 		{"api/delay?pipeline=alpha", 200}, {"api/health?pipeline=alpha", 200},
 	} {
-		code, body := httpGet(t, base+tc.path)
+		code, body := harness.HttpGet(t, base+tc.path)
 		if code != tc.code {
 			t.Errorf("GET %s: %d, want %d: %s", tc.path, code, tc.code, body)
 			continue
@@ -78,7 +79,7 @@ func TestUnknownPipelineNamed(t *testing.T) {
 	}
 
 	// The page, in a browser, shows the API's message.
-	ctx, cancel := context.WithTimeout(bro.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(bro.Ctx, time.Minute)
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"top?pipeline=alpah")); err != nil {
 		t.Fatal(err)
@@ -90,8 +91,8 @@ func TestUnknownPipelineNamed(t *testing.T) {
 		t.Errorf("the page of an unknown pipeline shows %q (%v), want %q", shownErr, err, want)
 	}
 
-	empty := freshDB(t)
-	_, errOut, code := runCLI(t, nil, "report", "--database-url", empty, "--from", "2016-05-19", "--to", "2016-05-20")
+	empty := harness.FreshDB(t)
+	_, errOut, code := harness.RunCLI(t, nil, "report", "--database-url", empty, "--from", "2016-05-19", "--to", "2016-05-20")
 	if want := "ovstream report: no pipeline \"ovstream\" in this database: it has none yet (the first `ovstream run --pipeline NAME` makes one)\n" +
 		"Run 'ovstream report --help' for usage.\n"; code != 2 || errOut != want {
 		t.Errorf("report on an empty database: exit %d, stderr %q; want 2 and %q", code, errOut, want)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package harness
 
 import (
 	"net"
@@ -28,8 +28,8 @@ type flakyProxy struct {
 	resets  atomic.Int64 // connections reset so far
 }
 
-// startFlakyProxy listens on a free port; setTarget names where it forwards.
-func startFlakyProxy(t testing.TB) *flakyProxy {
+// StartFlakyProxy listens on a free port; setTarget names where it forwards.
+func StartFlakyProxy(t testing.TB) *flakyProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,17 +39,17 @@ func startFlakyProxy(t testing.TB) *flakyProxy {
 	go p.serve()
 	t.Cleanup(func() {
 		ln.Close()
-		p.resetAll()
+		p.ResetAll()
 	})
 	return p
 }
 
-// startBrokerBehind starts the embedded broker (6 + 3 partitions) behind p:
+// StartBrokerBehind starts the embedded broker (6 + 3 partitions) behind p:
 // it advertises p's address, so every client reaches it through p.
-func startBrokerBehind(t testing.TB, p *flakyProxy) {
+func StartBrokerBehind(t testing.TB, p *flakyProxy) {
 	t.Helper()
-	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Advertised: p.addr(),
-		Topics: map[string]int32{predictionsTopic: 6, positionsTopic: 3}})
+	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Advertised: p.Addr(),
+		Topics: map[string]int32{PredictionsTopic: 6, PositionsTopic: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,16 @@ func startBrokerBehind(t testing.TB, p *flakyProxy) {
 	p.setTarget(b.Addr())
 }
 
-func (p *flakyProxy) addr() string               { return p.ln.Addr().String() }
-func (p *flakyProxy) setTarget(addr string)      { p.target.Store(&addr) }
-func (p *flakyProxy) setLatency(d time.Duration) { p.latency.Store(int64(d)) }
-func (p *flakyProxy) resetNext(n int)            { p.refuse.Store(int64(n)) }
-func (p *flakyProxy) resetCount() int64          { return p.resets.Load() }
+func (p *flakyProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *flakyProxy) setTarget(addr string) { p.target.Store(&addr) }
+
+func (p *flakyProxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+func (p *flakyProxy) ResetNext(n int) { p.refuse.Store(int64(n)) }
+
+func (p *flakyProxy) ResetCount() int64 { return p.resets.Load() }
+
 func (p *flakyProxy) track(c *net.TCPConn, on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -72,8 +77,8 @@ func (p *flakyProxy) track(c *net.TCPConn, on bool) {
 	}
 }
 
-// resetAll resets every connection open now, on both sides.
-func (p *flakyProxy) resetAll() {
+// ResetAll resets every connection open now, on both sides.
+func (p *flakyProxy) ResetAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c, on := range p.conns {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package harness
 
 import (
 	"context"
@@ -16,22 +16,22 @@ import (
 	"github.com/ovstream/ovstream/migrations"
 )
 
-// testDatabaseURL is the PostgreSQL the integration tests run against: env
+// TestDatabaseURL is the PostgreSQL the integration tests run against: env
 // DATABASE_URL, else the local test database. Tests FAIL (never skip) when it
 // is unreachable.
-func testDatabaseURL() string {
+func TestDatabaseURL() string {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u
 	}
 	return "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"
 }
 
-// testServerAddr returns host:port of the test server (testDatabaseURL).
-func testServerAddr(t testing.TB) string {
+// TestServerAddr returns host:port of the test server (testDatabaseURL).
+func TestServerAddr(t testing.TB) string {
 	t.Helper()
-	u, err := url.Parse(testDatabaseURL())
+	u, err := url.Parse(TestDatabaseURL())
 	if err != nil || u.Host == "" {
-		t.Fatalf("DATABASE_URL %q: want postgres://USER@HOST:PORT/DB", testDatabaseURL())
+		t.Fatalf("DATABASE_URL %q: want postgres://USER@HOST:PORT/DB", TestDatabaseURL())
 	}
 	if u.Port() == "" {
 		return u.Host + ":5432"
@@ -39,21 +39,21 @@ func testServerAddr(t testing.TB) string {
 	return u.Host
 }
 
-// emptyDB creates a new, empty database ovs_<random> on the test server and
+// EmptyDB creates a new, empty database ovs_<random> on the test server and
 // drops it when the test ends, so tests and test packages running in parallel
 // never share tables. It returns the new database's URL.
-func emptyDB(t testing.TB) string {
+func EmptyDB(t testing.TB) string {
 	t.Helper()
-	return emptyDBWith(t, "")
+	return EmptyDBWith(t, "")
 }
 
-// emptyDBWith is emptyDB creating the database WITH options, e.g.
+// EmptyDBWith is emptyDB creating the database WITH options, e.g.
 // "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0".
-func emptyDBWith(t testing.TB, options string) string {
+func EmptyDBWith(t testing.TB, options string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, testDatabaseURL())
+	admin, err := pgx.Connect(ctx, TestDatabaseURL())
 	if err != nil {
 		t.Fatalf("integration tests need PostgreSQL (DATABASE_URL or the local test database): %v", err)
 	}
@@ -69,7 +69,7 @@ func emptyDBWith(t testing.TB, options string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		admin, err := pgx.Connect(ctx, testDatabaseURL())
+		admin, err := pgx.Connect(ctx, TestDatabaseURL())
 		if err != nil {
 			t.Errorf("drop database %s: %v", name, err)
 			return
@@ -79,7 +79,7 @@ func emptyDBWith(t testing.TB, options string) string {
 			t.Errorf("drop database %s: %v", name, err)
 		}
 	})
-	u, err := url.Parse(testDatabaseURL())
+	u, err := url.Parse(TestDatabaseURL())
 	if err != nil {
 		t.Fatalf("DATABASE_URL: not a URL")
 	}
@@ -87,10 +87,10 @@ func emptyDBWith(t testing.TB, options string) string {
 	return u.String()
 }
 
-// freshDB is emptyDB with every migration applied.
-func freshDB(t testing.TB) (url string) {
+// FreshDB is emptyDB with every migration applied.
+func FreshDB(t testing.TB) (url string) {
 	t.Helper()
-	url = emptyDB(t)
+	url = EmptyDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := migrations.Up(ctx, url); err != nil {

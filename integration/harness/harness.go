@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package harness
 
 import (
 	"archive/tar"
@@ -30,8 +30,8 @@ import (
 )
 
 const (
-	predictionsTopic = "arrival_predictions"
-	positionsTopic   = "vehicle_positions"
+	PredictionsTopic = "arrival_predictions"
+	PositionsTopic   = "vehicle_positions"
 )
 
 var (
@@ -40,9 +40,9 @@ var (
 	binErr  error
 )
 
-// ovstreamBin builds the ovstream binary once per test process, with the
+// OvstreamBin builds the ovstream binary once per test process, with the
 // crash points compiled in.
-func ovstreamBin(t testing.TB) string {
+func OvstreamBin(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "ovstream-bin-")
@@ -51,7 +51,7 @@ func ovstreamBin(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "ovstream")
-		out, err := exec.Command("go", "build", "-tags", "crashpoints", "-o", binPath, "../cmd/ovstream").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "crashpoints", "-o", binPath, RepoPath("cmd/ovstream")).CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -62,11 +62,11 @@ func ovstreamBin(t testing.TB) string {
 	return binPath
 }
 
-// startBroker starts the embedded broker on a free port with 6 + 3 partitions.
-func startBroker(t testing.TB) string {
+// StartBroker starts the embedded broker on a free port with 6 + 3 partitions.
+func StartBroker(t testing.TB) string {
 	t.Helper()
 	b, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0",
-		Topics: map[string]int32{predictionsTopic: 6, positionsTopic: 3}})
+		Topics: map[string]int32{PredictionsTopic: 6, PositionsTopic: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +74,8 @@ func startBroker(t testing.TB) string {
 	return b.Addr()
 }
 
-// loadFeeds reads GTFS-realtime files from testdata.
-func loadFeeds(t testing.TB, operator string, paths ...string) *gtfsrt.Result {
+// LoadFeeds reads GTFS-realtime files from testdata.
+func LoadFeeds(t testing.TB, operator string, paths ...string) *gtfsrt.Result {
 	t.Helper()
 	res, err := gtfsrt.Load(paths, gtfsrt.Options{Operator: operator})
 	if err != nil {
@@ -84,121 +84,121 @@ func loadFeeds(t testing.TB, operator string, paths ...string) *gtfsrt.Result {
 	return res
 }
 
-// produceFeeds produces res into the broker at addr.
-func produceFeeds(t testing.TB, addr string, res *gtfsrt.Result) {
+// ProduceFeeds produces res into the broker at addr.
+func ProduceFeeds(t testing.TB, addr string, res *gtfsrt.Result) {
 	t.Helper()
 	_, err := produce.GTFSRT(context.Background(), produce.Config{Brokers: []string{addr}}, res,
-		produce.Topics{Predictions: predictionsTopic, Positions: positionsTopic})
+		produce.Topics{Predictions: PredictionsTopic, Positions: PositionsTopic})
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// produceLines produces each line as one record of topic, as it is.
-func produceLines(t testing.TB, addr, topic string, lines ...string) {
+// ProduceLines produces each line as one record of topic, as it is.
+func ProduceLines(t testing.TB, addr, topic string, lines ...string) {
 	t.Helper()
 	_, err := produce.JSONL(context.Background(), produce.Config{Brokers: []string{addr}},
-		strings.NewReader(strings.Join(lines, "\n")), topic, produce.KeyFields(topic == positionsTopic))
+		strings.NewReader(strings.Join(lines, "\n")), topic, produce.KeyFields(topic == PositionsTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// proc is a running ovstream subprocess.
-type proc struct {
-	cmd  *exec.Cmd
+// Proc is a running ovstream subprocess.
+type Proc struct {
+	Cmd  *exec.Cmd
 	out  *bytes.Buffer
-	done chan struct{}
-	err  error
+	Done chan struct{}
+	Err  error
 }
 
-// startOvstream starts `ovstream ARGS...` with env added to the environment.
-func startOvstream(t testing.TB, env []string, args ...string) *proc {
+// StartOvstream starts `ovstream ARGS...` with env added to the environment.
+func StartOvstream(t testing.TB, env []string, args ...string) *Proc {
 	t.Helper()
-	return startWrapped(t, nil, env, args...)
+	return StartWrapped(t, nil, env, args...)
 }
 
-// startWrapped is startOvstream under the command wrap (e.g. unshare ...),
+// StartWrapped is startOvstream under the command wrap (e.g. unshare ...),
 // which runs `ovstream ARGS...` and ends with it.
-func startWrapped(t testing.TB, wrap, env []string, args ...string) *proc {
+func StartWrapped(t testing.TB, wrap, env []string, args ...string) *Proc {
 	t.Helper()
-	argv := append(append(slices.Clone(wrap), ovstreamBin(t)), args...)
+	argv := append(append(slices.Clone(wrap), OvstreamBin(t)), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{cmd: cmd, out: &bytes.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout = &lockedWriter{w: p.out}
+	p := &Proc{Cmd: cmd, out: &bytes.Buffer{}, Done: make(chan struct{})}
+	cmd.Stdout = &LockedWriter{W: p.out}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	go func() { p.Err = cmd.Wait(); close(p.Done) }()
 	t.Cleanup(func() {
 		select {
-		case <-p.done:
+		case <-p.Done:
 		default:
 			_ = cmd.Process.Kill()
-			<-p.done
+			<-p.Done
 		}
 	})
 	return p
 }
 
-// wait waits for the process to end and returns its exit code.
-func (p *proc) wait(t testing.TB, timeout time.Duration) int {
+// Wait waits for the process to end and returns its exit code.
+func (p *Proc) Wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(timeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("ovstream did not end within %v; output:\n%s", timeout, p.output())
+		_ = p.Cmd.Process.Kill()
+		<-p.Done
+		t.Fatalf("ovstream did not end within %v; output:\n%s", timeout, p.Output())
 	}
-	return p.cmd.ProcessState.ExitCode()
+	return p.Cmd.ProcessState.ExitCode()
 }
 
-// kill sends SIGKILL and waits.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+// Kill sends SIGKILL and waits.
+func (p *Proc) Kill() {
+	_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+	<-p.Done
 }
 
-func (p *proc) output() string {
-	w := p.cmd.Stdout.(*lockedWriter)
+func (p *Proc) Output() string {
+	w := p.Cmd.Stdout.(*LockedWriter)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return p.out.String()
 }
 
-type lockedWriter struct {
+type LockedWriter struct {
 	mu sync.Mutex
-	w  *bytes.Buffer
+	W  *bytes.Buffer
 }
 
-func (l *lockedWriter) Write(b []byte) (int, error) {
+func (l *LockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(b)
+	return l.W.Write(b)
 }
 
-// runArgs are the `run` arguments of the tests: fast flushes, and allowed
+// RunArgs are the `run` arguments of the tests: fast flushes, and allowed
 // lateness 10m so no event of the Auckland data is late (shared/data/README.md).
-func runArgs(db, brokers string, extra ...string) []string {
+func RunArgs(db, brokers string, extra ...string) []string {
 	return append([]string{"run", "--database-url", db, "--brokers", brokers, "--metrics-addr", "",
 		"--flush-interval", "100ms", "--allowed-lateness", "10m", "--log-level", "debug"}, extra...)
 }
 
-// drain runs `ovstream run --drain` to the end and fails the test unless it exits 0.
-func drain(t testing.TB, db, brokers string, extra ...string) string {
+// Drain runs `ovstream run --drain` to the end and fails the test unless it exits 0.
+func Drain(t testing.TB, db, brokers string, extra ...string) string {
 	t.Helper()
-	p := startOvstream(t, nil, runArgs(db, brokers, append([]string{"--drain"}, extra...)...)...)
-	if code := p.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("run --drain exited %d:\n%s", code, p.output())
+	p := StartOvstream(t, nil, RunArgs(db, brokers, append([]string{"--drain"}, extra...)...)...)
+	if code := p.Wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("run --drain exited %d:\n%s", code, p.Output())
 	}
-	return p.output()
+	return p.Output()
 }
 
-// dump returns the rows of query as sorted text lines, for exact comparison.
-func dump(t testing.TB, db, query string) []string {
+// Dump returns the rows of query as sorted text lines, for exact comparison.
+func Dump(t testing.TB, db, query string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -228,21 +228,21 @@ func dump(t testing.TB, db, query string) []string {
 
 // Canonical dumps of the result tables (timestamps of the write excluded).
 const (
-	dumpAggregates = `SELECT window_start, window_end, dimension, dimension_id, operator, event_count,
+	DumpAggregates = `SELECT window_start, window_end, dimension, dimension_id, operator, event_count,
 		mean_delay_s, p90_delay_s, min_delay_s, max_delay_s FROM delay_aggregates`
-	// dumpDistributions: the stored distribution of each delay_aggregates
+	// DumpDistributions: the stored distribution of each delay_aggregates
 	// row, one line per distinct delay with its position in the arrays.
-	dumpDistributions = `SELECT window_start, dimension, dimension_id, u.i, u.v, u.c
+	DumpDistributions = `SELECT window_start, dimension, dimension_id, u.i, u.v, u.c
 		FROM delay_aggregates CROSS JOIN LATERAL unnest(delay_values, delay_counts) WITH ORDINALITY AS u(v, c, i)`
-	dumpDeadLetters = `SELECT topic, partition, "offset", encode(key, 'escape'), encode(value, 'escape'), reason, error FROM dead_letters`
-	dumpVehicles    = `SELECT vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps, observed_at,
+	DumpDeadLetters = `SELECT topic, partition, "offset", encode(key, 'escape'), encode(value, 'escape'), reason, error FROM dead_letters`
+	DumpVehicles    = `SELECT vehicle_id, trip_id, line, operator, lat, lon, bearing, speed_mps, observed_at,
 		kafka_partition, kafka_offset FROM vehicle_latest`
-	dumpTrips = `SELECT trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s, observed_at,
+	DumpTrips = `SELECT trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s, observed_at,
 		kafka_partition, kafka_offset FROM trip_delay_latest`
 )
 
-// sameRows fails the test when a and b differ, showing the first differences.
-func sameRows(t testing.TB, what string, a, b []string) {
+// SameRows fails the test when a and b differ, showing the first differences.
+func SameRows(t testing.TB, what string, a, b []string) {
 	t.Helper()
 	inA := map[string]int{}
 	for _, r := range a {
@@ -275,11 +275,11 @@ func sameRows(t testing.TB, what string, a, b []string) {
 	}
 }
 
-// readTopic returns every record of topic as a read_committed consumer sees
+// ReadTopic returns every record of topic as a read_committed consumer sees
 // it, partition by partition in offset order. The partitions are read in
 // parallel; one that does not reach its high water mark within a minute
 // fails the test.
-func readTopic(t testing.TB, addr, topic string) []*sarama.ConsumerMessage {
+func ReadTopic(t testing.TB, addr, topic string) []*sarama.ConsumerMessage {
 	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_8_0_0
@@ -351,8 +351,8 @@ func readTopic(t testing.TB, addr, topic string) []*sarama.ConsumerMessage {
 	return out
 }
 
-// extractTarGz unpacks a .tar.gz of testdata into a temporary folder.
-func extractTarGz(t testing.TB, path string) string {
+// ExtractTarGz unpacks a .tar.gz of testdata into a temporary folder.
+func ExtractTarGz(t testing.TB, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -386,42 +386,42 @@ func extractTarGz(t testing.TB, path string) string {
 	}
 }
 
-// sigterm is what a service manager sends to stop the service.
-var sigterm = syscall.SIGTERM
+// Sigterm is what a service manager sends to stop the service.
+var Sigterm = syscall.SIGTERM
 
-// startBrokerProcess runs `ovstream broker` as its own process on addr
+// StartBrokerProcess runs `ovstream broker` as its own process on addr
 // ("127.0.0.1:0" = a free port) with 6 + 3 partitions and returns the
 // address it listens on.
-func startBrokerProcess(t testing.TB, addr, dataDir string) (string, *proc) {
+func StartBrokerProcess(t testing.TB, addr, dataDir string) (string, *Proc) {
 	t.Helper()
-	args := []string{"broker", "--addr", addr, "--topics", predictionsTopic + ":6," + positionsTopic + ":3"}
+	args := []string{"broker", "--addr", addr, "--topics", PredictionsTopic + ":6," + PositionsTopic + ":3"}
 	if dataDir != "" {
 		args = append(args, "--data-dir", dataDir)
 	}
-	p := startOvstream(t, nil, args...)
+	p := StartOvstream(t, nil, args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.output(), "\n") {
+		for _, line := range strings.Split(p.Output(), "\n") {
 			if a, ok := strings.CutPrefix(strings.TrimSpace(line), "broker listening on "); ok {
 				return a, p
 			}
 		}
 		select {
-		case <-p.done:
-			t.Fatalf("ovstream broker exited: %s", p.output())
+		case <-p.Done:
+			t.Fatalf("ovstream broker exited: %s", p.Output())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Fatalf("ovstream broker did not start:\n%s", p.output())
+	t.Fatalf("ovstream broker did not start:\n%s", p.Output())
 	return "", nil
 }
 
-// produceCLI runs `ovstream produce ARGS...` against brokers and returns its output.
-func produceCLI(t testing.TB, brokers string, args ...string) string {
+// ProduceCLI runs `ovstream produce ARGS...` against brokers and returns its output.
+func ProduceCLI(t testing.TB, brokers string, args ...string) string {
 	t.Helper()
-	p := startOvstream(t, nil, append([]string{"produce", "--brokers", brokers}, args...)...)
-	if code := p.wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("produce exited %d:\n%s", code, p.output())
+	p := StartOvstream(t, nil, append([]string{"produce", "--brokers", brokers}, args...)...)
+	if code := p.Wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("produce exited %d:\n%s", code, p.Output())
 	}
-	return p.output()
+	return p.Output()
 }

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package harness
 
 import (
 	"bufio"
@@ -20,26 +20,26 @@ import (
 // opsAddrRE finds the address `run` logs for /metrics, /healthz and /readyz.
 var opsAddrRE = regexp.MustCompile(`serving /metrics, /healthz and /readyz.*addr=([0-9.]+:[0-9]+)`)
 
-// opsAddr waits until p logged its metrics address and returns it.
-func opsAddr(t *testing.T, p *proc) string {
+// OpsAddr waits until p logged its metrics address and returns it.
+func OpsAddr(t *testing.T, p *Proc) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := opsAddrRE.FindStringSubmatch(p.output()); m != nil {
+		if m := opsAddrRE.FindStringSubmatch(p.Output()); m != nil {
 			return m[1]
 		}
 		select {
-		case <-p.done:
-			t.Fatalf("ovstream ended before serving metrics:\n%s", p.output())
+		case <-p.Done:
+			t.Fatalf("ovstream ended before serving metrics:\n%s", p.Output())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Fatalf("no metrics address logged within 30s:\n%s", p.output())
+	t.Fatalf("no metrics address logged within 30s:\n%s", p.Output())
 	return ""
 }
 
-// httpGet returns the status and body of GET url.
-func httpGet(t *testing.T, url string) (int, string) {
+// HttpGet returns the status and body of GET url.
+func HttpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(url)
@@ -54,11 +54,11 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// scrape returns the samples of /metrics whose name starts with ovstream_,
+// Scrape returns the samples of /metrics whose name starts with ovstream_,
 // keyed as printed: `name{label="v",...}` (labels sorted by name).
-func scrape(t *testing.T, addr string) map[string]float64 {
+func Scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	code, body := httpGet(t, "http://"+addr+"/metrics")
+	code, body := HttpGet(t, "http://"+addr+"/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics: HTTP %d", code)
 	}
@@ -79,8 +79,8 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 	return out
 }
 
-// waitFor polls cond every 50 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 50 ms until it holds or timeout passes.
+func WaitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -91,8 +91,8 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// highWaters returns every partition's high water mark of topics, keyed "topic/partition".
-func highWaters(t *testing.T, addr string, cfg *sarama.Config, topics ...string) map[string]int64 {
+// HighWaters returns every partition's high water mark of topics, keyed "topic/partition".
+func HighWaters(t *testing.T, addr string, cfg *sarama.Config, topics ...string) map[string]int64 {
 	t.Helper()
 	if cfg == nil {
 		cfg = sarama.NewConfig()
@@ -120,24 +120,24 @@ func highWaters(t *testing.T, addr string, cfg *sarama.Config, topics ...string)
 	return out
 }
 
-// storedNext returns stream_positions.next_offset of pipeline, keyed "topic/partition".
-func storedNext(t *testing.T, db, pipeline string) map[string]int64 {
+// StoredNext returns stream_positions.next_offset of pipeline, keyed "topic/partition".
+func StoredNext(t *testing.T, db, pipeline string) map[string]int64 {
 	t.Helper()
-	return storedOffsets(t, db, pipeline, "next_offset")
+	return StoredOffsets(t, db, pipeline, "next_offset")
 }
 
-// storedConsumedOf returns stream_positions.consumed_offset of pipeline, keyed "topic/partition".
-func storedConsumedOf(t *testing.T, db, pipeline string) map[string]int64 {
+// StoredConsumedOf returns stream_positions.consumed_offset of pipeline, keyed "topic/partition".
+func StoredConsumedOf(t *testing.T, db, pipeline string) map[string]int64 {
 	t.Helper()
-	return storedOffsets(t, db, pipeline, "consumed_offset")
+	return StoredOffsets(t, db, pipeline, "consumed_offset")
 }
 
-// storedOffsets returns column (next_offset or consumed_offset) of pipeline's
+// StoredOffsets returns column (next_offset or consumed_offset) of pipeline's
 // stream_positions rows that hold offsets, keyed "topic/partition".
-func storedOffsets(t *testing.T, db, pipeline, column string) map[string]int64 {
+func StoredOffsets(t *testing.T, db, pipeline, column string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
-	for _, r := range dump(t, db, fmt.Sprintf(`SELECT topic || '/' || partition, %s FROM stream_positions
+	for _, r := range Dump(t, db, fmt.Sprintf(`SELECT topic || '/' || partition, %s FROM stream_positions
 		WHERE pipeline = '%s' AND %s IS NOT NULL`, column, pipeline, column)) {
 		var k string
 		var v int64
@@ -149,8 +149,8 @@ func storedOffsets(t *testing.T, db, pipeline, column string) map[string]int64 {
 	return out
 }
 
-// createTopic creates topic on the broker at addr.
-func createTopic(t *testing.T, addr string, cfg *sarama.Config, topic string, partitions int32) {
+// CreateTopic creates topic on the broker at addr.
+func CreateTopic(t *testing.T, addr string, cfg *sarama.Config, topic string, partitions int32) {
 	t.Helper()
 	if cfg == nil {
 		cfg = sarama.NewConfig()
@@ -166,8 +166,8 @@ func createTopic(t *testing.T, addr string, cfg *sarama.Config, topic string, pa
 	}
 }
 
-// opsCtx is a context bounded by the test's deadline or 2 minutes.
-func opsCtx(t *testing.T) context.Context {
+// OpsCtx is a context bounded by the test's deadline or 2 minutes.
+func OpsCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package harness
 
 import (
 	"context"
@@ -27,8 +27,8 @@ import (
 type privatePG struct {
 	t    *testing.T
 	bin  string // folder of initdb, pg_ctl
-	dir  string // data folder
-	port int
+	Dir  string // data folder
+	Port int
 	as   []string // runs a command as the cluster's owner (root cannot run PostgreSQL)
 	uid  int      // the owner's ids when as is set, else -1
 	gid  int
@@ -53,13 +53,13 @@ func pgBinDir(t *testing.T) string {
 	return ""
 }
 
-// startPrivatePG initializes and starts a private cluster.
-func startPrivatePG(t *testing.T) *privatePG {
+// StartPrivatePG initializes and starts a private cluster.
+func StartPrivatePG(t *testing.T) *privatePG {
 	t.Helper()
 	p := newPrivatePG(t)
-	p.run("initdb", "-D", p.dir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+	p.Run("initdb", "-D", p.Dir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
 	p.appendConf("postgresql.conf", p.baseConf())
-	p.start()
+	p.Start()
 	return p
 }
 
@@ -74,7 +74,7 @@ func newPrivatePG(t *testing.T) *privatePG {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	p.dir = filepath.Join(dir, "data")
+	p.Dir = filepath.Join(dir, "data")
 	if os.Geteuid() == 0 { // initdb refuses root: run the cluster as postgres
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -91,10 +91,10 @@ func newPrivatePG(t *testing.T) *privatePG {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.port = l.Addr().(*net.TCPAddr).Port
+	p.Port = l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	t.Cleanup(func() {
-		c := p.cmd("pg_ctl", "-D", p.dir, "-m", "immediate", "-w", "stop")
+		c := p.cmd("pg_ctl", "-D", p.Dir, "-m", "immediate", "-w", "stop")
 		_ = exec.Command(c[0], c[1:]...).Run()
 	})
 	return p
@@ -105,7 +105,7 @@ func newPrivatePG(t *testing.T) *privatePG {
 // machine crash, and a SIGKILL loses nothing the kernel holds).
 func (p *privatePG) baseConf() string {
 	return fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\nfsync = off\n"+
-		"max_connections = 50\nshared_buffers = 32MB\n", p.port, filepath.Dir(p.dir))
+		"max_connections = 50\nshared_buffers = 32MB\n", p.Port, filepath.Dir(p.Dir))
 }
 
 // appendConf appends text to the file name of the data folder (created
@@ -119,7 +119,7 @@ func (p *privatePG) appendConf(name, text string) {
 // (flag os.O_APPEND) or replacing it (os.O_TRUNC).
 func (p *privatePG) writeConf(name, text string, flag int) {
 	p.t.Helper()
-	path := filepath.Join(p.dir, name)
+	path := filepath.Join(p.Dir, name)
 	f, err := os.OpenFile(path, flag|os.O_WRONLY|os.O_CREATE, 0o600)
 	if err == nil && p.uid >= 0 {
 		err = os.Chown(path, p.uid, p.gid)
@@ -139,7 +139,7 @@ func (p *privatePG) cmd(prog string, args ...string) []string {
 	return append(append(append([]string{}, p.as...), filepath.Join(p.bin, prog)), args...)
 }
 
-func (p *privatePG) run(prog string, args ...string) {
+func (p *privatePG) Run(prog string, args ...string) {
 	p.t.Helper()
 	c := p.cmd(prog, args...)
 	if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
@@ -147,38 +147,38 @@ func (p *privatePG) run(prog string, args ...string) {
 	}
 }
 
-// start starts the cluster and waits until it accepts connections.
-func (p *privatePG) start() {
+// Start starts the cluster and waits until it accepts connections.
+func (p *privatePG) Start() {
 	p.t.Helper()
-	p.run("pg_ctl", "-D", p.dir, "-l", filepath.Join(filepath.Dir(p.dir), "log"), "-w", "-t", "60", "start")
+	p.Run("pg_ctl", "-D", p.Dir, "-l", filepath.Join(filepath.Dir(p.Dir), "log"), "-w", "-t", "60", "start")
 }
 
-// stop stops it (fast: every session is terminated, open transactions roll back).
-func (p *privatePG) stop() {
+// Stop stops it (fast: every session is terminated, open transactions roll back).
+func (p *privatePG) Stop() {
 	p.t.Helper()
-	p.run("pg_ctl", "-D", p.dir, "-m", "fast", "-w", "-t", "60", "stop")
+	p.Run("pg_ctl", "-D", p.Dir, "-m", "fast", "-w", "-t", "60", "stop")
 }
 
-// restart stops and starts it.
-func (p *privatePG) restart() {
+// Restart stops and starts it.
+func (p *privatePG) Restart() {
 	p.t.Helper()
 	began := time.Now()
-	p.stop() // not pg_ctl restart: without -l the server would keep our output pipe open
-	p.start()
-	p.t.Logf("private PostgreSQL on port %d restarted in %v", p.port, time.Since(began).Round(time.Millisecond))
+	p.Stop() // not pg_ctl restart: without -l the server would keep our output pipe open
+	p.Start()
+	p.t.Logf("private PostgreSQL on port %d restarted in %v", p.Port, time.Since(began).Round(time.Millisecond))
 }
 
-// ready tells whether it accepts connections.
-func (p *privatePG) ready() bool {
-	return exec.Command(filepath.Join(p.bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(p.port)).Run() == nil
+// Ready tells whether it accepts connections.
+func (p *privatePG) Ready() bool {
+	return exec.Command(filepath.Join(p.bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port)).Run() == nil
 }
 
-// freshDB creates a database with every migration applied and returns its URL.
-func (p *privatePG) freshDB() string {
+// FreshDB creates a database with every migration applied and returns its URL.
+func (p *privatePG) FreshDB() string {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.Port)
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		p.t.Fatal(err)
@@ -187,7 +187,7 @@ func (p *privatePG) freshDB() string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE ovs"); err != nil {
 		p.t.Fatal(err)
 	}
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/ovs?sslmode=disable", p.port)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/ovs?sslmode=disable", p.Port)
 	if err := migrations.Up(ctx, url); err != nil {
 		p.t.Fatal(err)
 	}
