@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package realkafka_test
 
 import (
 	"encoding/json"
@@ -42,7 +42,7 @@ func TestRealKafkaSASLSSL(t *testing.T) {
 	}
 	env := []string{"KAFKA_SASL_PASSWORD=" + saslPassword}
 	out, errOut, code := harness.RunCLI(t, env, append(append([]string{"produce"}, sec(c.SASLBootstrap(), c.TLS.CAFile)...),
-		"--operator", "AT", "--predictions-topic", pred, "--positions-topic", pos, "--gtfs-rt", "../testdata/auckland-20160519-peak10min")...)
+		"--operator", "AT", "--predictions-topic", pred, "--positions-topic", pos, "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")...)
 	noPassword(t, "produce", out+errOut)
 	if code != 0 || !strings.Contains(out, "4610") {
 		t.Fatalf("produce over SASL_SSL: exit %d, want 0 and 4610 predictions: %s%s", code, out, errOut)

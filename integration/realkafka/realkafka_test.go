@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package realkafka_test
 
 import (
 	"cmp"
@@ -113,7 +113,7 @@ func kafkaTopics(t *testing.T, c *realkafka.Cluster, prefix string, configs map[
 func produceAuckland(t *testing.T, brokers, pred, pos string, extra ...string) {
 	t.Helper()
 	out := harness.ProduceCLI(t, brokers, append([]string{"--operator", "AT", "--predictions-topic", pred, "--positions-topic", pos,
-		"--gtfs-rt", "../testdata/auckland-20160519-peak10min"}, extra...)...)
+		"--gtfs-rt", "../../testdata/auckland-20160519-peak10min"}, extra...)...)
 	if !strings.Contains(out, "4610") {
 		t.Fatalf("produce of the Auckland peak does not report 4610 predictions:\n%s", out)
 	}
@@ -169,7 +169,7 @@ var realkafkaArchive = flag.String("realkafka.archive", "", "TestRealKafkaRunKil
 func killsFiles(t *testing.T) []string {
 	t.Helper()
 	if *realkafkaArchive == "" {
-		files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
+		files, err := filepath.Glob("../../testdata/auckland-20160519-peak10min/*.pb")
 		if err != nil || len(files) != 10 {
 			t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
 		}
@@ -332,7 +332,7 @@ func rideThroughBrokerLoss(t *testing.T, c *realkafka.Cluster, prefix string, co
 	t.Helper()
 	pred, pos := kafkaTopics(t, c, prefix, configs)
 	db := harness.FreshDB(t)
-	files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
+	files, err := filepath.Glob("../../testdata/auckland-20160519-peak10min/*.pb")
 	if err != nil || len(files) != 10 {
 		t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
 	}

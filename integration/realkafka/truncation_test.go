@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package realkafka_test
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 		}
 		return n
 	}
-	files, err := filepath.Glob("../testdata/auckland-20160519-peak10min/*.pb")
+	files, err := filepath.Glob("../../testdata/auckland-20160519-peak10min/*.pb")
 	if err != nil || len(files) != 10 {
 		t.Fatalf("the Auckland peak: %d files, want 10 (%v)", len(files), err)
 	}
@@ -151,7 +151,7 @@ func TestRealKafkaUncleanElectionTruncation(t *testing.T) {
 		}
 		return false
 	})
-	n := produce("--operator", "HFX", "--gtfs-rt", "../testdata/halifax-20251106/TripUpdates_20251106T210414Z.pb")
+	n := produce("--operator", "HFX", "--gtfs-rt", "../../testdata/halifax-20251106/TripUpdates_20251106T210414Z.pb")
 	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
