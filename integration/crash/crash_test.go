@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package crash
 
 import (
 	"context"
@@ -490,7 +490,7 @@ func TestCrashPointsKnown(t *testing.T) {
 		}
 	}
 	plain := filepath.Join(t.TempDir(), "ovstream")
-	if out, err := exec.Command("go", "build", "-o", plain, "../cmd/ovstream").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", plain, "../../cmd/ovstream").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(plain, "crashpoints").CombinedOutput()
