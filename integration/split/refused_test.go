@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package split
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ import (
 func TestSplitRefusedMergedRowKept(t *testing.T) {
 	t.Parallel()
 	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.ExecSQL(t, db, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_station_7151 CHECK (dimension <> 'station' OR dimension_id <> '`+harness.RefusedStation+`')`)
 	ps := harness.StartSplit(t, db, addr, harness.Split2, "--drain", "--allowed-lateness", "10m")
 	harness.WaitAll(t, ps, "split drains with a refused merged row")

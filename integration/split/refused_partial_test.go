@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package split
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 func TestSplitRefusedPartialWindow(t *testing.T) {
 	t.Parallel()
 	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.ExecSQL(t, db, `ALTER TABLE delay_partial_windows ADD CONSTRAINT no_partition_4 CHECK (partition <> 4)`)
 	ps := harness.StartSplit(t, db, addr, harness.Split2, "--drain", "--allowed-lateness", "10m")
 	harness.WaitAll(t, ps, "split drains with a refused partial window")
