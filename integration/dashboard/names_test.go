@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package dashboard
 
 import (
 	"cmp"
@@ -101,7 +101,7 @@ func shown(id string, n harness.NameRow, ok bool) string {
 func checkDashboardNames(t *testing.T, bro *harness.Browser, db, base string) {
 	zip := zipNames(t)
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
-	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", harness.HalifaxStatic, "--gtfs-rt", "../testdata/halifax-20251106")
+	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", harness.HalifaxStatic, "--gtfs-rt", "../../testdata/halifax-20251106")
 	harness.Drain(t, db, addr, "--pipeline", "halifax", "--allowed-lateness", "1h")
 	if w := harness.Dump(t, db, `SELECT count(DISTINCT window_start) FROM delay_aggregates WHERE pipeline = 'halifax'`); w[0] != "[1]" {
 		t.Fatalf("the Halifax sample fills %v windows, want 1", w)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package dashboard
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ import (
 
 // dashboardArchive is the sample the dashboard tests show: the 2 h of
 // Auckland morning peak (2016-05-19 07:00-09:04 in Auckland).
-const dashboardArchive = "../testdata/auckland-20160518-2h.tar.gz"
+const dashboardArchive = "../../testdata/auckland-20160518-2h.tar.gz"
 
 // dashboardBad are records no run can decode: 3 before the drain (dead
 // letters), 4 after it (the lag the health page must show).
