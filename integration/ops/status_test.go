@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 	addr := harness.StartBroker(t)
 	db := harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.BadLines...)
 	harness.Drain(t, db, addr, "--pipeline", "ops")
 

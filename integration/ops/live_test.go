@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"net/http"
@@ -29,7 +29,7 @@ import (
 // once across all polls.
 func TestOpsLiveGTFSRTPolling(t *testing.T) {
 	addr := harness.StartBroker(t)
-	const dir = "../testdata/auckland-20160519-peak10min"
+	const dir = "../../testdata/auckland-20160519-peak10min"
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestOpsLiveGTFSRTPolling(t *testing.T) {
 	if len(files) != 10 {
 		t.Fatalf("%d files in %s", len(files), dir)
 	}
-	const vpFile = "../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb"
+	const vpFile = "../../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb"
 	vp, err := os.ReadFile(vpFile)
 	if err != nil {
 		t.Fatal(err)

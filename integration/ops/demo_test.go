@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ func TestDemoNamesAMissingDatabaseFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Path = "/ovs_no_such_database"
-	out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + u.String()}, "demo", "--data", "../testdata")
+	out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + u.String()}, "demo", "--data", "../../testdata")
 	if code != 1 || !strings.Contains(errOut, `database "ovs_no_such_database" does not exist`) ||
 		!strings.Contains(errOut, "createdb ovs_no_such_database") {
 		t.Errorf("demo with a missing database: exit %d, stderr:\n%s", code, errOut)
@@ -49,7 +49,7 @@ func TestDemoTwiceWritesTheSameTable(t *testing.T) {
 	for i := range tables {
 		var errOut string
 		var code int
-		out, errOut, code = harness.RunCLI(t, env, "demo", "--data", "../testdata")
+		out, errOut, code = harness.RunCLI(t, env, "demo", "--data", "../../testdata")
 		if code != 0 {
 			t.Fatalf("demo %d: exit %d\n%s%s", i+1, code, out, errOut)
 		}

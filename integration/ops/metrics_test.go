@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"context"
@@ -101,7 +101,7 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	}
 
 	// Real data and four bad records.
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.ProduceLines(t, addr, harness.PredictionsTopic, harness.BadLines...)
 	const total = 4610 + 4
 	hw := harness.HighWaters(t, addr, nil, harness.PredictionsTopic, harness.PositionsTopic)
@@ -274,7 +274,7 @@ func TestOpsGroupOffsetFailuresAreNotFatal(t *testing.T) {
 		return err == nil && gs[pipeline].State == "Stable" && len(gs[pipeline].Members) == 1
 	})
 
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--pipeline", pipeline, "--metrics-addr", "127.0.0.1:0", "--log-level", "info")...)
 	ops := harness.OpsAddr(t, p)
 	var m map[string]float64

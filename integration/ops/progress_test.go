@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"encoding/json"
@@ -39,7 +39,7 @@ func logLines(t *testing.T, out, msg string) []map[string]any {
 func TestRunProgressAndStartStopLines(t *testing.T) {
 	addr := harness.StartBroker(t)
 	db := withPassword(t, harness.FreshDB(t), "Progr3ssPw")
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	const total = 4610
 	// Fetching pauses at 600 uncommitted records until the next commit
 	// (every 400 ms): the drain takes a few seconds, in steps.

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"encoding/json"
@@ -49,8 +49,8 @@ func TestLagVisibleToConfluentKafka(t *testing.T) {
 	py := pythonWithConfluentKafka(t)
 	addr := harness.StartBroker(t)
 	db := harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "HFX", "../testdata/halifax-20251106"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "HFX", "../../testdata/halifax-20251106"))
 	harness.Drain(t, db, addr, "--pipeline", "lagtool")
 	stored := harness.StoredNext(t, db, "lagtool")
 	out, err := exec.Command(py, "-c", committedPy, addr, "lagtool", harness.PredictionsTopic+":6", harness.PositionsTopic+":3").CombinedOutput()

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"crypto/ecdsa"
@@ -138,7 +138,7 @@ func TestOpsKafkaTLSAndSASL(t *testing.T) {
 	}
 	env512 := []string{"KAFKA_SASL_PASSWORD=" + pw512}
 	for _, args := range [][]string{
-		{"--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min"},
+		{"--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min"},
 		{"--jsonl", bad, "--topic", harness.PredictionsTopic},
 	} {
 		out, errOut, code := harness.RunCLI(t, env512, append(append([]string{"produce"}, sasl("SCRAM-SHA-512", "ops512")...), args...)...)

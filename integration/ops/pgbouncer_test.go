@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"bytes"
@@ -174,7 +174,7 @@ func TestPgBouncerSessionModeDrainEqualsSQLOracle(t *testing.T) {
 	bouncer := startPgBouncer(t, "session", "")
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 	db := harness.EmptyDB(t)
-	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")
 	via := bouncer.url(db)
 	m := harness.StartOvstream(t, nil, "migrate", "up", "--database-url", via)
 	if code := m.Wait(t, time.Minute); code != 0 {
@@ -205,7 +205,7 @@ func TestPgBouncerTransactionModeRefusedAtStart(t *testing.T) {
 	bouncer := startPgBouncer(t, "transaction", "ignore_startup_parameters = "+ignoredTimeouts)
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 	db := harness.FreshDB(t)
-	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")
 	p := harness.StartOvstream(t, nil, harness.RunArgs(bouncer.url(db), addr, "--drain", "--connect-timeout", "5s")...)
 	code := p.Wait(t, time.Minute)
 	out := p.Output()

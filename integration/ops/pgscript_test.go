@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // exit code.
 func runPostgresScript(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command("bash", append([]string{"../.ci/postgres.sh"}, args...)...)
+	cmd := exec.Command("bash", append([]string{"../../.ci/postgres.sh"}, args...)...)
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "DATABASE_URL=") {
 			cmd.Env = append(cmd.Env, e)
@@ -117,7 +117,7 @@ func TestPostgresScriptOnScramCluster(t *testing.T) {
 	}
 
 	// make run: the demo, to its summary.
-	demoOut, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + dbURL}, "demo", "--data", "../testdata")
+	demoOut, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + dbURL}, "demo", "--data", "../../testdata")
 	if code != 0 || !strings.Contains(demoOut, "ten most delayed lines of the busiest window") {
 		t.Fatalf("demo on the private cluster: exit %d\n%s%s", code, demoOut, errOut)
 	}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"encoding/json"
@@ -23,7 +23,7 @@ func TestReplicaReads(t *testing.T) {
 	rs := harness.StartReplicaSet(t, false)
 	db := rs.CreateDB()
 	addr := harness.StartBroker(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.Drain(t, db, addr)
 	rs.WaitReplayed()
 	primary, standby := rs.Nodes[0].Url("ovs"), rs.Nodes[1].Url("ovs")

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"regexp"
@@ -17,7 +17,7 @@ import (
 // row to the next (ties by id), while the mean column is free to.
 func TestDemoRanksMostDelayedLinesByP90(t *testing.T) {
 	db := harness.EmptyDB(t)
-	out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + db}, "demo", "--data", "../testdata")
+	out, errOut, code := harness.RunCLI(t, []string{"DATABASE_URL=" + db}, "demo", "--data", "../../testdata")
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s%s", code, out, errOut)
 	}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"strings"
@@ -21,7 +21,7 @@ func TestOpsPostgresOutage(t *testing.T) {
 	pg := harness.StartPrivatePG(t)
 	addr := harness.StartBroker(t)
 	db := pg.FreshDB()
-	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
+	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../../testdata/auckland-20160518-2h.tar.gz"))
 	total := len(res.Predictions)
 	half := total / 2
 	first, second := *res, *res

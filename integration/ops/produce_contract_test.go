@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"fmt"
@@ -78,7 +78,7 @@ func TestProduceSkipsWhatBreaksTheContract(t *testing.T) {
 // what the summary says it produced.
 func TestProduceReportsEachFile(t *testing.T) {
 	addr := harness.StartBroker(t)
-	out := harness.ProduceCLI(t, addr, "--operator", "AT", "--progress-interval", "0", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	out := harness.ProduceCLI(t, addr, "--operator", "AT", "--progress-interval", "0", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")
 	var files, preds int
 	for _, l := range strings.Split(out, "\n") {
 		if !strings.HasPrefix(l, "read file ") {

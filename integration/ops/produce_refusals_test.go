@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package ops
 
 import (
 	"net/http"
@@ -25,7 +25,7 @@ import (
 // failures are reported in the poll lines and tolerated (exit 0).
 func TestProduceFeedURLNeverAnswered(t *testing.T) {
 	addr := harness.StartBroker(t)
-	vp, err := os.ReadFile("../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb")
+	vp, err := os.ReadFile("../../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestProduceMissingTopicNotCreated(t *testing.T) {
 		topic string
 	}{
 		{[]string{"--jsonl", lines, "--topic", "arival_predictions"}, "arival_predictions"}, //nolint:misspell // a misspelt topic is what the test is about
-		{[]string{"--gtfs-rt", "../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb", "--operator", "HFX",
+		{[]string{"--gtfs-rt", "../../testdata/halifax-20251106/VehiclePositions_20251106T210259Z.pb", "--operator", "HFX",
 			"--predictions-topic", "no_predictions_here", "--positions-topic", "vehicle_positons"}, "vehicle_positons"},
 	} {
 		out, errOut, code := harness.RunCLI(t, nil, append([]string{"produce", "--brokers", addr}, tc.args...)...)
