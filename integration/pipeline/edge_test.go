@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"bytes"
@@ -74,7 +74,7 @@ func badRecords() []badRecord {
 // can act on. Redelivery of everything (stored next_offset reset to 0) adds
 // no dead letter and changes no window.
 func TestBadInputMixMatchesCleanRun(t *testing.T) {
-	res := harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min")
+	res := harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min")
 	half := len(res.Predictions) / 2
 	first, second := *res, *res
 	first.Predictions, second.Predictions = res.Predictions[:half], res.Predictions[half:]

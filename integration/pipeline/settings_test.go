@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 func TestPipelineSettingsShared(t *testing.T) {
 	t.Parallel()
 	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.Drain(t, db, addr, "--pipeline", "shared")
 	if got := harness.Dump(t, db, `SELECT window_size::text, topics::text FROM pipelines WHERE name = 'shared'`); len(got) != 1 ||
 		got[0] != "[00:05:00 {arrival_predictions,vehicle_positions}]" {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"bytes"
@@ -20,9 +20,9 @@ import (
 	"github.com/ovstream/ovstream/integration/harness"
 )
 
-var rollupArchive = flag.String("rollup.archive", "../testdata/auckland-20160518-2h.tar.gz",
+var rollupArchive = flag.String("rollup.archive", "../../testdata/auckland-20160518-2h.tar.gz",
 	"TestRollupEqualsSQLOracle: GTFS-realtime TripUpdates archive (.tar.gz or .tar.xz); the 48 h one is "+
-		"../../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz")
+		"../../../shared/data/auckland-20160519-48h-tripupdates-pb.tar.xz")
 
 // rollupQuantiles are the quantiles compared.
 var rollupQuantiles = []float64{0.5, 0.9, 0.99}
@@ -233,7 +233,7 @@ const readmeNow = `'2016-05-19 10:30:00+12'::timestamptz`
 // to return rows.
 func checkDocQueries(t *testing.T, db string) {
 	t.Helper()
-	b, err := os.ReadFile("../docs/analysing.md")
+	b, err := os.ReadFile("../../docs/analysing.md")
 	if err != nil {
 		t.Fatal(err)
 	}

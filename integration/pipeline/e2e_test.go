@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"fmt"
@@ -22,11 +22,11 @@ import (
 func TestDrainEqualsSQLOracle(t *testing.T) {
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 	db := harness.FreshDB(t)
-	out := harness.ProduceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130")
+	out := harness.ProduceCLI(t, addr, "--gtfs-rt", "../../testdata/nl-ovapi-20141130")
 	if !strings.Contains(out, "59946") {
 		t.Fatalf("produce of the OVapi snapshot does not report 59946 predictions:\n%s", out)
 	}
-	out = harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	out = harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")
 	if !strings.Contains(out, "4610") {
 		t.Fatalf("produce of the Auckland peak does not report 4610 predictions:\n%s", out)
 	}
@@ -88,7 +88,7 @@ func TestDrainEqualsSQLOracle(t *testing.T) {
 // over the same topic, on real, slightly out-of-order data.
 func TestKillMidStreamThenRestart(t *testing.T) {
 	addr := harness.StartBroker(t)
-	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
+	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../../testdata/auckland-20160518-2h.tar.gz"))
 	half := len(res.Predictions) / 2
 	first, second := *res, *res
 	first.Predictions = res.Predictions[:half]

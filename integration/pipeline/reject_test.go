@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"errors"
@@ -99,7 +99,7 @@ func checkRefusedRealIDs(t *testing.T, db string, n int) {
 // letters.
 func TestRejectedRowsAreDeadLettered(t *testing.T) {
 	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	refuseRealIDs(t, db)
 	out := harness.Drain(t, db, addr)
 	if !strings.Contains(out, "refused") {
@@ -204,7 +204,7 @@ func killAtRound(t *testing.T, db, addr string, round int) {
 func TestCrashDuringRejectionRounds(t *testing.T) {
 	t.Parallel() // its own broker and databases
 	addr := harness.StartBroker(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	killed := harness.FreshDB(t)
 	refuseRealIDs(t, killed)
 	killAtRound(t, killed, addr, 1)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"fmt"
@@ -81,7 +81,7 @@ func TestIdleFinalizeOldDataWarns(t *testing.T) {
 	harness.WaitFor(t, time.Minute, "the watermark following the wall clock", func() bool {
 		return harness.Scrape(t, ops)["ovstream_watermark_timestamp_seconds"] > float64(time.Now().Add(-time.Hour).Unix())
 	})
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	harness.WaitFor(t, time.Minute, "every prediction late", func() bool {
 		return harness.Scrape(t, ops)[`ovstream_late_events_total{topic="arrival_predictions"}`] == 4610
 	})

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"fmt"
@@ -148,7 +148,7 @@ var windowsFrom = time.Date(2016, 5, 18, 20, 0, 0, 0, time.UTC)
 // was dead-lettered late and the tables stayed without them.
 func TestDLQReplayRejectedAfterFix(t *testing.T) {
 	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../testdata/auckland-20160519-peak10min"))
+	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))
 	refuseRealIDs(t, db)
 	harness.Drain(t, db, addr)
 	n := harness.LoadOracleInput(t, db, addr, harness.PredictionsTopic)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"context"
@@ -65,11 +65,11 @@ func TestPipelinesShareADatabase(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	addr := b.Addr()
-	harness.ProduceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130")
-	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
-	harness.ProduceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130", "--predictions-topic", "nl_predictions",
+	harness.ProduceCLI(t, addr, "--gtfs-rt", "../../testdata/nl-ovapi-20141130")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")
+	harness.ProduceCLI(t, addr, "--gtfs-rt", "../../testdata/nl-ovapi-20141130", "--predictions-topic", "nl_predictions",
 		"--positions-topic", harness.PositionsTopic)
-	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min",
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min",
 		"--predictions-topic", "akl_predictions", "--positions-topic", harness.PositionsTopic)
 
 	type pipe struct {

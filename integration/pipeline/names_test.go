@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"bytes"
@@ -70,7 +70,7 @@ func TestNamesHalifaxStaticFeed(t *testing.T) {
 		}
 	}
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
-	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", harness.HalifaxStatic, "--gtfs-rt", "../testdata/halifax-20251106")
+	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", harness.HalifaxStatic, "--gtfs-rt", "../../testdata/halifax-20251106")
 	db := harness.FreshDB(t)
 	harness.Drain(t, db, addr, "--allowed-lateness", "1h")
 

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func TestBurstOfKeysEqualsSQLOracle(t *testing.T) {
 	const stations = 50_000
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 	db := harness.FreshDB(t)
-	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../testdata/auckland-20160519-peak10min")
+	harness.ProduceCLI(t, addr, "--operator", "AT", "--gtfs-rt", "../../testdata/auckland-20160519-peak10min")
 
 	window := time.Date(2016, 5, 18, 20, 5, 0, 0, time.UTC) // inside the peak's 10 minutes
 	var b strings.Builder

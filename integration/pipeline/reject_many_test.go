@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func TestRejectManyRows(t *testing.T) {
 		`ALTER SYSTEM SET max_locks_per_transaction = 16`)
 	pg.Restart()
 	addr, db := harness.StartBroker(t), pg.FreshDB()
-	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../testdata/auckland-20160518-2h.tar.gz"))
+	res := harness.LoadFeeds(t, "AT", harness.ExtractTarGz(t, "../../testdata/auckland-20160518-2h.tar.gz"))
 	harness.ProduceFeeds(t, addr, res)
 	harness.ExecSQL(t, db, `ALTER TABLE delay_aggregates ADD CONSTRAINT no_station_7 CHECK (dimension <> 'station' OR dimension_id NOT LIKE '7%')`)
 	// Each search is bounded by a commit's 2 minutes and hands on what it

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package pipeline
 
 import (
 	"fmt"
@@ -17,12 +17,12 @@ import (
 // rows count the 4,936 updates that gave only a time on top of the 11,638
 // of a produce without the static feed, drained into a database of its own.
 func TestDrainHalifaxStaticFeedEqualsSQLOracle(t *testing.T) {
-	const static = "../testdata/halifax-20251106/google_transit_trimmed.zip"
+	const static = "../../testdata/halifax-20251106/google_transit_trimmed.zip"
 	counts := map[bool]int{}
 	for _, withStatic := range []bool{false, true} {
 		addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 		db := harness.FreshDB(t)
-		args := []string{"--operator", "HFX", "--gtfs-rt", "../testdata/halifax-20251106"}
+		args := []string{"--operator", "HFX", "--gtfs-rt", "../../testdata/halifax-20251106"}
 		want := "produced 11638 predictions to arrival_predictions, 291 positions to vehicle_positions from 2 files; skipped: 5403 no delay"
 		if withStatic {
 			args = append([]string{"--gtfs-static", static}, args...)
