@@ -44,6 +44,8 @@ type Browser struct {
 	Ctx context.Context
 }
 
+// NewBrowser starts headless Chromium (Debian's chromium) with a profile of
+// its own in a temporary folder; it is closed when the test ends.
 func NewBrowser(t *testing.T) *Browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],

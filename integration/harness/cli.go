@@ -81,6 +81,8 @@ func (s StatusJSON) Lag() int64 {
 	return *s.TotalLag
 }
 
+// Status runs `ovstream status --json` of pipeline against db and the broker
+// at addr and returns its decoded answer; the test fails on a non-zero exit.
 func Status(t *testing.T, db, addr, pipeline string) StatusJSON {
 	t.Helper()
 	out, errOut, code := RunCLI(t, nil, "status", "--json", "--database-url", db, "--brokers", addr, "--pipeline", pipeline)

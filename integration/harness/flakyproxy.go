@@ -15,8 +15,8 @@ import (
 // flakyProxy is a TCP proxy on 127.0.0.1 for a flaky network: it adds a
 // latency to every chunk in each direction (pipelined: throughput is kept,
 // each byte arrives that much later) and resets connections on command
-// (SO_LINGER 0, so the peer reads ECONNRESET): every open one (resetAll),
-// or the next n it accepts, at once (resetNext).
+// (SO_LINGER 0, so the peer reads ECONNRESET): every open one (ResetAll),
+// or the next n it accepts, at once (ResetNext).
 type flakyProxy struct {
 	t       testing.TB
 	ln      net.Listener
@@ -57,14 +57,18 @@ func StartBrokerBehind(t testing.TB, p *flakyProxy) {
 	p.setTarget(b.Addr())
 }
 
+// Addr is the proxy's listening address.
 func (p *flakyProxy) Addr() string { return p.ln.Addr().String() }
 
 func (p *flakyProxy) setTarget(addr string) { p.target.Store(&addr) }
 
+// SetLatency delays every chunk the proxy forwards by d.
 func (p *flakyProxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 
+// ResetNext makes the proxy reset the next n connections it accepts.
 func (p *flakyProxy) ResetNext(n int) { p.refuse.Store(int64(n)) }
 
+// ResetCount is how many connections the proxy has reset.
 func (p *flakyProxy) ResetCount() int64 { return p.resets.Load() }
 
 func (p *flakyProxy) track(c *net.TCPConn, on bool) {

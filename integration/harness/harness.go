@@ -29,6 +29,7 @@ import (
 	"github.com/ovstream/ovstream/feed/produce"
 )
 
+// The topics of the tests' embedded broker (StartBroker).
 const (
 	PredictionsTopic = "arrival_predictions"
 	PositionsTopic   = "vehicle_positions"
@@ -118,7 +119,7 @@ func StartOvstream(t testing.TB, env []string, args ...string) *Proc {
 	return StartWrapped(t, nil, env, args...)
 }
 
-// StartWrapped is startOvstream under the command wrap (e.g. unshare ...),
+// StartWrapped is StartOvstream under the command wrap (e.g. unshare ...),
 // which runs `ovstream ARGS...` and ends with it.
 func StartWrapped(t testing.TB, wrap, env []string, args ...string) *Proc {
 	t.Helper()
@@ -162,6 +163,7 @@ func (p *Proc) Kill() {
 	<-p.Done
 }
 
+// Output is what the process has written to stdout and stderr so far.
 func (p *Proc) Output() string {
 	w := p.Cmd.Stdout.(*LockedWriter)
 	w.mu.Lock()
@@ -169,11 +171,14 @@ func (p *Proc) Output() string {
 	return p.out.String()
 }
 
+// LockedWriter is a buffer that a child process and the test write and read
+// from different goroutines.
 type LockedWriter struct {
 	mu sync.Mutex
 	W  *bytes.Buffer
 }
 
+// Write appends b to the buffer under its lock.
 func (l *LockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

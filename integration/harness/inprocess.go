@@ -23,8 +23,10 @@ import (
 // flush intervals and timeouts still pass while the clock jumps.
 type SkewClock struct{ off atomic.Int64 }
 
+// Now is the wall clock plus the skew of every Jump so far.
 func (c *SkewClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
 
+// Jump moves the clock by d (negative: backwards).
 func (c *SkewClock) Jump(d time.Duration) { c.off.Add(int64(d)) }
 
 // InProcess is consumer.Run in the test's process, on clock.
@@ -175,6 +177,7 @@ func CheckOnce(t *testing.T, db, addr string, want map[int64]string) {
 	}
 }
 
+// Total is the sum of m's values.
 func Total(m map[string]int64) int {
 	n := int64(0)
 	for _, v := range m {
@@ -183,4 +186,5 @@ func Total(m map[string]int64) int {
 	return int(n)
 }
 
+// Rfc formats t in UTC as RFC 3339 (seconds).
 func Rfc(t time.Time) string { return t.UTC().Format(time.RFC3339) }

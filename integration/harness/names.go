@@ -9,6 +9,7 @@ import (
 	"testing"
 )
 
+// HalifaxStatic is the trimmed Halifax Transit static GTFS zip of testdata/.
 var HalifaxStatic = RepoPath("testdata/halifax-20251106/google_transit_trimmed.zip")
 
 // ZipTable reads one CSV file of a GTFS zip as rows by column name, with

@@ -49,7 +49,7 @@ SELECT ws, ws + interval '300 seconds', dim, id,
 	count(*), avg(d), percentile_cont(0.9) WITHIN GROUP (ORDER BY d), min(d), max(d)
 FROM dims GROUP BY ws, dim, id`
 
-// OracleDistributions computes the stored distributions (dumpDistributions)
+// OracleDistributions computes the stored distributions (DumpDistributions)
 // from the same events: per window, dimension and id, each distinct delay
 // (-0 as 0) with its rank in ascending order and its number of events.
 const OracleDistributions = oracleDims + `
@@ -62,7 +62,7 @@ func LoadOracleInput(t *testing.T, db, addr, topic string) int {
 	return LoadOracleInputFrom(t, db, addr, topic, 0)
 }
 
-// LoadOracleInputFrom is loadOracleInput of the records at offset from and
+// LoadOracleInputFrom is LoadOracleInput of the records at offset from and
 // above of each partition.
 func LoadOracleInputFrom(t *testing.T, db, addr, topic string, from int64) int {
 	t.Helper()

@@ -139,6 +139,8 @@ func (p *privatePG) cmd(prog string, args ...string) []string {
 	return append(append(append([]string{}, p.as...), filepath.Join(p.bin, prog)), args...)
 }
 
+// Run runs the PostgreSQL program prog (initdb, pg_ctl, ...) of the
+// cluster's installation with args; the test fails if it fails.
 func (p *privatePG) Run(prog string, args ...string) {
 	p.t.Helper()
 	c := p.cmd(prog, args...)

@@ -34,7 +34,7 @@ type PgReplicaSet struct {
 	Primary int // index of the node that is the primary now
 }
 
-// pgNode is one node of a pgReplicaSet.
+// pgNode is one node of a PgReplicaSet.
 type pgNode struct {
 	*privatePG
 	Name string
@@ -90,6 +90,7 @@ func StartReplicaSet(t *testing.T, sync bool) *PgReplicaSet {
 	return rs
 }
 
+// Mode names the replication: "synchronous" or "asynchronous".
 func (rs *PgReplicaSet) Mode() string {
 	if rs.Sync {
 		return "synchronous"

@@ -26,7 +26,7 @@ func TestDatabaseURL() string {
 	return "postgres://postgres@127.0.0.1:5432/ovstream?sslmode=disable"
 }
 
-// TestServerAddr returns host:port of the test server (testDatabaseURL).
+// TestServerAddr returns host:port of the test server (TestDatabaseURL).
 func TestServerAddr(t testing.TB) string {
 	t.Helper()
 	u, err := url.Parse(TestDatabaseURL())
@@ -47,7 +47,7 @@ func EmptyDB(t testing.TB) string {
 	return EmptyDBWith(t, "")
 }
 
-// EmptyDBWith is emptyDB creating the database WITH options, e.g.
+// EmptyDBWith is EmptyDB creating the database WITH options, e.g.
 // "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0".
 func EmptyDBWith(t testing.TB, options string) string {
 	t.Helper()
@@ -87,7 +87,7 @@ func EmptyDBWith(t testing.TB, options string) string {
 	return u.String()
 }
 
-// FreshDB is emptyDB with every migration applied.
+// FreshDB is EmptyDB with every migration applied.
 func FreshDB(t testing.TB) (url string) {
 	t.Helper()
 	url = EmptyDB(t)

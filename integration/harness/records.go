@@ -56,7 +56,7 @@ func ProduceRecords(t testing.TB, addr string, recs ...Rec) {
 	ProduceRecordsAt(t, addr, nil, recs...)
 }
 
-// ProduceRecordsAt is produceRecords with at[i] the timestamp (CreateTime)
+// ProduceRecordsAt is ProduceRecords with at[i] the timestamp (CreateTime)
 // of recs[i]; nil at: the producer's clock.
 func ProduceRecordsAt(t testing.TB, addr string, at []time.Time, recs ...Rec) {
 	t.Helper()
@@ -107,7 +107,7 @@ func Pos(vehicle string, lat float64, eventTime string) []byte {
 	return []byte(fmt.Sprintf(`{"vehicle_id":%q,"lat":%v,"lon":174.76,"event_time":%q}`, vehicle, lat, eventTime))
 }
 
-// RefusedStation and refusedTrip are real ids of the Auckland peak sample:
+// RefusedStation and RefusedTrip are real ids of the Auckland peak sample:
 // the stop with the most predictions (28, in all three windows) and a trip
 // with 11 predictions.
 const (

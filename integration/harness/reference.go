@@ -158,6 +158,9 @@ type feedStep struct {
 
 const settlePause = 1500 * time.Millisecond // > the service's 1 s high-water poll
 
+// NewFeed splits ds's predictions into chunks steps (at least 2) produced
+// to the broker at addr, with the dataset's bad messages after the first
+// half, so that every feed of ds gives the same offsets.
 func NewFeed(ds *Dataset, addr string, chunks int) *Feed {
 	f := &Feed{addr: addr, done: make(chan struct{}), stop: make(chan struct{})}
 	// The bad predictions go after the first half of the predictions,
@@ -187,6 +190,7 @@ func (f *Feed) HoldBack(n int) {
 	f.limit = len(f.Steps) - n
 }
 
+// Release lets the feed produce every step, also those held back.
 func (f *Feed) Release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -287,6 +291,7 @@ func (f *Feed) Wait(t testing.TB, timeout time.Duration) {
 	}
 }
 
+// Finished reports whether every step has been produced.
 func (f *Feed) Finished() bool {
 	select {
 	case <-f.done:
@@ -302,11 +307,13 @@ func (f *Feed) Pause() {
 	f.paused = true
 }
 
+// Resume lets a paused feed go on.
 func (f *Feed) Resume() {
 	f.paused = false
 	f.mu.Unlock()
 }
 
+// Close stops the feed and waits for its goroutine.
 func (f *Feed) Close() {
 	if f.paused {
 		f.Resume()
@@ -447,6 +454,8 @@ func HighWaterMarks(t *testing.T, addr string) map[aggregate.PartitionID]int64 {
 	return hw
 }
 
+// ReadHighWater returns the newest offset of every partition of the
+// predictions and positions topics.
 func ReadHighWater(client sarama.Client) (map[aggregate.PartitionID]int64, error) {
 	hw := map[aggregate.PartitionID]int64{}
 	for _, topic := range []string{PredictionsTopic, PositionsTopic} {
@@ -492,6 +501,7 @@ func Scalar[T any](t *testing.T, db, sql string) T {
 	}
 }
 
+// Tail returns the last n lines of s.
 func Tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {

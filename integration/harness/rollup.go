@@ -29,7 +29,7 @@ type GroupKey struct {
 }
 
 // CreateOracleEvents copies every record of the predictions topic at addr
-// into oracle_msgs (loadOracleInput) and makes the table oracle_events of
+// into oracle_msgs (LoadOracleInput) and makes the table oracle_events of
 // the events of those that are not dead letters: at (event_time), d
 // (delay_s), line, stop, op. It returns how many records it read.
 func CreateOracleEvents(t *testing.T, db, addr string) int {
@@ -44,6 +44,8 @@ func CreateOracleEvents(t *testing.T, db, addr string) int {
 	return n
 }
 
+// Exec1 runs one SQL statement with args on db (5 minutes at most); the test
+// fails on an error.
 func Exec1(t *testing.T, db, sql string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

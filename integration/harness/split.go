@@ -44,9 +44,10 @@ type splitStoreRig struct {
 	Partials func() int
 }
 
-// SplitOwner is the owner that claims partition part of topic t in newSplitStoreRig.
+// SplitOwner is the owner that claims partition part of topic t in NewSplitStoreRig.
 func SplitOwner(part int32) string { return fmt.Sprintf("instance-%d", part) }
 
+// NewSplitStoreRig opens Stores of one split pipeline on a fresh database.
 func NewSplitStoreRig(t *testing.T) *splitStoreRig {
 	ctx := TestCtx(t)
 	url := FreshDB(t)

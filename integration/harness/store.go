@@ -26,17 +26,20 @@ func ExecSQL(t *testing.T, db, sql string) {
 	}
 }
 
+// TestCtx is a context that ends after a minute or with the test.
 func TestCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// Tp0 is the partition openStore claims, as owner0; at0 is a batch's position of it.
+// Tp0 is the partition OpenStore claims, as owner0; at0 is a batch's position of it.
 var Tp0 = aggregate.PartitionID{Topic: "t", Partition: 0}
 
+// Owner0 is the owner OpenStore claims as.
 const Owner0 = "test"
 
+// At0 is a batch's position of Tp0: next and consumed offset both next.
 func At0(next int64) []store.Position {
 	return []store.Position{{PartitionID: Tp0, NextOffset: next, ConsumedOffset: next}}
 }
@@ -74,6 +77,7 @@ func Query[T any](t *testing.T, url, sql string, args ...any) T {
 	return v
 }
 
+// T0 is the store tests' reference time, 2026-03-01 12:00 UTC.
 var T0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // Row is a delay_aggregates row with a distribution whose ends are lo and
