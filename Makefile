@@ -138,6 +138,9 @@ clean:
 # "--broker kafka": Apache Kafka (integration/realkafka, one KRaft node, 1 GiB heap; needs java
 # and mvn) instead of the embedded kfake broker, "--broker both": each, side by side;
 # "--sustained" (--sustained-duration 2m): the highest sustained rate, sustained_rate=.
+# "--peer flink" (with --broker kafka or both; needs a JDK and mvn): also the Flink SQL job
+# (integration/flinkpeer), its rows checked against (b)'s, flink_wall_ratio=, flink_cpu_ratio=,
+# flink_rss_ratio=.
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh
