@@ -20,7 +20,7 @@ run: build
 
 # Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), the real-broker
 # tier (TestRealKafka*: Apache Kafka from Maven Central, docs/getting-started.md "Tested against Apache Kafka";
-# its own step and timeout, ~3 min on 2 cores; fails without java/mvn), a COPY whose
+# its own step and timeout, ~4 min on 2 cores, the Flink SQL peer's test about 1 of them; fails without java/javac/mvn), a COPY whose
 # connection breaks mid-way and the outcome of a lost COMMIT, under the race detector (store), short fuzzing,
 # the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
 test: vet lint build
