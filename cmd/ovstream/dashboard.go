@@ -17,6 +17,7 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
+	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -130,8 +131,8 @@ func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 		if err != nil {
 			return nil, err
 		}
-		rep := buildStatus(pipeline, st)
-		err = kafkaOffsets(rep, brokers, pipelineTopics(st), sc)
+		rep := status.FromStore(pipeline, st)
+		err = kafkaOffsets(rep, brokers, status.PipelineTopics(st), sc)
 		out := make([]dashboard.PartitionLag, 0, len(rep.Partitions))
 		for _, p := range rep.Partitions {
 			out = append(out, dashboard.PartitionLag{Partition: fmt.Sprintf("%s/%d", p.Topic, p.Partition),

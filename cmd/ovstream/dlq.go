@@ -248,7 +248,10 @@ func listJSON(w io.Writer, dls []store.StoredDeadLetter) error {
 	enc := json.NewEncoder(w)
 	for _, d := range dls {
 		j := dlqJSON{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Reason: d.Reason, Error: d.Error,
-			Key: d.Key, Value: d.Value, CreatedAt: d.CreatedAt, ReplayedAt: timePtr(d.ReplayedAt)}
+			Key: d.Key, Value: d.Value, CreatedAt: d.CreatedAt}
+		if !d.ReplayedAt.IsZero() {
+			j.ReplayedAt = &d.ReplayedAt
+		}
 		if d.ReplayedTo != "" {
 			j.ReplayedTo = &d.ReplayedTo
 		}

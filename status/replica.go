@@ -1,4 +1,4 @@
-package main
+package status
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// replicaStatus returns nil when databaseURL leads to a primary, else what the
+// Replica returns nil when databaseURL leads to a primary, else what the
 // standby replayed (store.Replica). It only reads, on a connection of its own.
-func replicaStatus(ctx context.Context, databaseURL string) (*store.Replica, error) {
+func Replica(ctx context.Context, databaseURL string) (*store.Replica, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	st, err := store.Open(ctx, databaseURL)
@@ -22,8 +22,8 @@ func replicaStatus(ctx context.Context, databaseURL string) (*store.Replica, err
 	return st.ReplicaState(ctx)
 }
 
-// printReplica prints the replica line of `status` (nothing on a primary).
-func printReplica(w io.Writer, r *store.Replica) {
+// PrintReplica prints the replica line of `status` (nothing on a primary).
+func PrintReplica(w io.Writer, r *store.Replica) {
 	if r == nil {
 		return
 	}
