@@ -15,6 +15,7 @@ type partState struct {
 	hwAt        time.Time  // when the reading of highWater was sent; zero: the last reading failed, so unknown
 	drainTarget int64      // where a drain of it ends: its last stable offset at start (drain.go)
 	replayUntil int64      // the stored consumed_offset: records below it were consumed before the restart (replay.go)
+	seek        int64      // the offset reading started at (start.go): held counts from it until a position is stored
 	lastSeen    time.Time  // wall time of its last record, or of its seek
 	probed      int64      // the consumed offset at its last marker probe, -1 for none
 	probeRetry  probeRetry // the backoff of its failing marker probes; zero: none failing

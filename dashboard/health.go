@@ -14,13 +14,16 @@ import (
 // default --lease of run.
 const instanceLease = 15 * time.Second
 
-// PartitionLag is one partition's lag: the high water mark minus the stored
-// next offset (the log start when nothing is stored). A nil field is unknown.
+// PartitionLag is one partition's lag: the records not yet read, the high
+// water mark minus the consumed position (the log start when nothing is
+// stored); and the records held: read, not yet committable (the consumed
+// position minus the stored next offset). A nil field is unknown.
 type PartitionLag struct {
 	Partition  string `json:"partition"` // topic/partition
 	NextOffset *int64 `json:"next_offset"`
 	HighWater  *int64 `json:"high_water"`
 	Lag        *int64 `json:"lag"`
+	Held       *int64 `json:"held"`
 }
 
 // LagFunc reads the lag of a pipeline's partitions, given what the database

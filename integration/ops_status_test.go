@@ -41,6 +41,8 @@ type statusJSON struct {
 		Topic      string     `json:"topic"`
 		Partition  int32      `json:"partition"`
 		NextOffset *int64     `json:"next_offset"`
+		Consumed   *int64     `json:"consumed_offset"`
+		Held       *int64     `json:"held"`
 		LogStart   *int64     `json:"log_start"`
 		HighWater  *int64     `json:"high_water"`
 		Lag        *int64     `json:"lag"`
@@ -57,6 +59,7 @@ type statusJSON struct {
 		Alive         bool     `json:"alive"`
 	} `json:"instances"`
 	TotalLag    *int64 `json:"total_lag"` // null: unknown (Kafka could not be read)
+	TotalHeld   int64  `json:"total_held"`
 	DeadLetters map[string]struct {
 		Total    int64 `json:"total"`
 		Replayed int64 `json:"replayed"`

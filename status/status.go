@@ -21,11 +21,12 @@ type Partition struct {
 	Topic          string     `json:"topic"`
 	Partition      int32      `json:"partition"`
 	NextOffset     *int64     `json:"next_offset"`     // stored committable offset; null = no stored position
-	ConsumedOffset *int64     `json:"consumed_offset"` // stored one-past-last consumed
+	ConsumedOffset *int64     `json:"consumed_offset"` // consumed position stored by the last commit: one past the last record read
+	Held           *int64     `json:"held"`            // consumed_offset - next_offset: read, not yet committable (open windows); null = no stored position
 	UpdatedAt      *time.Time `json:"updated_at"`
 	LogStart       *int64     `json:"log_start"`       // null when Kafka could not be asked
 	HighWater      *int64     `json:"high_water"`      // null when Kafka could not be asked
-	Lag            *int64     `json:"lag"`             // high_water - next_offset (log_start when nothing is stored); null = unknown
+	Lag            *int64     `json:"lag"`             // records not yet read: high_water - consumed_offset (- log_start when nothing is stored); null = unknown
 	Owner          string     `json:"owner"`           // host:pid-nonce of the instance holding it; "" = none
 	Epoch          int64      `json:"epoch"`           // its fencing epoch (0 = never claimed)
 	Lease          string     `json:"lease"`           // alive, expired or released ("" = never claimed)
@@ -58,7 +59,8 @@ type Report struct {
 	LeaseS          float64                      `json:"lease_s"` // the --lease the lease states are judged by, seconds
 	Partitions      []Partition                  `json:"partitions"`
 	Instances       []Instance                   `json:"instances"`
-	TotalLag        *int64                       `json:"total_lag"` // null: unknown (a partition's lag could not be read)
+	TotalLag        *int64                       `json:"total_lag"`  // null: unknown (a partition's lag could not be read)
+	TotalHeld       int64                        `json:"total_held"` // the partitions' held, summed
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
 	RefusedWindows  int64                        `json:"refused_windows"` // rows in refused_windows (docs/runbook.md)
 	KafkaError      string                       `json:"kafka_error,omitempty"`
@@ -99,8 +101,10 @@ func FromStore(pipeline string, s *store.Status) *Report {
 	r.NewestWindowEnd = timePtr(s.NewestWindowEnd)
 	for _, p := range s.Positions {
 		next, consumed, at := p.NextOffset, p.ConsumedOffset, p.UpdatedAt
+		held := consumed - next
+		r.TotalHeld += held
 		r.Partitions = append(r.Partitions, Partition{Topic: p.Topic, Partition: p.Partition,
-			NextOffset: &next, ConsumedOffset: &consumed, UpdatedAt: &at})
+			NextOffset: &next, ConsumedOffset: &consumed, Held: &held, UpdatedAt: &at})
 	}
 	return r
 }
@@ -232,8 +236,8 @@ func KafkaOffsets(r *Report, client sarama.Client, topics []string) error {
 			continue
 		}
 		from := start
-		if p.NextOffset != nil {
-			from = *p.NextOffset
+		if p.ConsumedOffset != nil {
+			from = *p.ConsumedOffset
 		}
 		lag := hw - from
 		p.LogStart, p.HighWater, p.Lag = &start, &hw, &lag
@@ -278,7 +282,7 @@ func Print(w io.Writer, r *Report, now time.Time) {
 	printMerge(w, r.Merge, ts)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "partition\tnext offset\tlog start\thigh water\tlag\tupdated at\towner\tepoch\tlease\t")
+	fmt.Fprintln(tw, "partition\tnext offset\tconsumed\theld\tlog start\thigh water\tlag\tupdated at\towner\tepoch\tlease\t")
 	num := func(v *int64) string {
 		if v == nil {
 			return "-"
@@ -302,8 +306,8 @@ func Print(w io.Writer, r *Report, now time.Time) {
 		if p.HeartbeatAgeS != nil && p.Lease != "released" {
 			lease = fmt.Sprintf("%s (%.1fs)", p.Lease, *p.HeartbeatAgeS)
 		}
-		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", p.Topic, p.Partition, num(p.NextOffset), num(p.LogStart),
-			num(p.HighWater), lag(p.Lag), ts(p.UpdatedAt), dash(p.Owner), p.Epoch, lease)
+		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", p.Topic, p.Partition, num(p.NextOffset),
+			num(p.ConsumedOffset), num(p.Held), num(p.LogStart), num(p.HighWater), lag(p.Lag), ts(p.UpdatedAt), dash(p.Owner), p.Epoch, lease)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ninstances (lease %s):", time.Duration(r.LeaseS*float64(time.Second)))
@@ -321,9 +325,9 @@ func Print(w io.Writer, r *Report, now time.Time) {
 	}
 	fmt.Fprintln(w)
 	if r.TotalLag != nil {
-		fmt.Fprintf(w, "total lag: %d\n", *r.TotalLag)
+		fmt.Fprintf(w, "total lag: %d (held in open windows: %d)\n", *r.TotalLag, r.TotalHeld)
 	} else {
-		fmt.Fprintln(w, "total lag: unknown (Kafka could not be read)")
+		fmt.Fprintf(w, "total lag: unknown (Kafka could not be read); held in open windows: %d\n", r.TotalHeld)
 	}
 	if len(r.Unowned) > 0 {
 		fmt.Fprintf(w, "unowned partitions (no instance of the pipeline ever claimed them): %s\n", strings.Join(r.Unowned, ", "))

@@ -124,7 +124,7 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 }
 
 // kafkaLag reads the lag of a pipeline's partitions as `status` does: its
-// own topics' high water marks against the stored next offsets.
+// own topics' high water marks against the stored consumed positions.
 func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 	return func(_ context.Context, pipeline string, st *store.Status) ([]dashboard.PartitionLag, error) {
 		sc, err := k.consumerConfig()
@@ -136,7 +136,7 @@ func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 		out := make([]dashboard.PartitionLag, 0, len(rep.Partitions))
 		for _, p := range rep.Partitions {
 			out = append(out, dashboard.PartitionLag{Partition: fmt.Sprintf("%s/%d", p.Topic, p.Partition),
-				NextOffset: p.NextOffset, HighWater: p.HighWater, Lag: p.Lag})
+				NextOffset: p.NextOffset, HighWater: p.HighWater, Lag: p.Lag, Held: p.Held})
 		}
 		return out, err
 	}

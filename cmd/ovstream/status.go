@@ -59,8 +59,10 @@ func newStatusCmd() *cobra.Command {
 	var f statusFlags
 	c := &cobra.Command{Use: "status", Short: "per partition: stored offset, log start, high water, lag, owner, epoch and lease; the instances",
 		Args: noArgs,
-		Long: "Per partition: the stored next offset, Kafka's log start and high water mark, the lag\n" +
-			"(high water - next offset) and when it was stored, its owner, fencing epoch and lease\n" +
+		Long: "Per partition: the stored next offset (committable), the consumed position the last commit\n" +
+			"stored and the records held between them (read, in open windows: a restart reads them again),\n" +
+			"Kafka's log start and high water mark, the lag (records not yet read: high water - consumed)\n" +
+			"and when it was stored, its owner, fencing epoch and lease\n" +
 			"(alive, expired, released); the running instances (active and standby) and the age of\n" +
 			"their heartbeats; the newest finalized window_end; freshness: the age of the oldest window\n" +
 			"that is closable but not yet written (as of the instances' heartbeats); dead letters per reason;\n" +
