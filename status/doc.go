@@ -12,6 +12,9 @@
 // watermark closes the last windows; their sum is the lag Kafka tooling shows
 // for the consumer group (package groupoffsets).
 //
-// It only reads: PostgreSQL through package store, Kafka through a sarama
-// client the caller opens.
+// Readiness is run's /readyz probe: the database answers, the partitions are
+// assigned, the last commit is recent, the high water marks are known.
+//
+// It only reads: PostgreSQL through package store (the probe on a
+// connection of its own), Kafka through a sarama client the caller opens.
 package status

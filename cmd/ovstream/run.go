@@ -24,6 +24,7 @@ import (
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/consumer/groupoffsets"
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -301,8 +302,9 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	if flush <= 0 {
 		flush = 5 * time.Second
 	}
-	ready := &readiness{health: cfg.Health, flush: flush, databaseURL: f.databaseURL,
-		pingTimeout: 2 * time.Second, secrets: f.secrets(), now: time.Now}
+	secrets := f.secrets()
+	ready := &status.Readiness{Health: cfg.Health, Flush: flush, DatabaseURL: f.databaseURL, PingTimeout: 2 * time.Second,
+		Redact: func(s string) string { return redactString(s, secrets) }}
 	ops, err := startOpsServer(f.metricsAddr, reg, ready, runDashboard(f, cfg, reg), f.pprof, cfg.Logger)
 	if err != nil && f.metricsAddr == defaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
 		// The default address is taken (another ovstream on this host?):
