@@ -17,6 +17,7 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
+	"github.com/ovstream/ovstream/demo"
 	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
@@ -170,8 +171,8 @@ func printDashboardHint(w io.Writer, binary, databaseURL string) {
 		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
 	}
 	fmt.Fprintf(w, "then open in a browser (pages: delay, top, line, health):\n")
-	for _, feed := range demoFeeds {
-		q := url.Values{"pipeline": {feed.pipeline}, "tz": {feed.tz}}
-		fmt.Fprintf(w, "  %-28s http://127.0.0.1:8080/?%s\n", feed.dir, q.Encode())
+	for _, feed := range demo.Feeds {
+		q := url.Values{"pipeline": {feed.Pipeline}, "tz": {feed.TZ}}
+		fmt.Fprintf(w, "  %-28s http://127.0.0.1:8080/?%s\n", feed.Dir, q.Encode())
 	}
 }
