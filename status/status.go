@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -213,7 +214,7 @@ func KafkaOffsets(r *Report, client sarama.Client, topics []string) error {
 	for _, topic := range topics {
 		ps, err := client.Partitions(topic)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("partitions of topic %s: %w", topic, unprefixed(err)))
+			errs = append(errs, fmt.Errorf("partitions of topic %s: %w", topic, kafkaconn.Unprefixed(err)))
 			continue
 		}
 		for _, p := range ps {
@@ -227,12 +228,12 @@ func KafkaOffsets(r *Report, client sarama.Client, topics []string) error {
 		p := &r.Partitions[i]
 		start, err := client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, unprefixed(err)))
+			errs = append(errs, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, kafkaconn.Unprefixed(err)))
 			continue
 		}
 		hw, err := client.GetOffset(p.Topic, p.Partition, sarama.OffsetNewest)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("high water of %s/%d: %w", p.Topic, p.Partition, unprefixed(err)))
+			errs = append(errs, fmt.Errorf("high water of %s/%d: %w", p.Topic, p.Partition, kafkaconn.Unprefixed(err)))
 			continue
 		}
 		from := start
@@ -349,13 +350,3 @@ func Print(w io.Writer, r *Report, now time.Time) {
 		fmt.Fprintf(w, "%s\n", r.KafkaError)
 	}
 }
-
-// unprefixed is a sarama error without its leading "kafka: ", for wrapping in
-// a message that already starts with it (no "kafka: ...: kafka: ...").
-func unprefixed(err error) error { return trimmed{err} }
-
-type trimmed struct{ error }
-
-func (u trimmed) Error() string { return strings.TrimPrefix(u.error.Error(), "kafka: ") }
-
-func (u trimmed) Unwrap() error { return u.error }

@@ -70,7 +70,7 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "serve: --tz: %v\n", err)
 		return exitUsage
 	}
-	if _, err := o.kafka.consumerConfig(); err != nil {
+	if _, err := o.kafka.ConsumerConfig(); err != nil {
 		fmt.Fprintln(stderr, "serve:", err)
 		return exitUsage
 	}
@@ -128,7 +128,7 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 // own topics' high water marks against the stored consumed positions.
 func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 	return func(_ context.Context, pipeline string, st *store.Status) ([]dashboard.PartitionLag, error) {
-		sc, err := k.consumerConfig()
+		sc, err := k.ConsumerConfig()
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/consumer/groupoffsets"
+	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
@@ -224,7 +225,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		return cfg, err
 	}
 	f.memoryLimitBytes, f.memoryLimitSet = limit, set
-	sc, err := f.kafka.consumerConfig()
+	sc, err := f.kafka.ConsumerConfig()
 	if err != nil {
 		return cfg, err
 	}
@@ -323,13 +324,13 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 		return nil, err
 	}
 	err = consumer.WaitKafka(ctx, f.connectTimeout, cfg.Logger, "read the topics' partitions", func() error {
-		return checkPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions)
+		return kafkaconn.CheckPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions)
 	})
 	if err != nil {
 		return nil, err
 	}
 	if f.kafkaCommitOffsets {
-		sc, err := f.kafka.consumerConfig()
+		sc, err := f.kafka.ConsumerConfig()
 		if err != nil {
 			return nil, err
 		}

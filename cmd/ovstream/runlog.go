@@ -43,8 +43,8 @@ func logStart(log *slog.Logger, f *runFlags, cfg consumer.Config) {
 		parts = strings.Join(ps, ",")
 	}
 	sasl := "off"
-	if m := f.kafka.saslMechanism; m != "" {
-		sasl = strings.ToUpper(m) + " as " + f.kafka.saslUser
+	if m := f.kafka.SASLMechanism; m != "" {
+		sasl = strings.ToUpper(m) + " as " + f.kafka.SASLUser
 	}
 	memory := f.memoryLimit
 	if memory == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
@@ -143,7 +144,7 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 	o := &f.ops
 	stdout = newRedactingWriter(stdout, o.secrets())
 	stderr = newRedactingWriter(stderr, o.secrets())
-	sc, err := o.kafka.consumerConfig()
+	sc, err := o.kafka.ConsumerConfig()
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitUsage
@@ -220,7 +221,7 @@ func kafkaOffsets(r *status.Report, brokers, topics []string, sc *sarama.Config)
 	}
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: connect to %v: %w", brokers, unprefixed{err})
+		return fmt.Errorf("kafka: connect to %v: %w", brokers, kafkaconn.Unprefixed(err))
 	}
 	defer client.Close()
 	return status.KafkaOffsets(r, client, topics)
