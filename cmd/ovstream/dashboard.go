@@ -18,6 +18,7 @@ import (
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
 	"github.com/ovstream/ovstream/demo"
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
@@ -63,8 +64,8 @@ func newServeCmd() *cobra.Command {
 // cmdServe serves the dashboard until the context is cancelled (SIGINT/SIGTERM).
 func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, o.secrets())
-	stderr = newRedactingWriter(stderr, o.secrets())
+	stdout = redact.NewWriter(stdout, o.secrets())
+	stderr = redact.NewWriter(stderr, o.secrets())
 	loc, err := dashboard.LoadZone(f.tz)
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: --tz: %v\n", err)
@@ -165,9 +166,9 @@ func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *da
 // wrote: the serve command (the database URL without its password) and,
 // per feed, the address of its pipeline's page in its time zone.
 func printDashboardHint(w io.Writer, binary, databaseURL string) {
-	shown := describeDatabase(databaseURL)
+	shown := redact.Database(databaseURL)
 	fmt.Fprintf(w, "\nthe dashboard of this data (docs/dashboard.md):\n  %s serve --database-url '%s'\n", binary, shown)
-	if len(databaseSecrets(databaseURL)) > 0 {
+	if len(redact.DatabaseSecrets(databaseURL)) > 0 {
 		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
 	}
 	fmt.Fprintf(w, "then open in a browser (pages: delay, top, line, health):\n")

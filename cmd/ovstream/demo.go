@@ -15,6 +15,7 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/demo"
+	"github.com/ovstream/ovstream/redact"
 )
 
 func init() { register(newDemoCmd) }
@@ -71,7 +72,7 @@ func cmdDemo(ctx context.Context, f *runFlags, data string, stdout, stderr io.Wr
 		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitUsage
 	}
-	stderr = newRedactingWriter(stderr, f.secrets())
+	stderr = redact.NewWriter(stderr, f.secrets())
 	if err := demoDatabase(ctx, f.databaseURL); err != nil { // before anything is produced
 		fmt.Fprintln(stderr, "ovstream demo:", err)
 		return exitError
@@ -97,7 +98,7 @@ func demoDatabase(ctx context.Context, databaseURL string) error {
 			"`bash .ci/postgres.sh`, which creates the default database ovstream", name, name)
 	}
 	if err != nil {
-		return fmt.Errorf("PostgreSQL (DATABASE_URL, else %s): %w", describeDatabase(defaultDatabaseURL), err)
+		return fmt.Errorf("PostgreSQL (DATABASE_URL, else %s): %w", redact.Database(defaultDatabaseURL), err)
 	}
 	st.Close(context.Background())
 	return nil

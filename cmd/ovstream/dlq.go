@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovstream/ovstream/dlq"
 	"github.com/ovstream/ovstream/feed/produce"
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -78,8 +79,8 @@ func newDLQCmd() *cobra.Command {
 // cmdDLQ lists (sub "list") or replays (sub "replay") dead letters.
 func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, o.secrets())
-	stderr = newRedactingWriter(stderr, o.secrets())
+	stdout = redact.NewWriter(stdout, o.secrets())
+	stderr = redact.NewWriter(stderr, o.secrets())
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "dlq %s: "+format+"\n", append([]any{sub}, a...)...)
 		return exitUsage

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
 )
@@ -76,8 +77,8 @@ func newReportCmd() *cobra.Command {
 
 func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, o.secrets())
-	stderr = newRedactingWriter(stderr, o.secrets())
+	stdout = redact.NewWriter(stdout, o.secrets())
+	stderr = redact.NewWriter(stderr, o.secrets())
 	usageErr := func(err error) int {
 		fmt.Fprintln(stderr, "report:", err)
 		return exitUsage

@@ -25,6 +25,7 @@ import (
 	"github.com/ovstream/ovstream/consumer/groupoffsets"
 	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
@@ -122,7 +123,7 @@ func (f *runFlags) ages(cfg *consumer.Config) (err error) {
 // secrets returns what must never appear in a log line, an error or output:
 // the database password and the SASL password.
 func (f *runFlags) secrets() []string {
-	return append(databaseSecrets(f.databaseURL), spellings(f.kafka.secrets())...)
+	return append(redact.DatabaseSecrets(f.databaseURL), redact.Spellings(f.kafka.secrets())...)
 }
 
 func (f *runFlags) logger(w io.Writer) (*slog.Logger, error) {
@@ -265,7 +266,7 @@ func splitList(s string) []string {
 
 // cmdRun runs the service with the settled flags f.
 func cmdRun(ctx context.Context, f *runFlags, stdout, stderr io.Writer) int {
-	stderr = newRedactingWriter(stderr, f.secrets())
+	stderr = redact.NewWriter(stderr, f.secrets())
 	log, err := f.logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream run:", err)
@@ -305,7 +306,7 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	}
 	secrets := f.secrets()
 	ready := &status.Readiness{Health: cfg.Health, Flush: flush, DatabaseURL: f.databaseURL, PingTimeout: 2 * time.Second,
-		Redact: func(s string) string { return redactString(s, secrets) }}
+		Redact: func(s string) string { return redact.String(s, secrets) }}
 	ops, err := startOpsServer(f.metricsAddr, reg, ready, runDashboard(f, cfg, reg), f.pprof, cfg.Logger)
 	if err != nil && f.metricsAddr == defaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
 		// The default address is taken (another ovstream on this host?):

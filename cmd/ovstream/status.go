@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
@@ -77,7 +78,7 @@ func newStatusCmd() *cobra.Command {
 }
 
 func (o *opsFlags) secrets() []string {
-	return append(databaseSecrets(o.databaseURL), spellings(o.kafka.secrets())...)
+	return append(redact.DatabaseSecrets(o.databaseURL), redact.Spellings(o.kafka.secrets())...)
 }
 
 // openStore connects to PostgreSQL by ovstream's one rule for every
@@ -142,8 +143,8 @@ func pipelineUnknown(stderr io.Writer, cmd string, err error) int {
 
 func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, o.secrets())
-	stderr = newRedactingWriter(stderr, o.secrets())
+	stdout = redact.NewWriter(stdout, o.secrets())
+	stderr = redact.NewWriter(stderr, o.secrets())
 	sc, err := o.kafka.ConsumerConfig()
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
