@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -110,27 +112,27 @@ func (h *Handler) health(ctx context.Context, r *http.Request) (any, error) {
 	}
 	out := &Health{DeadLetters: []DeadLetters{}, Instances: []Instance{}, Lag: Lag{Partitions: []PartitionLag{}}}
 	var st *store.Status
-	err = h.pool.do(ctx, func(s *store.Store) error {
-		pipeline, err := h.pipelineParam(ctx, s, v)
+	err = h.do(ctx, func(c *pgx.Conn) error {
+		pipeline, err := h.pipelineParam(ctx, c, v)
 		if err != nil {
 			return err
 		}
-		if err := checkPipeline(ctx, s, pipeline); err != nil {
+		if err := checkPipeline(ctx, c, pipeline); err != nil {
 			return err
 		}
 		out.Query = Query{Pipeline: pipeline, TZ: loc.String()}
-		if st, err = s.Status(ctx, pipeline); err != nil {
+		if st, err = store.ReadStatus(ctx, c, pipeline); err != nil {
 			return err
 		}
-		ml, err := s.MergeLag(ctx, pipeline)
+		ml, err := store.ReadMergeLag(ctx, c, pipeline)
 		if err != nil {
 			return err
 		}
-		instances, err := s.Instances(ctx, pipeline, instanceLease)
+		instances, err := store.ReadInstances(ctx, c, pipeline, instanceLease)
 		if err != nil {
 			return err
 		}
-		if out.Replica, err = s.ReplicaState(ctx); err != nil {
+		if out.Replica, err = store.ReadReplica(ctx, c); err != nil {
 			return err
 		}
 		out.Merge = Merge{PendingWindows: ml.Pending, OldestPending: at(ml.Oldest), MergedUntil: at(ml.MergedUntil), Holding: ml.Holding}
