@@ -18,8 +18,8 @@ type Merge struct {
 	Holding        []string   `json:"holding,omitempty"` // partitions holding the merge (lowest stored watermark, or none)
 }
 
-func MergeOf(ctx context.Context, st *store.Store, pipeline string) (*Merge, error) {
-	ml, err := st.MergeLag(ctx, pipeline)
+func MergeOf(ctx context.Context, db store.Querier, pipeline string) (*Merge, error) {
+	ml, err := store.ReadMergeLag(ctx, db, pipeline)
 	if err != nil {
 		return nil, err
 	}

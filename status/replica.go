@@ -6,20 +6,26 @@ import (
 	"io"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ovstream/ovstream/store"
 )
 
-// Replica returns nil when databaseURL leads to a primary, else what the
-// standby replayed (store.Replica). It only reads, on a connection of its own.
-func Replica(ctx context.Context, databaseURL string) (*store.Replica, error) {
+// Replica returns nil when pool's server is a primary, else what the standby
+// replayed (store.Replica), read on one connection of pool within 15 s.
+func Replica(ctx context.Context, pool *pgxpool.Pool) (*store.Replica, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	st, err := store.Open(ctx, databaseURL)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("store: replica state: %w", err)
 	}
-	defer st.Close(context.WithoutCancel(ctx))
-	return st.ReplicaState(ctx)
+	defer conn.Release()
+	r, err := store.ReadReplica(ctx, conn.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("store: replica state: %w", err)
+	}
+	return r, nil
 }
 
 // PrintReplica prints the replica line of `status` (nothing on a primary).

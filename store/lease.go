@@ -139,6 +139,17 @@ func leaseStates(ctx context.Context, q interface {
 	return out, err
 }
 
+// ReadLeases returns, with db, the ownership and lease state under lease of
+// every partition of pipeline that has a stream_positions row, by topic and
+// partition. Errors name the pipeline.
+func ReadLeases(ctx context.Context, db Querier, pipeline string, lease time.Duration) ([]PartitionLease, error) {
+	out, err := leaseStates(ctx, db, pipeline, nil, lease)
+	if err != nil {
+		return nil, fmt.Errorf("store: leases of pipeline %q: %w", pipeline, err)
+	}
+	return out, nil
+}
+
 // Leases returns the ownership and lease state under lease of every
 // partition of pipeline that has a stream_positions row, by topic and
 // partition.

@@ -155,27 +155,33 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	defer st.Close(context.Background())
-	if code := pipelineUnknown(stderr, "status", st.CheckPipelineKnown(ctx, o.pipeline)); code != exitOK {
+	st.Close(context.Background()) // connected and checked: the reads run on a read pool of one session
+	pool, err := store.ReadPool(o.databaseURL, "ovstream-status", 0, 1)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream status:", err)
+		return exitError
+	}
+	defer pool.Close()
+	if code := pipelineUnknown(stderr, "status", store.CheckPipelineKnown(ctx, pool, o.pipeline)); code != exitOK {
 		return code
 	}
-	dbs, err := st.Status(ctx, o.pipeline)
+	dbs, err := store.ReadStatus(ctx, pool, o.pipeline)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	leases, err := st.Leases(ctx, o.pipeline, f.lease)
+	leases, err := store.ReadLeases(ctx, pool, o.pipeline, f.lease)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
-	instances, err := st.Instances(ctx, o.pipeline, f.lease)
+	instances, err := store.ReadInstances(ctx, pool, o.pipeline, f.lease)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
 	rep := status.FromStore(o.pipeline, dbs)
-	if rep.Merge, err = status.MergeOf(ctx, st, o.pipeline); err != nil {
+	if rep.Merge, err = status.MergeOf(ctx, pool, o.pipeline); err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
@@ -188,7 +194,7 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		rep.KafkaError = kerr.Error()
 	}
 	status.AddOwnership(rep, f.lease, leases, instances)
-	if rep.Replica, err = status.Replica(ctx, o.databaseURL); err != nil {
+	if rep.Replica, err = status.Replica(ctx, pool); err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitError
 	}
