@@ -79,7 +79,11 @@ func (l *loop) applyHighWaters(r highWaters) {
 	unknown := 0
 	for tp := range l.parts {
 		hw, known := l.knownHighWater(tp, now)
-		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, known, l.wm.Idle(tp, now))
+		consumed, committable := l.led.ConsumedOffset(tp), l.parts[tp].seek
+		if pos, ok := l.stored[tp]; ok {
+			committable = pos.NextOffset
+		}
+		l.cfg.Metrics.partition(tp, max(0, hw-consumed), consumed-committable, known, l.wm.Idle(tp, now))
 		if !known {
 			unknown++
 		}

@@ -17,22 +17,6 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// threeEventsDrained returns a database where run drained three
-// predictions of line L1, station S1, operator OP into pipeline ovstream:
-// delays 0, 10 and 20 s at 10:00, 10:01 and 10:02 UTC on 2026-05-04.
-func threeEventsDrained(t *testing.T) string {
-	t.Helper()
-	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	var lines []string
-	for i := range 3 {
-		lines = append(lines, fmt.Sprintf(`{"trip_id": "t%d", "line": "L1", "stop_id": "S1", "operator": "OP", "delay_s": %d, `+
-			`"event_time": "2026-05-04T10:0%d:00Z"}`, i, 10*i, i))
-	}
-	harness.ProduceLines(t, addr, harness.PredictionsTopic, lines...)
-	harness.Drain(t, db, addr)
-	return db
-}
-
 // dashboardParams are the parameters of every API of the dashboard.
 var dashboardParams = map[string][]string{
 	"pipelines": {"pipeline", "tz"},
@@ -66,7 +50,7 @@ var dbText = regexp.MustCompile(`SQLSTATE|ERROR:|invalid byte sequence|pgx|pgcon
 // 400 naming the parameter. Paths of the assets with overlong or invalid
 // UTF-8 are 4xx, never 500.
 func TestDashboardBadInputIsA400(t *testing.T) {
-	db := threeEventsDrained(t)
+	db := harness.ThreeEventsDrained(t)
 	srv := harness.StartOvstream(t, harness.CliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
 	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
 	get := func(target string) (int, string) {

@@ -26,7 +26,7 @@ import (
 // report's --statement-timeout an error within its bound. With the lock gone
 // the same serve answers as before.
 func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
-	db := threeEventsDrained(t)
+	db := harness.ThreeEventsDrained(t)
 	ctx := harness.OpsCtx(t)
 	locker, err := pgx.Connect(ctx, db)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 // 292 years (beyond which its length overflowed and slipped past the
 // points' bound), is a 400 naming the parameter; never a 500.
 func TestDashboardTimeRangeEdges(t *testing.T) {
-	db := threeEventsDrained(t)
+	db := harness.ThreeEventsDrained(t)
 	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream")
 	base := harness.Printed(t, srv, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`)) + "api/"
 

@@ -51,6 +51,8 @@ type StatusJSON struct {
 		Topic      string     `json:"topic"`
 		Partition  int32      `json:"partition"`
 		NextOffset *int64     `json:"next_offset"`
+		Consumed   *int64     `json:"consumed_offset"`
+		Held       *int64     `json:"held"`
 		LogStart   *int64     `json:"log_start"`
 		HighWater  *int64     `json:"high_water"`
 		Lag        *int64     `json:"lag"`
@@ -67,6 +69,7 @@ type StatusJSON struct {
 		Alive         bool     `json:"alive"`
 	} `json:"instances"`
 	TotalLag    *int64 `json:"total_lag"` // null: unknown (Kafka could not be read)
+	TotalHeld   int64  `json:"total_held"`
 	DeadLetters map[string]struct {
 		Total    int64 `json:"total"`
 		Replayed int64 `json:"replayed"`

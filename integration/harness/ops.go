@@ -172,3 +172,19 @@ func OpsCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// ThreeEventsDrained returns a database where run drained three
+// predictions of line L1, station S1, operator OP into pipeline ovstream:
+// delays 0, 10 and 20 s at 10:00, 10:01 and 10:02 UTC on 2026-05-04.
+func ThreeEventsDrained(t *testing.T) string {
+	t.Helper()
+	addr, db := StartBroker(t), FreshDB(t)
+	var lines []string
+	for i := range 3 {
+		lines = append(lines, fmt.Sprintf(`{"trip_id": "t%d", "line": "L1", "stop_id": "S1", "operator": "OP", "delay_s": %d, `+
+			`"event_time": "2026-05-04T10:0%d:00Z"}`, i, 10*i, i))
+	}
+	ProduceLines(t, addr, PredictionsTopic, lines...)
+	Drain(t, db, addr)
+	return db
+}

@@ -113,12 +113,17 @@ func TestOpsMetricsHealthAndGroupOffsets(t *testing.T) {
 	var why string
 	harness.WaitFor(t, 30*time.Second, "metrics equal the database", func() bool {
 		m = harness.Scrape(t, ops)
-		stored := harness.StoredNext(t, db, pipeline)
+		stored, consumed := harness.StoredNext(t, db, pipeline), harness.StoredConsumedOf(t, db, pipeline)
 		for k, h := range hw {
 			tp := strings.Split(k, "/")
 			key := fmt.Sprintf(`ovstream_partition_lag_messages{partition="%s",topic="%s"}`, tp[1], tp[0])
-			if m[key] != float64(h-stored[k]) {
-				why = fmt.Sprintf("%s = %v, database says %d - %d", key, m[key], h, stored[k])
+			if m[key] != float64(h-consumed[k]) {
+				why = fmt.Sprintf("%s = %v, database says %d - %d", key, m[key], h, consumed[k])
+				return false
+			}
+			key = fmt.Sprintf(`ovstream_partition_held_messages{partition="%s",topic="%s"}`, tp[1], tp[0])
+			if m[key] != float64(consumed[k]-stored[k]) {
+				why = fmt.Sprintf("%s = %v, database says %d - %d", key, m[key], consumed[k], stored[k])
 				return false
 			}
 		}

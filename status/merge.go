@@ -1,4 +1,4 @@
-package main
+package status
 
 import (
 	"context"
@@ -10,25 +10,25 @@ import (
 	"github.com/ovstream/ovstream/store"
 )
 
-// MergeStatus is the merge lag of a split pipeline in `status --json`.
-type MergeStatus struct {
+// Merge is the merge lag of a split pipeline in `status --json`.
+type Merge struct {
 	PendingWindows int        `json:"pending_windows"`   // windows with partials waiting for every partition to pass them
 	OldestPending  *time.Time `json:"oldest_pending"`    // window_start of the oldest of them
 	MergedUntil    *time.Time `json:"merged_until"`      // end of the last window final for the whole pipeline (merged from partials, or written by an instance owning every partition)
 	Holding        []string   `json:"holding,omitempty"` // partitions holding the merge (lowest stored watermark, or none)
 }
 
-func mergeStatus(ctx context.Context, st *store.Store, pipeline string) (*MergeStatus, error) {
-	ml, err := st.MergeLag(ctx, pipeline)
+func MergeOf(ctx context.Context, db store.Querier, pipeline string) (*Merge, error) {
+	ml, err := store.ReadMergeLag(ctx, db, pipeline)
 	if err != nil {
 		return nil, err
 	}
-	return &MergeStatus{PendingWindows: ml.Pending, OldestPending: timePtr(ml.Oldest),
+	return &Merge{PendingWindows: ml.Pending, OldestPending: timePtr(ml.Oldest),
 		MergedUntil: timePtr(ml.MergedUntil), Holding: ml.Holding}, nil
 }
 
 // printMerge prints the merge line of a pipeline that was ever split.
-func printMerge(w io.Writer, m *MergeStatus, ts func(*time.Time) string) {
+func printMerge(w io.Writer, m *Merge, ts func(*time.Time) string) {
 	if m == nil || m.MergedUntil == nil && m.PendingWindows == 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package redact
 
 import (
 	"bytes"
@@ -23,12 +23,12 @@ func TestRedactWholeValuesOnly(t *testing.T) {
 		{"quoted", "postgres://u:tiger2020@h/db", `{"password":"tiger2020"}` + "\n", `{"password":"xxxxx"}` + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sec := databaseSecrets(tc.url)
-			if got := redactString(tc.in, sec); got != tc.want {
-				t.Errorf("redactString(%q) = %q, want %q", tc.in, got, tc.want)
+			sec := DatabaseSecrets(tc.url)
+			if got := String(tc.in, sec); got != tc.want {
+				t.Errorf("String(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 			var b bytes.Buffer
-			if _, err := newRedactingWriter(&b, sec).Write([]byte(tc.in)); err != nil {
+			if _, err := NewWriter(&b, sec).Write([]byte(tc.in)); err != nil {
 				t.Fatal(err)
 			}
 			if b.String() != tc.want {
