@@ -1,7 +1,7 @@
 # ovstream: see README.md.
 GO      ?= go
 BIN     := bin/ovstream
-PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./pgsession/... ./cmd/...
+PKGS    := $(shell $(GO) list ./... | grep -v /integration)  # every package but the integration tests
 
 .PHONY: build run test test-long unit integration fuzz vet lint clean check-unit check-docker screenshots realkafka
 
