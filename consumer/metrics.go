@@ -68,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_consumed_messages_total",
 			Help: "Kafka records consumed, per topic."}, []string{"topic"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_dead_letters_total",
-			Help: "Records sent to dead_letters, per topic and reason (decode, future, late, rejected); a replay after a restart does not count them again."}, []string{"topic", "reason"}),
+			Help: "Records sent to dead_letters, per topic and reason (decode, future, late, rejected, implausible); a replay after a restart does not count them again."}, []string{"topic", "reason"}),
 		Late: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_late_events_total",
 			Help: "Events whose window was already finalized when they arrived (also dead-lettered with reason late)."}, []string{"topic"}),
 		WindowsFinalized: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_windows_finalized_total",
@@ -129,7 +129,7 @@ func (m *Metrics) assign(tps []aggregate.PartitionID) {
 	for _, tp := range tps {
 		m.Consumed.WithLabelValues(tp.Topic)
 		m.Late.WithLabelValues(tp.Topic)
-		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate, store.ReasonRejected} {
+		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate, store.ReasonRejected, store.ReasonImplausible} {
 			m.DeadLetters.WithLabelValues(tp.Topic, r)
 		}
 		p := strconv.Itoa(int(tp.Partition))

@@ -52,7 +52,7 @@ type dlqFlags struct {
 // register defines the flags of dlq SUB (list or replay).
 func (f *dlqFlags) register(fs *pflag.FlagSet, sub string) {
 	f.ops.register(fs, sub == "replay")
-	fs.StringVar(&f.reason, "reason", "", "only this `reason`: decode, future, late or rejected")
+	fs.StringVar(&f.reason, "reason", "", "only this `reason`: decode, future, late, rejected or implausible")
 	fs.StringVar(&f.topic, "topic", "", "only dead letters of this source `topic`")
 	fs.IntVar(&f.limit, "limit", 0, "at most `N` rows (list: default 100; replay: default all)")
 	if sub == "list" {
@@ -91,8 +91,8 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 	}
 	switch {
 	case f.reason != "" && f.reason != store.ReasonDecode && f.reason != store.ReasonFuture && f.reason != store.ReasonLate &&
-		f.reason != store.ReasonRejected:
-		return usageErr("--reason %q: want decode, future, late or rejected", f.reason)
+		f.reason != store.ReasonRejected && f.reason != store.ReasonImplausible:
+		return usageErr("--reason %q: want decode, future, late, rejected or implausible", f.reason)
 	case f.limit < 0:
 		return usageErr("--limit %d: want 0 or more", f.limit)
 	case sub == "replay" && f.to == "":
@@ -168,9 +168,10 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 
 // replayHeaders are the headers of the copy of d (store/replayed.go): its
 // source, kept from the copy d was itself replayed from, its reason, and
-// whether it may be merged into a final window: rejected and future dead
-// letters arrived on time (a constraint refused their rows; the producer's
-// clock was ahead), late and decode ones only with intoFinal.
+// whether it may be merged into a final window: rejected, future and
+// implausible dead letters arrived on time (a constraint refused their rows;
+// the producer's clock was ahead; the pipeline's max delay was below their
+// delay), late and decode ones only with intoFinal.
 func replayHeaders(d store.StoredDeadLetter, intoFinal bool) []produce.Header {
 	src := d.Source
 	if src.IsZero() {
@@ -180,7 +181,7 @@ func replayHeaders(d store.StoredDeadLetter, intoFinal bool) []produce.Header {
 		{Key: []byte(store.HeaderSource), Value: []byte(src.String())},
 		{Key: []byte(store.HeaderReason), Value: []byte(d.Reason)},
 	}
-	if d.Reason == store.ReasonRejected || d.Reason == store.ReasonFuture || intoFinal {
+	if d.Reason == store.ReasonRejected || d.Reason == store.ReasonFuture || d.Reason == store.ReasonImplausible || intoFinal {
 		hs = append(hs, produce.Header{Key: []byte(store.HeaderFinal), Value: []byte(store.FinalMerge)})
 	}
 	return hs
