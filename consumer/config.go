@@ -50,8 +50,8 @@ type Config struct {
 	// a dead letter implausible (a service-day error, not a delay). Shared
 	// by every instance of a pipeline like Window (pipelines.max_delay).
 	// Default DefaultMaxDelay; 1s to 24h.
-	MaxDelay time.Duration
-	FlushInterval   time.Duration // time between commits; default 5s
+	MaxDelay      time.Duration
+	FlushInterval time.Duration // time between commits; default 5s
 	// IdleFinalize, for live feeds whose event times follow the wall clock:
 	// when every assigned partition is idle, the watermark advances to wall
 	// clock - AllowedLateness, so the last window of a quiet feed is written

@@ -77,6 +77,9 @@ func (l *loop) handle(r *record, now time.Time) {
 			return
 		}
 		l.win.AddFrom(r.tp.Partition, p)
+		if !replay {
+			l.observeVisit(r, &p)
+		}
 		l.led.InWindow(r.tp, r.offset, end)
 		l.sum.Predictions++
 		return

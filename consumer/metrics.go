@@ -38,6 +38,7 @@ type Metrics struct {
 	RetentionDeleted prometheus.Counter     // ovstream_retention_deleted_dead_letters_total
 	ClosableAge      prometheus.GaugeFunc   // ovstream_closable_window_age_seconds (freshness.go)
 	ClockSkew        prometheus.Gauge       // ovstream_clock_skew_seconds (clock.go)
+	NoStartDate      prometheus.Counter     // ovstream_predictions_without_start_date_total (visits.go)
 	closableSince    atomic.Int64           // Unix ns the oldest closable window not yet written became closable; 0 = none
 	all              []prometheus.Collector
 }
@@ -105,6 +106,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Dead letters deleted by --dead-letter-retention."}),
 		ClockSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_clock_skew_seconds",
 			Help: "This host's clock minus PostgreSQL's clock_timestamp(), seconds (positive: the host is ahead), measured at start-up and with every heartbeat against the midpoint of the round trip."}),
+		NoStartDate: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_predictions_without_start_date_total",
+			Help: "Predictions counted in a window that formed no stop visit because they have no start_date; a replay after a restart does not count them again."}),
 	}
 	m.ClosableAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovstream_closable_window_age_seconds",
 		Help: "Freshness: seconds since the oldest window that is closable (the watermark passed its end) but not yet committed became closable, by its records' Kafka timestamps; 0 when every closable window is written."},
@@ -114,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
 		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit,
-		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge, m.ClockSkew}
+		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge, m.ClockSkew, m.NoStartDate}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)

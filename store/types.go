@@ -122,6 +122,12 @@ type Batch struct {
 	// receives what it did.
 	Replayed  []ReplayedRecord
 	ReplayOut *ReplayOutcome
+
+	// Visits are the stop visits the predictions read since the last batch
+	// add to (one per visit), NoStartDate the predictions that formed none,
+	// per partition; both upserted in the commit (visits.go).
+	Visits      []Visit
+	NoStartDate []NoStartDate
 }
 
 // WindowRows returns the number of delay_aggregates rows b writes (of

@@ -44,7 +44,7 @@ type pipelineFlags struct {
 	topics string
 	// maxDelay: 0 unchanged
 	maxDelay time.Duration
-	lease  time.Duration
+	lease    time.Duration
 }
 
 func newPipelineCmd() *cobra.Command {

@@ -46,8 +46,8 @@ func newRunCmd() *cobra.Command {
 // runFlags are the flags of `run`; demo reuses them.
 type runFlags struct {
 	brokers, databaseURL, pipeline, topics, partitions  string
-	window, lateness, idle, skew, flush, connectTimeout, maxDelay time.Duration
-	lease, metadataRefresh                              time.Duration
+	window, lateness, idle, skew, flush, connectTimeout time.Duration
+	lease, metadataRefresh, maxDelay                    time.Duration
 	startOffset, onOutOfRange                           string
 	drain, migrate, idleFinalize, takeover              bool
 	logFormat, logLevel                                 string

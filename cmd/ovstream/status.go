@@ -185,7 +185,9 @@ type StatusReport struct {
 	Instances       []InstanceStatus             `json:"instances"`
 	TotalLag        *int64                       `json:"total_lag"` // null: unknown (a partition's lag could not be read)
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
-	RefusedWindows  int64                        `json:"refused_windows"` // rows in refused_windows (docs/runbook.md)
+	RefusedWindows  int64                        `json:"refused_windows"`                // rows in refused_windows (docs/runbook.md)
+	StopVisits      int64                        `json:"stop_visits"`                    // rows in stop_visits
+	NoStartDate     int64                        `json:"predictions_without_start_date"` // predictions that formed no visit
 	KafkaError      string                       `json:"kafka_error,omitempty"`
 	Merge           *MergeStatus                 `json:"merge"` // split pipelines (status_merge.go)
 	// Unowned lists, as topic/partition, the partitions that no instance of
@@ -286,7 +288,8 @@ func pipelineTopics(s *store.Status) []string {
 }
 
 func buildStatus(pipeline string, s *store.Status) *StatusReport {
-	r := &StatusReport{Pipeline: pipeline, DeadLetters: s.DeadLetters, RefusedWindows: s.RefusedWindows}
+	r := &StatusReport{Pipeline: pipeline, DeadLetters: s.DeadLetters, RefusedWindows: s.RefusedWindows,
+		StopVisits: s.StopVisits, NoStartDate: s.NoStartDate}
 	if p := s.Pipeline; p != nil {
 		r.Claimed, r.Epoch, r.Owner = true, p.Epoch, p.Owner
 		r.HeartbeatAt, r.Watermark = timePtr(p.HeartbeatAt), timePtr(p.Watermark)
@@ -540,6 +543,7 @@ func printStatus(w io.Writer, r *StatusReport, now time.Time) {
 		fmt.Fprintf(w, " %s %d (%d replayed);", reason, c.Total, c.Replayed)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "stop visits: %d; predictions without start_date (in the windows, in no visit): %d\n", r.StopVisits, r.NoStartDate)
 	if r.RefusedWindows > 0 {
 		fmt.Fprintf(w, "refused merged rows: %d in table refused_windows, not in delay_aggregates: fix the cause and re-apply them (docs/runbook.md)\n",
 			r.RefusedWindows)

@@ -1,0 +1,115 @@
+package consumer
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/store"
+)
+
+// Stop visits (store/visits.go, docs/tables.md). Every prediction counted
+// in a window and read for the first time adds to its visit: the trip, the
+// service day (start_date) and the stop (stop_sequence, else stop_id). The
+// loop keeps, per visit, the last prediction read since the last batch and
+// how many were read; takeBatch hands them to the commit, which upserts
+// them in the transaction that stores the offsets. So a visit holds each
+// prediction once:
+//   - a crash or a refused commit loses the additions with the offsets, and
+//     the records are read again;
+//   - a record read again after a restart below the stored consumed_offset
+//     was added by the commit that stored that offset: it adds nothing now
+//     (as a dead letter is not written twice, replay.go);
+//   - the upsert adds counts and keeps the later last prediction, so split
+//     instances, partitions and commits may bring a visit's predictions in
+//     any order.
+//
+// Upserting at every commit rather than with the finalized windows keeps a
+// visit as fresh as the latest state, and a visit belongs to no window: its
+// predictions span the hour before the arrival. Dead letters (decode,
+// future, late, rejected, implausible) and copies `dlq replay` produced
+// form no visit; a prediction without start_date forms none either and is
+// counted per partition (stop_visit_counts, status) and in
+// ovstream_predictions_without_start_date_total.
+
+// visitKey names one visit in memory: stop_sequence when given, else stop.
+type visitKey struct {
+	trip   string
+	date   int32
+	seq    int64
+	hasSeq bool
+	stop   string // "" when hasSeq
+}
+
+// visitBuffer is what the predictions read since the last batch add to
+// their visits.
+type visitBuffer struct {
+	visits map[visitKey]*store.Visit
+	none   map[aggregate.PartitionID]int64
+}
+
+// observeVisit adds p, read from r and counted in its window, to its
+// visit; r is not a replay of a record read before a restart.
+func (l *loop) observeVisit(r *record, p *aggregate.Prediction) {
+	b := &l.visits
+	if p.StartDate == 0 {
+		if b.none == nil {
+			b.none = map[aggregate.PartitionID]int64{}
+		}
+		b.none[r.tp]++
+		l.cfg.Metrics.NoStartDate.Inc()
+		return
+	}
+	k := visitKey{trip: p.TripID, date: p.StartDate, seq: p.StopSequence, hasSeq: p.HasStopSequence}
+	if !p.HasStopSequence {
+		k.stop = p.StopID
+	}
+	if b.visits == nil {
+		b.visits = map[visitKey]*store.Visit{}
+	}
+	v := b.visits[k]
+	if v == nil {
+		v = &store.Visit{TripID: p.TripID, StartDate: p.StartDate, StopSequence: p.StopSequence,
+			HasStopSequence: p.HasStopSequence, EventTime: p.EventTime, Partition: r.tp.Partition, Offset: r.offset}
+		b.visits[k] = v
+		setLast(v, r, p)
+	} else if v.Later(p.EventTime, r.tp.Partition, r.offset) {
+		setLast(v, r, p)
+	}
+	v.Predictions++
+}
+
+// setLast makes p, read from r, the last prediction of v.
+func setLast(v *store.Visit, r *record, p *aggregate.Prediction) {
+	v.StopID, v.Line, v.Operator, v.DelayS = p.StopID, p.Line, p.Operator, p.DelayS
+	v.EventTime, v.Partition, v.Offset = p.EventTime, r.tp.Partition, r.offset
+	v.ArrivalTime = p.ArrivalTime
+	if v.ArrivalTime.IsZero() {
+		v.ArrivalTime = p.EventTime
+	}
+}
+
+// takeVisits returns what the next batch upserts, in a fixed order (so
+// that two commits upserting the same visits lock their rows in the same
+// order), and starts a new buffer.
+func (l *loop) takeVisits() ([]store.Visit, []store.NoStartDate) {
+	b := &l.visits
+	var vs []store.Visit
+	if len(b.visits) > 0 {
+		vs = make([]store.Visit, 0, len(b.visits))
+		for _, v := range b.visits {
+			vs = append(vs, *v)
+		}
+		slices.SortFunc(vs, func(x, y store.Visit) int {
+			return cmp.Or(strings.Compare(x.TripID, y.TripID), cmp.Compare(x.StartDate, y.StartDate),
+				strings.Compare(x.StopKey(), y.StopKey()))
+		})
+	}
+	var none []store.NoStartDate
+	for _, tp := range SortedPartitions(b.none) {
+		none = append(none, store.NoStartDate{PartitionID: tp, N: b.none[tp]})
+	}
+	*b = visitBuffer{}
+	return vs, none
+}
