@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 
@@ -112,4 +113,15 @@ func (l *loop) takeVisits() ([]store.Visit, []store.NoStartDate) {
 	}
 	*b = visitBuffer{}
 	return vs, none
+}
+
+// deleteOldVisits is the stop visits' part of a retention round: the
+// pipeline's visits older than the windows --retention keeps
+// (store.DeleteOldVisits).
+func deleteOldVisits(ctx context.Context, cfg Config, rs *store.Store) error {
+	n, err := rs.DeleteOldVisits(ctx, cfg.Pipeline, cfg.Retention)
+	if n > 0 {
+		cfg.Logger.Info("retention: deleted old stop visits", "pipeline", cfg.Pipeline, "deleted", n, "retention", cfg.Retention)
+	}
+	return err
 }

@@ -10,8 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/store"
 )
 
 // readTopicPy prints every record of a topic as a JSON line [partition,
@@ -170,8 +173,10 @@ func checkVisits(t *testing.T, db, addr, when string) []string {
 // form no visit and are counted. Once after an uninterrupted drain; once in
 // another database after a run SIGKILLed after reading 40,000 records, one
 // SIGKILLed in its second commit (windows upserted, offsets not yet
-// written) and a last drain: 0 visits differ from the uninterrupted run.
-func TestStopVisitsEqualSQLOracleAfterKills(t *testing.T) {
+// written) and a last drain; once after the drains of two split instances
+// (partitions 0-2 and 3-5: visit tie-p has predictions in both): 0 visits
+// differ from the uninterrupted run.
+func TestStopVisitsEqualSQLOracleSplitAndKilled(t *testing.T) {
 	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
 	db := freshDB(t)
 	produceVisitFeeds(t, addr)
@@ -211,4 +216,42 @@ func TestStopVisitsEqualSQLOracleAfterKills(t *testing.T) {
 	wantSIGKILL(t, p, "mid_commit", 2)
 	drain(t, killed, addr)
 	sameRows(t, "stop_visits after the kills vs the uninterrupted drain", checkVisits(t, killed, addr, "after the kills"), got)
+
+	split := freshDB(t)
+	waitAll(t, startSplit(t, split, addr, split2, "--drain"), "split drains")
+	sameRows(t, "stop_visits of two split instances vs the uninterrupted drain", checkVisits(t, split, addr, "split drains"), got)
+}
+
+// Retention of stop visits, as of the windows: with the OVapi snapshot
+// (2014) and the Halifax pair (2025) drained into one pipeline, a retention
+// of one day before the lowest stored watermark deletes exactly the visits
+// whose last prediction is older (every OVapi one: the SQL over the table
+// before the delete names them), and keeps the Halifax ones.
+func TestStopVisitsRetention(t *testing.T) {
+	addr, _ := startBrokerProcess(t, "127.0.0.1:0", "")
+	db := freshDB(t)
+	produceCLI(t, addr, "--gtfs-rt", "../testdata/nl-ovapi-20141130")
+	produceCLI(t, addr, "--operator", "HFX", "--gtfs-static", "../testdata/halifax-20251106/google_transit_trimmed.zip",
+		"--gtfs-rt", "../testdata/halifax-20251106")
+	drain(t, db, addr)
+	old := `SELECT trip_id, start_date, stop_key FROM stop_visits
+		WHERE last_event_time < (SELECT min(watermark) FROM stream_positions) - interval '1 day'`
+	want := dump(t, db, old)
+	if len(want) != 59946 {
+		t.Fatalf("%d visits older than the floor - 1 day, want the 59946 of OVapi", len(want))
+	}
+	keep := dump(t, db, `SELECT trip_id, start_date, stop_key FROM stop_visits EXCEPT `+old)
+	ctx := testCtx(t)
+	s, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if n, err := s.DeleteOldVisits(ctx, "ovstream", 24*time.Hour); err != nil || n != 59946 {
+		t.Fatalf("DeleteOldVisits = %d, %v; want 59946", n, err)
+	}
+	sameRows(t, "stop visits kept", dump(t, db, `SELECT trip_id, start_date, stop_key FROM stop_visits`), keep)
+	if len(keep) != 16574 {
+		t.Fatalf("%d visits kept, want the 16574 of Halifax", len(keep))
+	}
 }

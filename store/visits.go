@@ -132,3 +132,46 @@ ON CONFLICT (pipeline, topic, partition) DO UPDATE SET without_start_date = c.wi
 	}
 	return nil
 }
+
+// visitBatch is how many stop visits one delete transaction deletes (each
+// reads the pipeline's visits: there is no index on last_event_time, which
+// every commit's upsert changes).
+const visitBatch = 20000
+
+// DeleteOldVisits deletes the stop visits of pipeline whose last prediction
+// is older than the retention floor (retention.go: the lowest stored
+// watermark of every pipeline) minus retention, by event time, at most
+// 20,000 per transaction, as delay_aggregates keeps its windows: a
+// prediction still to come for such a visit is older than its partition's
+// watermark, so late, and forms no visit. It returns how many it deleted,
+// 0 when nothing may be deleted (a partition without a stored watermark).
+func (s *Store) DeleteOldVisits(ctx context.Context, pipeline string, retention time.Duration) (int64, error) {
+	if retention <= 0 {
+		return 0, fmt.Errorf("store: retention %v is not positive", retention)
+	}
+	floor, ok, err := s.retentionFloorOf(ctx)
+	if err != nil || !ok {
+		return 0, err
+	}
+	cutoff := floor.Add(-retention)
+	var deleted int64
+	for {
+		var n int64
+		err := s.do(ctx, func(conn *pgx.Conn) error {
+			tag, err := conn.Exec(ctx, `
+DELETE FROM stop_visits WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM stop_visits WHERE pipeline = $1 AND last_event_time < $2 LIMIT $3))
+    AND last_event_time < $2`, pipeline, cutoff, visitBatch)
+			n = tag.RowsAffected()
+			return err
+		})
+		deleted += n
+		if err != nil {
+			return deleted, fmt.Errorf("store: delete the stop visits of pipeline %q older than %v before the watermark floor: %w",
+				pipeline, retention, err)
+		}
+		if n < visitBatch {
+			return deleted, nil
+		}
+	}
+}
