@@ -46,7 +46,10 @@ type visitKey struct {
 // visitBuffer is what the predictions read since the last batch add to
 // their visits.
 type visitBuffer struct {
-	visits map[visitKey]*store.Visit
+	// visits[index[k]] is visit k: a map of large values would allocate
+	// each one; the index is kept across batches.
+	index  map[visitKey]int
+	visits []store.Visit
 	none   map[aggregate.PartitionID]int64
 }
 
@@ -66,19 +69,20 @@ func (l *loop) observeVisit(r *record, p *aggregate.Prediction) {
 	if !p.HasStopSequence {
 		k.stop = p.StopID
 	}
-	if b.visits == nil {
-		b.visits = map[visitKey]*store.Visit{}
+	if b.index == nil {
+		b.index = map[visitKey]int{}
 	}
-	v := b.visits[k]
-	if v == nil {
-		v = &store.Visit{TripID: p.TripID, StartDate: p.StartDate, StopSequence: p.StopSequence,
-			HasStopSequence: p.HasStopSequence, EventTime: p.EventTime, Partition: r.tp.Partition, Offset: r.offset}
-		b.visits[k] = v
-		setLast(v, r, p)
-	} else if v.Later(p.EventTime, r.tp.Partition, r.offset) {
+	i, ok := b.index[k]
+	if !ok {
+		i = len(b.visits)
+		b.index[k] = i
+		b.visits = append(b.visits, store.Visit{TripID: p.TripID, StartDate: p.StartDate, StopSequence: p.StopSequence,
+			HasStopSequence: p.HasStopSequence})
+		setLast(&b.visits[i], r, p)
+	} else if v := &b.visits[i]; v.Later(p.EventTime, r.tp.Partition, r.offset) {
 		setLast(v, r, p)
 	}
-	v.Predictions++
+	b.visits[i].Predictions++
 }
 
 // setLast makes p, read from r, the last prediction of v.
@@ -96,23 +100,33 @@ func setLast(v *store.Visit, r *record, p *aggregate.Prediction) {
 // order), and starts a new buffer.
 func (l *loop) takeVisits() ([]store.Visit, []store.NoStartDate) {
 	b := &l.visits
-	var vs []store.Visit
-	if len(b.visits) > 0 {
-		vs = make([]store.Visit, 0, len(b.visits))
-		for _, v := range b.visits {
-			vs = append(vs, *v)
-		}
+	vs := b.visits
+	if len(vs) > 0 {
 		slices.SortFunc(vs, func(x, y store.Visit) int {
 			return cmp.Or(strings.Compare(x.TripID, y.TripID), cmp.Compare(x.StartDate, y.StartDate),
-				strings.Compare(x.StopKey(), y.StopKey()))
+				compareBool(x.HasStopSequence, y.HasStopSequence), cmp.Compare(x.StopSequence, y.StopSequence),
+				strings.Compare(x.StopID, y.StopID))
 		})
 	}
 	var none []store.NoStartDate
 	for _, tp := range SortedPartitions(b.none) {
 		none = append(none, store.NoStartDate{PartitionID: tp, N: b.none[tp]})
 	}
-	*b = visitBuffer{}
+	clear(b.index) // its buckets serve the next batch; vs goes with the batch
+	b.visits = make([]store.Visit, 0, len(vs))
+	b.none = nil
 	return vs, none
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case b:
+		return -1
+	}
+	return 1
 }
 
 // deleteOldVisits is the stop visits' part of a retention round: the
