@@ -37,6 +37,7 @@ const (
 	ReasonSpeedRange      = "out of range: < 0"
 	ReasonNameTooLong     = "too long: more than 256 bytes"
 	ReasonIDTooLong       = "too long: more than 256 bytes" // MaxIDBytes
+	ReasonNotDate         = "not a date YYYYMMDD"
 )
 
 // MaxNameBytes bounds line_name, line_short_name and stop_name, in bytes of
@@ -58,6 +59,7 @@ const MaxIDBytes = 256
 //	{"trip_id": "t1", "line": "L1", "stop_id": "S1", "operator": "OP",
 //	 "delay_s": -30, "event_time": "2026-05-04T10:00:00+02:00",
 //	 "vehicle_id": "V7", "stop_sequence": 12,
+//	 "start_date": "20260504", "arrival_time": "2026-05-04T10:07:30+02:00",
 //	 "line_name": "Spring Garden", "line_short_name": "1", "stop_name": "Mumford Terminal"}
 //
 // trip_id, line, stop_id and operator are required non-empty strings of at
@@ -68,7 +70,11 @@ const MaxIDBytes = 256
 // Go's +24:00), returned in UTC and truncated
 // to whole microseconds, PostgreSQL's precision; vehicle_id (string) and
 // stop_sequence (integral number) are optional, null meaning absent;
-// line_name, line_short_name and stop_name are optional strings of at most
+// start_date (a JSON string of 8 digits naming a calendar date, YYYYMMDD:
+// GTFS-realtime TripDescriptor.start_date, the trip's service day) and
+// arrival_time (the predicted arrival, RFC 3339 with an offset like
+// event_time) are optional, null meaning absent, anything else that is not
+// such a value (also "") an error; line_name, line_short_name and stop_name are optional strings of at most
 // MaxNameBytes bytes (null or "" meaning absent), valid UTF-8 like the whole
 // value. Unknown fields, and fields whose name differs only in case, are
 // ignored. No string may contain NUL, since PostgreSQL text cannot store it.
@@ -148,6 +154,12 @@ func decodePrediction(value []byte, p *Prediction, n *RawNames) (err error) {
 		return err
 	}
 	if p.StopSequence, p.HasStopSequence, err = optionalInteger(obj, "stop_sequence"); err != nil {
+		return err
+	}
+	if p.StartDate, err = optionalDate(obj, "start_date"); err != nil {
+		return err
+	}
+	if p.ArrivalTime, err = optionalTime(obj, "arrival_time"); err != nil {
 		return err
 	}
 	if obj.raw[predLineName] == nil && obj.raw[predLineShortName] == nil && obj.raw[predStopName] == nil {
@@ -242,7 +254,7 @@ func DecodePosition(value []byte) (Position, error) {
 // the decoders read; every other member is ignored.
 var (
 	predictionFields = []string{"trip_id", "line", "stop_id", "operator", "delay_s", "event_time",
-		"vehicle_id", "stop_sequence", "line_name", "line_short_name", "stop_name"}
+		"vehicle_id", "stop_sequence", "start_date", "arrival_time", "line_name", "line_short_name", "stop_name"}
 	positionFields = []string{"vehicle_id", "lat", "lon", "event_time", "trip_id", "line", "operator",
 		"bearing", "speed_mps"}
 )
@@ -250,20 +262,20 @@ var (
 // The positions of the names in predictionFields: optionalName reads them
 // by index, so a record without names costs no look-up of them.
 const (
-	predLineName      = 8
-	predLineShortName = 9
-	predStopName      = 10
+	predLineName      = 10
+	predLineShortName = 11
+	predStopName      = 12
 )
 
 // members holds the raw JSON values of the wanted members of one object.
 type members struct {
 	names []string
-	raw   [11][]byte // raw[i] is the value of names[i]; nil when absent
+	raw   [13][]byte // raw[i] is the value of names[i]; nil when absent
 	next  int        // get's guess: the decoders ask for the fields in the order of names
 	guess int        // scanObject's guess: producers mostly write the members in that order too
 	// plain[i] is true when raw[i] is a JSON string without escapes (so
 	// without NUL): its value is its bytes. Only scanObject sets it.
-	plain [11]bool
+	plain [13]bool
 }
 
 // get returns the raw JSON value of field, nil when absent.
@@ -289,7 +301,7 @@ func (m *members) getString(field string) (raw json.RawMessage, plain bool) {
 }
 
 // decodeObject checks that value is valid UTF-8 holding one JSON object and
-// returns the raw values of its members named in names (at most 11). Member
+// returns the raw values of its members named in names (at most 13). Member
 // names match exactly (encoding/json's struct decoding would also match
 // "Trip_ID"); of duplicate members the last wins, as with encoding/json.
 func decodeObject(value []byte, names []string) (*members, error) {
@@ -605,6 +617,21 @@ func requiredTime(obj *members, field string) (time.Time, error) {
 	if !present(raw) {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonMissing}
 	}
+	return timeValue(raw, plain, field)
+}
+
+// optionalTime is requiredTime for an optional field: the zero time when it
+// is missing or null.
+func optionalTime(obj *members, field string) (time.Time, error) {
+	raw, plain := obj.getString(field)
+	if !present(raw) {
+		return time.Time{}, nil
+	}
+	return timeValue(raw, plain, field)
+}
+
+// timeValue parses the present raw JSON value of field as requiredTime says.
+func timeValue(raw json.RawMessage, plain bool, field string) (time.Time, error) {
 	if raw[0] != '"' {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
@@ -620,6 +647,64 @@ func requiredTime(obj *members, field string) (time.Time, error) {
 		return time.Time{}, &DecodeError{Field: field, Reason: ReasonNotRFC3339}
 	}
 	return t.UTC().Truncate(time.Microsecond), nil
+}
+
+// optionalDate returns the date of the optional string field as the number
+// YYYYMMDD (20160519), 0 when it is missing or null. A present value must be
+// a JSON string of exactly 8 ASCII digits naming a day of the Gregorian
+// calendar (ParseServiceDate); anything else is ReasonNotDate.
+func optionalDate(obj *members, field string) (int32, error) {
+	raw, plain := obj.getString(field)
+	if !present(raw) {
+		return 0, nil
+	}
+	var d int32
+	ok := false
+	if plain {
+		d, ok = ParseServiceDate([]byte(raw[1 : len(raw)-1]))
+	} else if s, isString := unquote(raw); isString {
+		d, ok = ParseServiceDate(s) // escapes such as \u0032 for "2"
+	}
+	if !ok {
+		return 0, &DecodeError{Field: field, Reason: ReasonNotDate}
+	}
+	return d, nil
+}
+
+// ParseServiceDate parses a GTFS date, YYYYMMDD (GTFS reference, "Field
+// Types": Date; GTFS-realtime TripDescriptor.start_date), into the number
+// YYYYMMDD. ok is false unless s is exactly 8 ASCII digits naming a day of
+// the Gregorian calendar from 0001-01-01 (20160230 is not one).
+func ParseServiceDate[T string | []byte](s T) (d int32, ok bool) {
+	if len(s) != 8 {
+		return 0, false
+	}
+	for i := range 8 {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d = d*10 + int32(c-'0')
+	}
+	y, m, day := int(d/10000), time.Month(d/100%100), int(d%100)
+	if y < 1 || m < 1 || m > 12 || day < 1 || day > 31 {
+		return 0, false
+	}
+	if t := time.Date(y, m, day, 0, 0, 0, 0, time.UTC); t.Month() != m || t.Day() != day {
+		return 0, false
+	}
+	return d, true
+}
+
+// ServiceDateString returns the service date d (YYYYMMDD as a number, as
+// ParseServiceDate returns it) as its 8 digits, "20160519".
+func ServiceDateString(d int32) string {
+	b := [8]byte{}
+	for i := 7; i >= 0; i-- {
+		b[i] = byte('0' + d%10)
+		d /= 10
+	}
+	return string(b[:])
 }
 
 // rfc3339Offset reports whether s, which time.Parse read as RFC 3339, ends

@@ -25,6 +25,15 @@ type Prediction struct {
 	// StopSequence is the GTFS stop_sequence; HasStopSequence tells whether it was present.
 	StopSequence    int64
 	HasStopSequence bool
+	// StartDate is the trip's service day, GTFS-realtime
+	// TripDescriptor.start_date, as the number YYYYMMDD (20160519): it can
+	// differ from the calendar day of the arrival for trips after midnight.
+	// 0 when absent. start_date of the data contract.
+	StartDate int32
+	// ArrivalTime is the predicted arrival (GTFS-realtime StopTimeEvent.time,
+	// or the scheduled time + delay), UTC, whole microseconds; zero when
+	// absent. arrival_time of the data contract.
+	ArrivalTime time.Time
 	// LineName, LineShortName and StopName are optional names from static
 	// GTFS (route_long_name, route_short_name, stop_name), "" when absent:
 	// line_name, line_short_name and stop_name of the data contract, at most

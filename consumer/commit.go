@@ -81,6 +81,7 @@ func (l *loop) takeBatch() *pendingCommit {
 		Names: l.names.Take()}
 	p.batch.Trips, p.batch.Vehicles = l.trips.rows, l.vehicles.rows
 	l.olderVersions(&p.batch)
+	p.batch.Visits, p.batch.NoStartDate = l.takeVisits()
 	p.batch.Replayed, p.batch.ReplayOut = l.takeCopies(l.copiesFinal(wm)), &store.ReplayOutcome{}
 	floors := l.copyFloors() // of the copies still waiting (replayed.go)
 	for _, tp := range SortedPartitions(l.led.parts) {

@@ -46,7 +46,12 @@ type Config struct {
 	AllowedLateness time.Duration
 	IdleTimeout     time.Duration // a caught-up partition quiet this long stops holding the watermark; default 30s
 	MaxFutureSkew   time.Duration // events later than wall clock + this are dead-lettered; default 5m
-	FlushInterval   time.Duration // time between commits; default 5s
+	// MaxDelay bounds the plausible |delay_s| of a prediction: beyond it,
+	// a dead letter implausible (a service-day error, not a delay). Shared
+	// by every instance of a pipeline like Window (pipelines.max_delay).
+	// Default DefaultMaxDelay; 1s to 24h.
+	MaxDelay      time.Duration
+	FlushInterval time.Duration // time between commits; default 5s
 	// IdleFinalize, for live feeds whose event times follow the wall clock:
 	// when every assigned partition is idle, the watermark advances to wall
 	// clock - AllowedLateness, so the last window of a quiet feed is written
@@ -154,6 +159,7 @@ func (c Config) WithDefaults() Config {
 	}
 	def(&c.IdleTimeout, 30*time.Second)
 	def(&c.MaxFutureSkew, 5*time.Minute)
+	def(&c.MaxDelay, DefaultMaxDelay)
 	def(&c.FlushInterval, 5*time.Second)
 	def(&c.MetadataRefresh, time.Minute)
 	def(&c.ConnectTimeout, time.Minute)
@@ -219,6 +225,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: window %v is shorter than 1s", c.Window)
 	}
 	if err := c.validateRetention(); err != nil {
+		return err
+	}
+	if err := c.validateMaxDelay(); err != nil {
 		return err
 	}
 	if err := store.CheckPipelineName(c.Pipeline); err != nil {

@@ -51,7 +51,10 @@ func (l *loop) handle(r *record, now time.Time) {
 		// Names count whatever the verdict below (late, replayed, rejected):
 		// the name of a line is a fact about the line, not about the window.
 		l.names.Observe(&p, r.names)
-		l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
+		plausible := l.plausible(&p) // see plausible.go for the verdict's order
+		if plausible {
+			l.keepTrip(store.Trip{Prediction: p, Partition: r.tp.Partition, Offset: r.offset})
+		}
 		end := aggregate.WindowStart(p.EventTime, cfg.Window).Add(cfg.Window)
 		if !r.src.IsZero() {
 			l.replayedCopy(r, p, end, replay)
@@ -66,10 +69,17 @@ func (l *loop) handle(r *record, now time.Time) {
 			l.late(r, p, end)
 			return
 		}
+		if !plausible {
+			l.implausible(r, &p)
+			return
+		}
 		if l.rejectPrediction(r, p) {
 			return
 		}
 		l.win.AddFrom(r.tp.Partition, p)
+		if !replay {
+			l.observeVisit(r, &p)
+		}
 		l.led.InWindow(r.tp, r.offset, end)
 		l.sum.Predictions++
 		return

@@ -290,7 +290,8 @@ func (in *instance) stop(err error) {
 // commits again and claims.
 func (l *loop) claim(ctx context.Context, assigned []aggregate.PartitionID) error {
 	cfg := l.cfg
-	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics(), Window: cfg.Window, InstanceID: cfg.InstanceID}
+	opts := store.ClaimOptions{Lease: cfg.Lease, Takeover: cfg.Takeover, Topics: cfg.topics(), Window: cfg.Window, InstanceID: cfg.InstanceID,
+		MaxDelay: cfg.MaxDelay}
 	var waiting, logged time.Time
 	for {
 		var held *store.HeldError

@@ -39,6 +39,7 @@ type Metrics struct {
 	RetentionDeleted prometheus.Counter     // ovstream_retention_deleted_dead_letters_total
 	ClosableAge      prometheus.GaugeFunc   // ovstream_closable_window_age_seconds (freshness.go)
 	ClockSkew        prometheus.Gauge       // ovstream_clock_skew_seconds (clock.go)
+	NoStartDate      prometheus.Counter     // ovstream_predictions_without_start_date_total (visits.go)
 	closableSince    atomic.Int64           // Unix ns the oldest closable window not yet written became closable; 0 = none
 	all              []prometheus.Collector
 }
@@ -69,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_consumed_messages_total",
 			Help: "Kafka records consumed, per topic."}, []string{"topic"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_dead_letters_total",
-			Help: "Records sent to dead_letters, per topic and reason (decode, future, late, rejected); a replay after a restart does not count them again."}, []string{"topic", "reason"}),
+			Help: "Records sent to dead_letters, per topic and reason (decode, future, late, rejected, implausible); a replay after a restart does not count them again."}, []string{"topic", "reason"}),
 		Late: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovstream_late_events_total",
 			Help: "Events whose window was already finalized when they arrived (also dead-lettered with reason late)."}, []string{"topic"}),
 		WindowsFinalized: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_windows_finalized_total",
@@ -108,6 +109,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Dead letters deleted by --dead-letter-retention."}),
 		ClockSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_clock_skew_seconds",
 			Help: "This host's clock minus PostgreSQL's clock_timestamp(), seconds (positive: the host is ahead), measured at start-up and with every heartbeat against the midpoint of the round trip."}),
+		NoStartDate: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovstream_predictions_without_start_date_total",
+			Help: "Predictions counted in a window that formed no stop visit because they have no start_date; a replay after a restart does not count them again."}),
 	}
 	m.ClosableAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ovstream_closable_window_age_seconds",
 		Help: "Freshness: seconds since the oldest window that is closable (the watermark passed its end) but not yet committed became closable, by its records' Kafka timestamps; 0 when every closable window is written."},
@@ -117,7 +120,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
 		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Held, m.Idle, m.Fenced, m.Standby, m.LastCommit,
-		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge, m.ClockSkew}
+		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge, m.ClockSkew, m.NoStartDate}
 	if reg != nil {
 		for _, c := range m.all {
 			reg.MustRegister(c)
@@ -132,7 +135,7 @@ func (m *Metrics) assign(tps []aggregate.PartitionID) {
 	for _, tp := range tps {
 		m.Consumed.WithLabelValues(tp.Topic)
 		m.Late.WithLabelValues(tp.Topic)
-		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate, store.ReasonRejected} {
+		for _, r := range []string{store.ReasonDecode, store.ReasonFuture, store.ReasonLate, store.ReasonRejected, store.ReasonImplausible} {
 			m.DeadLetters.WithLabelValues(tp.Topic, r)
 		}
 		p := strconv.Itoa(int(tp.Partition))

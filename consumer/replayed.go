@@ -24,8 +24,9 @@ import (
 //
 // Its verdict when first read: decode and future as for any record; a copy
 // whose window is final is dead-lettered late again unless its header
-// ovstream-dlq-final says merge (dlq replay sets it for rejected and future
-// dead letters, and for late and decode ones with --into-final-windows). A
+// ovstream-dlq-final says merge (dlq replay sets it for rejected, future and
+// implausible dead letters, and for late and decode ones with
+// --into-final-windows); then implausible, as for any record. A
 // copy below the stored consumed_offset that was not dead-lettered then was
 // accepted then: it waits again, and the commit's record of its source
 // decides whether it counts.
@@ -57,6 +58,10 @@ func (l *loop) replayedCopy(r *record, p aggregate.Prediction, end time.Time, re
 	open := end.After(l.wm.Current()) && end.After(l.sp.storedAt(r.tp, end))
 	if !replay && !open && !r.mergeFinal {
 		l.late(r, p, end)
+		return
+	}
+	if !replay && !l.plausible(&p) {
+		l.implausible(r, &p)
 		return
 	}
 	if l.rejectPrediction(r, p) {

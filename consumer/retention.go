@@ -144,6 +144,7 @@ func retentionRound(ctx context.Context, cfg Config, rs *store.Store) error {
 			cfg.Logger.Info("retention: no partition dropped: a partition of some pipeline of the database has no stored watermark yet (never committed)")
 		}
 		errs = append(errs, err)
+		errs = append(errs, deleteOldVisits(ctx, cfg, rs))
 	}
 	if cfg.DeadLetterRetention > 0 {
 		n, err := rs.DeleteOldDeadLetters(ctx, cfg.Pipeline, cfg.DeadLetterRetention)

@@ -159,6 +159,7 @@ type loop struct {
 	vehicles *latest[store.Vehicle] // newest position per vehicle since the last commit
 	names    *aggregate.Names       // the lines' and stations' names; changed ones go into the next batch
 	dead     []store.DeadLetter
+	visits   visitBuffer            // stop visits since the last batch (visits.go)
 	copies   []store.ReplayedRecord // copies of dead letters waiting for their window (replayed.go)
 	stored   map[aggregate.PartitionID]store.Position
 	before   map[aggregate.PartitionID]store.Position // the stored positions of the loop before a resync, nil at start

@@ -48,9 +48,10 @@ func Replay(ctx context.Context, st *store.Store, filter store.DeadLetterFilter,
 
 // Headers are the headers of the copy of d (store/replayed.go): its
 // source, kept from the copy d was itself replayed from, its reason, and
-// whether it may be merged into a final window: rejected and future dead
-// letters arrived on time (a constraint refused their rows; the producer's
-// clock was ahead), late and decode ones only with intoFinal.
+// whether it may be merged into a final window: rejected, future and
+// implausible dead letters arrived on time (a constraint refused their rows;
+// the producer's clock was ahead; the pipeline's max delay was below their
+// delay), late and decode ones only with intoFinal.
 func Headers(d store.StoredDeadLetter, intoFinal bool) []produce.Header {
 	src := d.Source
 	if src.IsZero() {
@@ -60,7 +61,7 @@ func Headers(d store.StoredDeadLetter, intoFinal bool) []produce.Header {
 		{Key: []byte(store.HeaderSource), Value: []byte(src.String())},
 		{Key: []byte(store.HeaderReason), Value: []byte(d.Reason)},
 	}
-	if d.Reason == store.ReasonRejected || d.Reason == store.ReasonFuture || intoFinal {
+	if d.Reason == store.ReasonRejected || d.Reason == store.ReasonFuture || d.Reason == store.ReasonImplausible || intoFinal {
 		hs = append(hs, produce.Header{Key: []byte(store.HeaderFinal), Value: []byte(store.FinalMerge)})
 	}
 	return hs

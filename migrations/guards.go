@@ -20,6 +20,9 @@ var downGuards = map[uint]string{
 	9: `SELECT format('%s partial windows in format 2 wait for the merge (delay_partial_windows), which version 8 ` +
 		`cannot read: merge them first (one ovstream run over every partition of the pipeline, or a split --drain), then migrate down', count(*))
 	    FROM delay_partial_windows WHERE substring(data FROM 1 FOR 1) = '\x82'::bytea HAVING count(*) > 0`,
+	15: `SELECT format('%s dead letters have reason implausible, which version 14 cannot hold: replay them ` +
+		`(dlq replay --reason implausible) after raising --max-delay, or delete them, then migrate down', count(*))
+	    FROM dead_letters WHERE reason = 'implausible' HAVING count(*) > 0`,
 }
 
 // checkDownGuards returns an error naming the reason when reverting the

@@ -63,7 +63,9 @@ type Report struct {
 	TotalLag        *int64                       `json:"total_lag"`  // null: unknown (a partition's lag could not be read)
 	TotalHeld       int64                        `json:"total_held"` // the partitions' held, summed
 	DeadLetters     map[string]store.ReasonCount `json:"dead_letters"`
-	RefusedWindows  int64                        `json:"refused_windows"` // rows in refused_windows (docs/runbook.md)
+	RefusedWindows  int64                        `json:"refused_windows"`                // rows in refused_windows (docs/runbook.md)
+	StopVisits      int64                        `json:"stop_visits"`                    // rows in stop_visits
+	NoStartDate     int64                        `json:"predictions_without_start_date"` // predictions that formed no visit
 	KafkaError      string                       `json:"kafka_error,omitempty"`
 	Merge           *Merge                       `json:"merge"` // split pipelines (merge.go)
 	// Unowned lists, as topic/partition, the partitions that no instance of
@@ -94,7 +96,8 @@ func PipelineTopics(s *store.Status) []string {
 }
 
 func FromStore(pipeline string, s *store.Status) *Report {
-	r := &Report{Pipeline: pipeline, DeadLetters: s.DeadLetters, RefusedWindows: s.RefusedWindows}
+	r := &Report{Pipeline: pipeline, DeadLetters: s.DeadLetters, RefusedWindows: s.RefusedWindows,
+		StopVisits: s.StopVisits, NoStartDate: s.NoStartDate}
 	if p := s.Pipeline; p != nil {
 		r.Claimed, r.Epoch, r.Owner = true, p.Epoch, p.Owner
 		r.HeartbeatAt, r.Watermark = timePtr(p.HeartbeatAt), timePtr(p.Watermark)
@@ -342,6 +345,7 @@ func Print(w io.Writer, r *Report, now time.Time) {
 		fmt.Fprintf(w, " %s %d (%d replayed);", reason, c.Total, c.Replayed)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "stop visits: %d; predictions without start_date (in the windows, in no visit): %d\n", r.StopVisits, r.NoStartDate)
 	if r.RefusedWindows > 0 {
 		fmt.Fprintf(w, "refused merged rows: %d in table refused_windows, not in delay_aggregates: fix the cause and re-apply them (docs/runbook.md)\n",
 			r.RefusedWindows)

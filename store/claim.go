@@ -44,6 +44,10 @@ type ClaimOptions struct {
 	// with SetSettings). nil and 0 are not checked.
 	Topics []string
 	Window time.Duration
+	// MaxDelay is the instance's bound on the plausible |delay_s|, a setting
+	// every instance shares like Window (pipelines.max_delay): instances
+	// with other bounds would dead-letter different records. 0 is not checked.
+	MaxDelay time.Duration
 }
 
 // Claimed is what a successful claim did.

@@ -130,6 +130,9 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	if err := insertDeadLetters(ctx, tx, b.Pipeline, b.DeadLetters); err != nil {
 		return fmt.Errorf("insert dead letters: %w", err)
 	}
+	if err := upsertVisits(ctx, tx, b.Pipeline, b.Visits, b.NoStartDate); err != nil {
+		return fmt.Errorf("upsert stop_visits: %w", err)
+	}
 	if err := storePositions(ctx, tx, b.Pipeline, b.Watermark, positions); err != nil {
 		return fmt.Errorf("update stream_positions: %w", err)
 	}

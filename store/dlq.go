@@ -13,7 +13,7 @@ import (
 // DeadLetterFilter selects dead letters; zero fields select everything.
 type DeadLetterFilter struct {
 	Pipeline string // the pipeline whose dead letters; required
-	Reason   string // ReasonDecode, ReasonFuture, ReasonLate, ReasonRejected; "" = any
+	Reason   string // ReasonDecode, ReasonFuture, ReasonLate, ReasonRejected, ReasonImplausible; "" = any
 	Topic    string // "" = any
 	Pending  bool   // only rows not replayed yet
 	Limit    int    // at most this many rows; 0 = no limit

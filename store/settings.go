@@ -18,6 +18,10 @@ import (
 type Settings struct {
 	Window time.Duration // tumbling window size; 0 when none is recorded
 	Topics []string      // predictions, then positions topic (empty ones left out); nil when none is recorded
+	// MaxDelay bounds the plausible |delay_s| (pipelines.max_delay): a
+	// prediction beyond it is a dead letter ReasonImplausible. 0 when none
+	// is recorded.
+	MaxDelay time.Duration
 }
 
 // SettingsError says that a claim named settings other than the pipeline's
@@ -29,7 +33,7 @@ type SettingsError struct {
 
 // SettingDiff is one setting of a SettingsError.
 type SettingDiff struct {
-	Name           string // the run flag: "window" or "topics"
+	Name           string // the run flag: "window", "topics" or "max-delay"
 	Stored, Wanted string // as the flag would be given
 }
 
@@ -54,16 +58,16 @@ func topicsFlag(topics []string) string { return strings.Join(topics, ",") }
 // pipeline's recorded ones (*SettingsError when they differ; nothing is
 // written then) and records those not recorded yet.
 func checkSettings(ctx context.Context, tx pgx.Tx, pipeline string, opts ClaimOptions) error {
-	var window *time.Duration
+	var window, maxDelay *time.Duration
 	var topics []string
-	if err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1`, pipeline).Scan(&window, &topics); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT window_size, topics, max_delay FROM pipelines WHERE name = $1`, pipeline).Scan(&window, &topics, &maxDelay); err != nil {
 		return fmt.Errorf("read the pipeline's settings: %w", err)
 	}
-	if (opts.Window != 0 && window == nil) || (opts.Topics != nil && topics == nil) {
+	if (opts.Window != 0 && window == nil) || (opts.Topics != nil && topics == nil) || (opts.MaxDelay != 0 && maxDelay == nil) {
 		// None recorded yet: read again under the row's lock, so that of two
 		// first claims the second sees what the first recorded.
-		if err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).
-			Scan(&window, &topics); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT window_size, topics, max_delay FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).
+			Scan(&window, &topics, &maxDelay); err != nil {
 			return fmt.Errorf("read the pipeline's settings: %w", err)
 		}
 	}
@@ -74,12 +78,16 @@ func checkSettings(ctx context.Context, tx pgx.Tx, pipeline string, opts ClaimOp
 	if opts.Topics != nil && topics != nil && !slices.Equal(topics, opts.Topics) {
 		e.Diffs = append(e.Diffs, SettingDiff{Name: "topics", Stored: topicsFlag(topics), Wanted: topicsFlag(opts.Topics)})
 	}
+	if opts.MaxDelay != 0 && maxDelay != nil && *maxDelay != opts.MaxDelay {
+		e.Diffs = append(e.Diffs, SettingDiff{Name: "max-delay", Stored: maxDelay.String(), Wanted: opts.MaxDelay.String()})
+	}
 	if len(e.Diffs) > 0 {
 		return e
 	}
 	setWindow := opts.Window != 0 && window == nil
 	setTopics := opts.Topics != nil && topics == nil
-	if !setWindow && !setTopics {
+	setMaxDelay := opts.MaxDelay != 0 && maxDelay == nil
+	if !setWindow && !setTopics && !setMaxDelay {
 		return nil // only a change locks the row (a split commit holds it for its merge decision)
 	}
 	var w any
@@ -90,8 +98,12 @@ func checkSettings(ctx context.Context, tx pgx.Tx, pipeline string, opts ClaimOp
 	if setTopics {
 		ts = opts.Topics
 	}
-	_, err := tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce(window_size, $2), topics = coalesce(topics, $3)
-		WHERE name = $1`, pipeline, w, ts)
+	var md any
+	if setMaxDelay {
+		md = opts.MaxDelay
+	}
+	_, err := tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce(window_size, $2), topics = coalesce(topics, $3),
+		max_delay = coalesce(max_delay, $4) WHERE name = $1`, pipeline, w, ts, md)
 	return err
 }
 
@@ -108,7 +120,7 @@ func (e *LiveError) Error() string {
 }
 
 // SetSettings changes the recorded settings of pipeline (Settings: a zero
-// Window or nil Topics keeps the recorded one) and returns those it had
+// Window, nil Topics or zero MaxDelay keeps the recorded one) and returns those it had
 // before. It refuses with *LiveError while an instance of the pipeline has a
 // heartbeat younger than lease (pipeline_instances, or a partition's owner),
 // and with an error when the pipeline was never claimed. Windows already
@@ -116,9 +128,10 @@ func (e *LiveError) Error() string {
 func (s *Store) SetSettings(ctx context.Context, pipeline string, set Settings, lease time.Duration) (before Settings, err error) {
 	err = s.do(ctx, func(conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			var window *time.Duration
+			var window, maxDelay *time.Duration
 			var topics []string
-			err := tx.QueryRow(ctx, `SELECT window_size, topics FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).Scan(&window, &topics)
+			err := tx.QueryRow(ctx, `SELECT window_size, topics, max_delay FROM pipelines WHERE name = $1 FOR UPDATE`, pipeline).
+				Scan(&window, &topics, &maxDelay)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("pipeline %q does not exist (no instance ever claimed it): nothing to change", pipeline)
 			}
@@ -128,6 +141,9 @@ func (s *Store) SetSettings(ctx context.Context, pipeline string, set Settings, 
 			before = Settings{Topics: topics}
 			if window != nil {
 				before.Window = *window
+			}
+			if maxDelay != nil {
+				before.MaxDelay = *maxDelay
 			}
 			rows, err := tx.Query(ctx, `
 SELECT owner FROM pipeline_instances WHERE pipeline = $1 AND heartbeat_at > now() - $2 * interval '1 microsecond'
@@ -154,15 +170,18 @@ ORDER BY 1`, pipeline, micros(lease))
 				return fmt.Errorf("%d partial windows of the old window size wait for the merge: drain the pipeline "+
 					"(a split --drain on every instance, or one run --drain over every partition) before changing --window; nothing changed", pending)
 			}
-			var w, ts any
+			var w, ts, md any
 			if set.Window != 0 {
 				w = set.Window
 			}
 			if set.Topics != nil {
 				ts = set.Topics
 			}
-			_, err = tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce($2, window_size), topics = coalesce($3, topics)
-				WHERE name = $1`, pipeline, w, ts)
+			if set.MaxDelay != 0 {
+				md = set.MaxDelay
+			}
+			_, err = tx.Exec(ctx, `UPDATE pipelines SET window_size = coalesce($2, window_size), topics = coalesce($3, topics),
+				max_delay = coalesce($4, max_delay) WHERE name = $1`, pipeline, w, ts, md)
 			return err
 		})
 	})

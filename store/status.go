@@ -35,6 +35,10 @@ type Status struct {
 	// rows of a split pipeline PostgreSQL refused, waiting to be re-applied
 	// (docs/runbook.md).
 	RefusedWindows int64
+	// StopVisits counts the pipeline's stop_visits rows, NoStartDate the
+	// predictions that formed no visit for lack of a start_date
+	// (stop_visit_counts).
+	StopVisits, NoStartDate int64
 }
 
 // Status reads pipeline's partitions and positions, its newest finalized
@@ -108,6 +112,11 @@ func readStatus(ctx context.Context, c Querier, pipeline string, st *Status) err
 		st.NewestWindowEnd = newest.UTC()
 	}
 	if err := c.QueryRow(ctx, `SELECT count(*) FROM refused_windows WHERE pipeline = $1`, pipeline).Scan(&st.RefusedWindows); err != nil {
+		return err
+	}
+	if err := c.QueryRow(ctx, `SELECT (SELECT count(*) FROM stop_visits WHERE pipeline = $1),
+		(SELECT coalesce(sum(without_start_date), 0)::bigint FROM stop_visit_counts WHERE pipeline = $1)`, pipeline).
+		Scan(&st.StopVisits, &st.NoStartDate); err != nil {
 		return err
 	}
 	rows, err = c.Query(ctx, `SELECT reason, count(*), count(replayed_at) FROM dead_letters WHERE pipeline = $1 GROUP BY reason`, pipeline)

@@ -13,6 +13,9 @@ const (
 	ReasonLate   = "late"   // the event's window was already finalized when it arrived
 	// ReasonRejected: PostgreSQL refused a row the record produced (docs/design.md "The commit").
 	ReasonRejected = "rejected"
+	// ReasonImplausible: |delay_s| is larger than the pipeline's max_delay,
+	// a service-day error of the feed rather than a delay (docs/windows.md).
+	ReasonImplausible = "implausible"
 )
 
 // DeadLetter is one rejected Kafka record, kept byte for byte.
@@ -22,7 +25,7 @@ type DeadLetter struct {
 	Offset    int64
 	Key       []byte // nil when the record had no key
 	Value     []byte // nil when the record had no value
-	Reason    string // ReasonDecode, ReasonFuture, ReasonLate or ReasonRejected
+	Reason    string // ReasonDecode, ReasonFuture, ReasonLate, ReasonRejected or ReasonImplausible
 	Error     string // what a person can act on, e.g. "delay_s: not a finite number"
 	// Source is, for a copy `dlq replay` produced, the record it was
 	// replayed from (HeaderSource); zero for any other record. A replay of
@@ -119,6 +122,12 @@ type Batch struct {
 	// receives what it did.
 	Replayed  []ReplayedRecord
 	ReplayOut *ReplayOutcome
+
+	// Visits are the stop visits the predictions read since the last batch
+	// add to (one per visit), NoStartDate the predictions that formed none,
+	// per partition; both upserted in the commit (visits.go).
+	Visits      []Visit
+	NoStartDate []NoStartDate
 }
 
 // WindowRows returns the number of delay_aggregates rows b writes (of

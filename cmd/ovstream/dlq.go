@@ -48,7 +48,7 @@ type dlqFlags struct {
 // register defines the flags of dlq SUB (list or replay).
 func (f *dlqFlags) register(fs *pflag.FlagSet, sub string) {
 	f.ops.register(fs, sub == "replay")
-	fs.StringVar(&f.reason, "reason", "", "only this `reason`: decode, future, late or rejected")
+	fs.StringVar(&f.reason, "reason", "", "only this `reason`: decode, future, late, rejected or implausible")
 	fs.StringVar(&f.topic, "topic", "", "only dead letters of this source `topic`")
 	fs.IntVar(&f.limit, "limit", 0, "at most `N` rows (list: default 100; replay: default all)")
 	if sub == "list" {
@@ -87,8 +87,8 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 	}
 	switch {
 	case f.reason != "" && f.reason != store.ReasonDecode && f.reason != store.ReasonFuture && f.reason != store.ReasonLate &&
-		f.reason != store.ReasonRejected:
-		return usageErr("--reason %q: want decode, future, late or rejected", f.reason)
+		f.reason != store.ReasonRejected && f.reason != store.ReasonImplausible:
+		return usageErr("--reason %q: want decode, future, late, rejected or implausible", f.reason)
 	case f.limit < 0:
 		return usageErr("--limit %d: want 0 or more", f.limit)
 	case sub == "replay" && f.to == "":

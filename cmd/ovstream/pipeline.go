@@ -10,13 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 )
 
 func init() { register(newPipelineCmd) }
 
-const pipelineSetLong = `Every instance of a pipeline must run with the same --window and --topics:
+const pipelineSetLong = `Every instance of a pipeline must run with the same --window, --topics and --max-delay:
 the first instance that claims the pipeline records them, and an instance
 started with others exits 2 naming each setting with both values, having
 written nothing. (--allowed-lateness may differ per instance: it decides when
@@ -32,25 +33,33 @@ all, set, then start them with the new flags. What a change means:
   arrive for it.
   --topics: partitions of a topic no longer named keep their stored offsets
   (status lists them) and are no longer read; a topic newly named starts at
-  --start-offset.`
+  --start-offset.
+  --max-delay: records already dead-lettered implausible stay so, and records
+  already counted stay counted; later records are judged by the new bound.
+  After raising it, dlq replay --reason implausible counts those set aside.`
 
 // pipelineFlags are the flags of pipeline set.
 type pipelineFlags struct {
 	ops    opsFlags
 	window time.Duration
 	topics string
-	lease  time.Duration
+	// maxDelay: 0 unchanged
+	maxDelay time.Duration
+	lease    time.Duration
 }
 
 func newPipelineCmd() *cobra.Command {
 	var f pipelineFlags
-	set := &cobra.Command{Use: "set", Short: "change the pipeline's recorded --window and --topics (refused while an instance runs)",
+	set := &cobra.Command{Use: "set", Short: "change the pipeline's recorded --window, --topics and --max-delay (refused while an instance runs)",
 		Long: pipelineSetLong, Args: noArgs}
 	fs := set.Flags()
 	f.ops.register(fs, false)
 	fs.DurationVar(&f.window, "window", 0, "the tumbling window size every instance must run with (0: unchanged)")
 	fs.StringVar(&f.topics, "topics", "", "PREDICTIONS_TOPIC,POSITIONS_TOPIC every instance must run with (empty: unchanged)")
+	fs.DurationVar(&f.maxDelay, "max-delay", 0, "the bound on a plausible |delay_s| every instance must run with, 1s to 24h (0: unchanged)")
 	fs.DurationVar(&f.lease, "lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is live")
+	zeroMeans(fs, "window", "unchanged")
+	zeroMeans(fs, "max-delay", "unchanged")
 	set.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
 		return cmdPipelineSet(ctx, &f, stdout, stderr)
 	})
@@ -67,11 +76,14 @@ func cmdPipelineSet(ctx context.Context, f *pipelineFlags, stdout, stderr io.Wri
 	case f.window != 0 && f.window < time.Second:
 		fmt.Fprintf(stderr, "pipeline set: --window %v: want at least 1s\n", f.window)
 		return exitUsage
-	case f.window == 0 && f.topics == "":
-		fmt.Fprintln(stderr, "pipeline set: give --window or --topics (or both)")
+	case f.maxDelay != 0 && (f.maxDelay < time.Second || f.maxDelay > consumer.MaxMaxDelay):
+		fmt.Fprintf(stderr, "pipeline set: --max-delay %v: want 1s to %v\n", f.maxDelay, consumer.MaxMaxDelay)
+		return exitUsage
+	case f.window == 0 && f.topics == "" && f.maxDelay == 0:
+		fmt.Fprintln(stderr, "pipeline set: give --window, --topics or --max-delay (or several)")
 		return exitUsage
 	}
-	set.Window = f.window
+	set.Window, set.MaxDelay = f.window, f.maxDelay
 	if f.topics != "" {
 		for _, t := range strings.Split(f.topics, ",") {
 			if t = strings.TrimSpace(t); t != "" {
@@ -106,6 +118,10 @@ func cmdPipelineSet(ctx context.Context, f *pipelineFlags, stdout, stderr io.Wri
 	if set.Topics != nil {
 		fmt.Fprintf(stdout, "pipeline %q: --topics %s (was %s)\n", o.pipeline, strings.Join(set.Topics, ","),
 			orNone(strings.Join(before.Topics, ","), before.Topics == nil))
+	}
+	if set.MaxDelay != 0 {
+		fmt.Fprintf(stdout, "pipeline %q: --max-delay %s (was %s); dead letters implausible stay until dlq replay --reason implausible\n",
+			o.pipeline, set.MaxDelay, orNone(before.MaxDelay.String(), before.MaxDelay == 0))
 	}
 	return exitOK
 }

@@ -50,7 +50,7 @@ func newRunCmd() *cobra.Command {
 type runFlags struct {
 	brokers, databaseURL, pipeline, topics, partitions  string
 	window, lateness, idle, skew, flush, connectTimeout time.Duration
-	lease, metadataRefresh                              time.Duration
+	lease, metadataRefresh, maxDelay                    time.Duration
 	startOffset, onOutOfRange                           string
 	drain, migrate, idleFinalize, takeover              bool
 	logFormat, logLevel                                 string
@@ -81,6 +81,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.idle, "idle-timeout", 30*time.Second, "a caught-up partition quiet this long stops holding the watermark")
 	fs.BoolVar(&f.idleFinalize, "idle-finalize", false, "for live feeds whose event times follow the wall clock: when every partition is idle, the watermark advances to wall clock minus the allowed lateness, so a quiet feed's last window is written (later events for it are late)")
 	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
+	fs.DurationVar(&f.maxDelay, "max-delay", consumer.DefaultMaxDelay, "predictions whose |delay_s| is larger are dead-lettered (reason implausible: a service-day error, not a delay); 1s to 24h, shared by every instance of the pipeline like --window")
 	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
 	fs.DurationVar(&f.progress, "progress-interval", consumer.DefaultProgressInterval, "time between two progress lines of the log: records/s, lag, watermark, open windows, commits; with --drain the time left (0: none)")
 	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
@@ -176,6 +177,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		AllowedLateness:    f.lateness,
 		IdleTimeout:        f.idle,
 		MaxFutureSkew:      f.skew,
+		MaxDelay:           f.maxDelay,
 		IdleFinalize:       f.idleFinalize,
 		FlushInterval:      f.flush,
 		MetadataRefresh:    f.metadataRefresh,

@@ -433,14 +433,23 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 	}
 	eventTime := unixUTC(ts)
 	vehicleID := tu.GetVehicle().GetId()
+	startDate, _ := aggregate.ParseServiceDate(tu.GetTrip().GetStartDate()) // 0: absent or not YYYYMMDD
 	for _, stu := range stus {
 		var delay int64
 		stopID := stu.GetStopId()
+		arrival := predictedTime(stu)
+		serviceDay := startDate
 		switch {
 		case stu.GetArrival() != nil && stu.GetArrival().Delay != nil:
 			delay = int64(stu.GetArrival().GetDelay())
+			if arrival.IsZero() {
+				arrival, serviceDay = l.scheduledArrival(tu.GetTrip(), stu, delay, false, eventTime, serviceDay)
+			}
 		case stu.GetDeparture() != nil && stu.GetDeparture().Delay != nil:
 			delay = int64(stu.GetDeparture().GetDelay())
+			if arrival.IsZero() {
+				arrival, serviceDay = l.scheduledArrival(tu.GetTrip(), stu, delay, true, eventTime, serviceDay)
+			}
 		case l.opt.Schedule != nil && (stu.GetArrival().GetTime() != 0 || stu.GetDeparture().GetTime() != 0):
 			m, reason := l.scheduledDelay(tu.GetTrip(), stu)
 			if reason != "" {
@@ -450,6 +459,9 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 			delay = m.DelayS
 			if stopID == "" {
 				stopID = m.StopID
+			}
+			if serviceDay == 0 {
+				serviceDay, _ = aggregate.ParseServiceDate(m.ServiceDay)
 			}
 		default:
 			l.res.Skipped[SkipNoDelay]++
@@ -479,11 +491,55 @@ func (l *loader) tripUpdate(entityID string, tu *gtfs.TripUpdate, headerTS uint6
 			VehicleID:       vehicleID,
 			StopSequence:    int64(stu.GetStopSequence()),
 			HasStopSequence: stu.StopSequence != nil,
+			StartDate:       serviceDay,
+			ArrivalTime:     arrival,
 		}
 		l.name(&p, route)
 		l.res.Predictions = append(l.res.Predictions, p)
 	}
 	return nil
+}
+
+// predictedTime returns the predicted arrival of stu, UTC: its arrival
+// StopTimeEvent.time, else its departure's (a first stop has only a
+// departure); zero when it gives neither.
+func predictedTime(stu *gtfs.TripUpdate_StopTimeUpdate) time.Time {
+	if t := stu.GetArrival().GetTime(); t != 0 {
+		return time.Unix(t, 0).UTC()
+	}
+	if t := stu.GetDeparture().GetTime(); t != 0 {
+		return time.Unix(t, 0).UTC()
+	}
+	return time.Time{}
+}
+
+// scheduledArrival returns, for a stop time update that gives a delay
+// (of the departure when departure) and no time, its scheduled time + delay
+// from Options.Schedule, and the service day: serviceDay when not 0, else
+// the one the schedule matched. Without a Schedule, or when it does not
+// hold the trip, stop or day, or the trip does not run as scheduled, the
+// time is zero and serviceDay unchanged: the prediction goes out without
+// arrival_time. The day is looked for near eventTime - delay (the schedule
+// a prediction made at eventTime is about is within 12 h of that).
+func (l *loader) scheduledArrival(td *gtfs.TripDescriptor, stu *gtfs.TripUpdate_StopTimeUpdate, delay int64, departure bool,
+	eventTime time.Time, serviceDay int32) (time.Time, int32) {
+	if l.opt.Schedule == nil || td.GetScheduleRelationship() != gtfs.TripDescriptor_SCHEDULED {
+		return time.Time{}, serviceDay
+	}
+	m, err := l.opt.Schedule.Scheduled(gtfsstatic.Event{
+		TripID:          td.GetTripId(),
+		StartDate:       td.GetStartDate(),
+		StopSequence:    stu.GetStopSequence(),
+		HasStopSequence: stu.StopSequence != nil,
+		StopID:          stu.GetStopId(),
+	}, departure, eventTime.Add(-time.Duration(delay)*time.Second))
+	if err != nil {
+		return time.Time{}, serviceDay
+	}
+	if serviceDay == 0 {
+		serviceDay, _ = aggregate.ParseServiceDate(m.ServiceDay)
+	}
+	return m.Scheduled.Add(time.Duration(delay) * time.Second), serviceDay
 }
 
 // scheduledDelay computes the delay of a stop time update that gives

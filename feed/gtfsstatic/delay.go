@@ -60,17 +60,9 @@ type Match struct {
 // scheduled time is nearest the predicted time (ties: the earlier day),
 // and less than 12 h from it. err is one of the Err values above.
 func (s *Schedule) Delay(e Event) (Match, error) {
-	ti, ok := s.trips[e.TripID]
-	if !ok {
-		return Match{}, ErrUnknownTrip
-	}
-	tr := &s.tripList[ti]
-	st, err := s.stop(tr, e)
+	tr, st, err := s.tripStop(e)
 	if err != nil {
 		return Match{}, err
-	}
-	if tr.frequency {
-		return Match{}, ErrFrequencyTrip
 	}
 	m := Match{StopID: s.stopIDs[st.stop]}
 	var predicted int64
@@ -85,35 +77,98 @@ func (s *Schedule) Delay(e Event) (Match, error) {
 	default:
 		return Match{}, ErrNoScheduledTime
 	}
-	var d day
-	if e.StartDate != "" {
-		if d, err = parseDate(e.StartDate); err != nil {
-			return Match{}, ErrBadStartDate
-		}
-		if !s.cal.runs(tr.service, d) {
-			return Match{}, ErrNotInService
-		}
-	} else {
-		at := time.Unix(predicted, 0)
-		d0 := localDay(at.Add(-time.Duration(secs)*time.Second), s.loc)
-		found := false
-		var best time.Duration
-		for c := d0 - 1; c <= d0+1; c++ {
-			if !s.cal.runs(tr.service, c) {
-				continue
-			}
-			diff := at.Sub(c.origin(s.loc).Add(time.Duration(secs) * time.Second)).Abs()
-			if !found || diff < best {
-				d, best, found = c, diff, true
-			}
-		}
-		if !found || best >= maxOffDay {
-			return Match{}, ErrNotInService
-		}
+	d, err := s.serviceDay(tr, e.StartDate, time.Unix(predicted, 0), secs)
+	if err != nil {
+		return Match{}, err
 	}
 	m.ServiceDay = d.String()
 	m.Scheduled = d.origin(s.loc).Add(time.Duration(secs) * time.Second).UTC()
 	m.DelayS = predicted - m.Scheduled.Unix()
+	return m, nil
+}
+
+// tripStop finds e's trip and its stop time at e's stop (stop);
+// ErrUnknownTrip, ErrFrequencyTrip or stop's errors when there is none.
+func (s *Schedule) tripStop(e Event) (*trip, stopTime, error) {
+	ti, ok := s.trips[e.TripID]
+	if !ok {
+		return nil, stopTime{}, ErrUnknownTrip
+	}
+	tr := &s.tripList[ti]
+	st, err := s.stop(tr, e)
+	if err != nil {
+		return nil, stopTime{}, err
+	}
+	if tr.frequency {
+		return nil, stopTime{}, ErrFrequencyTrip
+	}
+	return tr, st, nil
+}
+
+// serviceDay returns the service day of a trip tr at a stop whose
+// scheduled time is secs after the day's origin: startDate (YYYYMMDD) when
+// given, the trip running that day; else, among the days the trip runs, the
+// one whose scheduled time is nearest at (ties: the earlier day), and less
+// than 12 h from it. err is ErrBadStartDate or ErrNotInService.
+func (s *Schedule) serviceDay(tr *trip, startDate string, at time.Time, secs int32) (day, error) {
+	if startDate != "" {
+		d, err := parseDate(startDate)
+		if err != nil {
+			return 0, ErrBadStartDate
+		}
+		if !s.cal.runs(tr.service, d) {
+			return 0, ErrNotInService
+		}
+		return d, nil
+	}
+	d0 := localDay(at.Add(-time.Duration(secs)*time.Second), s.loc)
+	var d day
+	found := false
+	var best time.Duration
+	for c := d0 - 1; c <= d0+1; c++ {
+		if !s.cal.runs(tr.service, c) {
+			continue
+		}
+		diff := at.Sub(c.origin(s.loc).Add(time.Duration(secs) * time.Second)).Abs()
+		if !found || diff < best {
+			d, best, found = c, diff, true
+		}
+	}
+	if !found || best >= maxOffDay {
+		return 0, ErrNotInService
+	}
+	return d, nil
+}
+
+// Scheduled returns the scheduled side of e, an update that gives a delay
+// and no time (its Arrival and Departure are ignored): the stop (as Delay
+// finds it), the service day and the scheduled arrival, or departure when
+// departure is true (each falling back on the other when the stop has no
+// such time). The service day is e.StartDate when given, else the day the
+// trip runs whose scheduled time is nearest near (the caller's estimate of
+// the scheduled time, such as the prediction's time minus its delay), less
+// than 12 h from it. Match.DelayS is left 0; err is one of the Err values.
+func (s *Schedule) Scheduled(e Event, departure bool, near time.Time) (Match, error) {
+	tr, st, err := s.tripStop(e)
+	if err != nil {
+		return Match{}, err
+	}
+	m := Match{StopID: s.stopIDs[st.stop]}
+	var secs int32
+	switch {
+	case departure && st.dep >= 0, !departure && st.arr < 0 && st.dep >= 0:
+		secs, m.Departure = st.dep, true
+	case st.arr >= 0:
+		secs = st.arr
+	default:
+		return Match{}, ErrNoScheduledTime
+	}
+	d, err := s.serviceDay(tr, e.StartDate, near, secs)
+	if err != nil {
+		return Match{}, err
+	}
+	m.ServiceDay = d.String()
+	m.Scheduled = d.origin(s.loc).Add(time.Duration(secs) * time.Second).UTC()
 	return m, nil
 }
 

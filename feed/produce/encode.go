@@ -11,8 +11,8 @@ import (
 // EncodePrediction returns p as one arrival_predictions message value, the
 // JSON object of the data contract (docs/data-contract.md): trip_id, line, stop_id,
 // operator, delay_s, event_time (RFC 3339 in UTC, "2006-01-02T15:04:05Z"),
-// then vehicle_id, stop_sequence, line_name, line_short_name and stop_name
-// when present.
+// then vehicle_id, stop_sequence, start_date (YYYYMMDD), arrival_time (RFC
+// 3339 in UTC), line_name, line_short_name and stop_name when present.
 //
 // It encodes whatever it is given, so bad events can be produced on purpose:
 // a non-finite delay is written as a string ("NaN", "+Inf"), strings are
@@ -40,6 +40,14 @@ func EncodePrediction(p aggregate.Prediction) []byte {
 	if p.HasStopSequence {
 		b = append(b, `,"stop_sequence":`...)
 		b = strconv.AppendInt(b, p.StopSequence, 10)
+	}
+	if p.StartDate != 0 {
+		b = append(b, `,"start_date":`...)
+		b = appendString(b, aggregate.ServiceDateString(p.StartDate))
+	}
+	if !p.ArrivalTime.IsZero() {
+		b = append(b, `,"arrival_time":`...)
+		b = appendTime(b, p.ArrivalTime)
 	}
 	for _, f := range [...]struct{ name, value string }{
 		{`,"line_name":`, p.LineName}, {`,"line_short_name":`, p.LineShortName}, {`,"stop_name":`, p.StopName},

@@ -28,25 +28,11 @@ c.close()
 print(json.dumps(out))
 `
 
-// pythonWithConfluentKafka returns a Python interpreter that imports
-// confluent_kafka (Debian's python3-confluent-kafka lives in /usr/bin/python3,
-// which a pyenv shim may hide). The test fails without one: .ci/run installs it.
-func pythonWithConfluentKafka(t *testing.T) string {
-	t.Helper()
-	for _, py := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(py, "-c", "import confluent_kafka").Run() == nil {
-			return py
-		}
-	}
-	t.Fatal("no python3 with confluent_kafka: apt-get install python3-confluent-kafka (.ci/run does)")
-	return ""
-}
-
 // The lag tool the README names works: after a drain, confluent-kafka's
 // committed() reads from the consumer group named after the pipeline
 // exactly the next offsets stored in stream_positions, for every partition.
 func TestLagVisibleToConfluentKafka(t *testing.T) {
-	py := pythonWithConfluentKafka(t)
+	py := harness.PythonWithConfluentKafka(t)
 	addr := harness.StartBroker(t)
 	db := harness.FreshDB(t)
 	harness.ProduceFeeds(t, addr, harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min"))

@@ -124,7 +124,7 @@ func TestOpsStatusAndDeadLetterTools(t *testing.T) {
 		!strings.Contains(out, "key:   (null)") || !strings.HasSuffix(out, "4 dead letters\n") {
 		t.Errorf("dlq list:\n%s", out)
 	}
-	if _, errOut, code := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future, late or rejected") {
+	if _, errOut, code := harness.RunCLI(t, nil, "dlq", "list", "--pipeline", "ops", "--reason", "nope", "--database-url", db); code != 2 || !strings.Contains(errOut, "want decode, future, late, rejected or implausible") {
 		t.Errorf("dlq list --reason nope: exit %d, %s", code, errOut)
 	}
 

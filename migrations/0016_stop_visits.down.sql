@@ -1,0 +1,2 @@
+DROP TABLE stop_visit_counts;
+DROP TABLE stop_visits;
