@@ -93,6 +93,7 @@ func (l *loop) takeBatch() *pendingCommit {
 			LeaderEpoch: l.led.CommittableEpoch(tp, next)})
 	}
 	l.splitBatch(&p.batch)
+	l.provisional(&p.batch, l.cfg.Now())
 	l.dead = nil
 	l.trips.take()
 	l.vehicles.take()
