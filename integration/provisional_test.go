@@ -408,15 +408,27 @@ func TestProvisionalSIGKILLLeavesNoMixture(t *testing.T) {
 	p.kill()
 }
 
-// Split pipelines write no provisional rows: two instances with
-// --partitions and --provisional-interval each log that they write none,
-// and once every record is read and committed neither table holds a row of
-// the pipeline: delay_aggregates_live is exactly the merged final rows.
+// Split pipelines write no provisional rows. A single instance writes some
+// and is killed; then two instances with --partitions and
+// --provisional-interval take over: each logs that it writes none, their
+// commits delete the rows the single instance left, and once every record
+// is read and committed neither table holds a row of the pipeline:
+// delay_aggregates_live is exactly the merged final rows.
 func TestProvisionalSplitPipelineWritesNone(t *testing.T) {
 	addr, db := startBroker(t), freshDB(t)
 	produceFirst, _ := aucklandHalves(t)
 	produceFirst(addr)
-	ps := startSplit(t, db, addr, split2, "--provisional-interval", "100ms", "--flush-interval", "100ms")
+	single := startOvstream(t, nil, runArgs(db, addr, "--provisional-interval", "100ms")...)
+	waitFor(t, 2*time.Minute, "a provisional write of the single instance", func() bool {
+		var n int
+		sqlRow(t, db, `SELECT count(*) FROM delay_aggregates_provisional`, &n)
+		return n > 0
+	})
+	single.kill()
+	if code := single.wait(t, time.Minute); code == 0 {
+		t.Fatalf("run exited 0 after kill -9:\n%s", single.output())
+	}
+	ps := startSplit(t, db, addr, split2, "--provisional-interval", "100ms", "--flush-interval", "100ms", "--takeover")
 	hw := highWaters(t, addr, nil, predictionsTopic, positionsTopic)
 	waitFor(t, 2*time.Minute, "every record consumed and committed by the split instances", func() bool {
 		stored := storedConsumedOf(t, db, "ovstream")
@@ -442,7 +454,7 @@ func TestProvisionalSplitPipelineWritesNone(t *testing.T) {
 		t.Errorf("split pipeline: %d provisional rows, %d provisional positions; %d merged rows, the view %d rows of which %d final",
 			prov, pos, merged, live, final)
 	}
-	t.Logf("split pipeline: %d merged rows, no provisional row", merged)
+	t.Logf("split pipeline: %d merged rows, %d provisional rows", merged, prov)
 	for _, p := range ps {
 		p.kill()
 	}

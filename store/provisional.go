@@ -27,12 +27,20 @@ type Provisional struct {
 	All bool
 }
 
-// writeProvisional runs in a single-owner commit, after its final rows:
-// it deletes the provisional rows of the windows the batch's watermark
-// finalized (window_end at or before it) and, when b.Provisional is set,
-// replaces the rows of its windows and stores the batch's consumed offsets
-// in provisional_positions: the records the provisional rows count.
+// writeProvisional runs in every commit, after its final rows. In a
+// single-owner commit it deletes the provisional rows of the windows the
+// batch's watermark finalized (window_end at or before it) and, when
+// b.Provisional is set, replaces the rows of its windows and stores the
+// batch's consumed offsets in provisional_positions: the records the
+// provisional rows count. A split commit deletes every provisional row of
+// the pipeline (left by a single-owner instance before): a split pipeline
+// has none.
 func writeProvisional(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	if b.Split != nil {
+		_, err := tx.Exec(ctx, `WITH rows AS (DELETE FROM delay_aggregates_provisional WHERE pipeline = $1)
+DELETE FROM provisional_positions WHERE pipeline = $1`, b.Pipeline)
+		return err
+	}
 	p := b.Provisional
 	if p == nil { // the other windows' rows stay exact for provisional_positions
 		_, err := tx.Exec(ctx, `DELETE FROM delay_aggregates_provisional WHERE pipeline = $1 AND window_end <= $2`,
