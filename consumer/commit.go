@@ -172,6 +172,9 @@ func (l *loop) finishCommit(res commitResult) error {
 		l.splitCommitted(res.merged, p.wm, p.batch.Positions)
 	}
 	b := &p.batch
+	if b.Provisional != nil {
+		l.prov.took = res.took
+	}
 	l.copiesCommitted(b.ReplayOut)
 	for _, pos := range b.Positions {
 		pos.Seq++ // the commit's fencing statement added one (store.Commit)

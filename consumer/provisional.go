@@ -12,6 +12,12 @@ type provisionalState struct {
 	next   time.Time // no provisional write before this
 	wrote  bool      // a batch of this loop carries provisional rows already
 	logged bool      // the split pipeline's "none" was logged
+	// took is how long the last successful commit with provisional rows
+	// took.
+	took time.Duration
+	// wm and at are the watermark and the time of the batch before: how
+	// fast the watermark moves.
+	wm, at time.Time
 }
 
 // provisional adds to b, taken at now, the provisional rows of the open
@@ -23,8 +29,17 @@ type provisionalState struct {
 // loop before wrote may count records this one has not read again yet.
 // A split pipeline writes none: its windows are per source partition and
 // final only once merged, so it logs that once.
+//
+// Final rows are not kept waiting for provisional ones: a batch that
+// finalizes windows carries none, nor does one taken when the earliest open
+// window would close, at the pace the watermark moved since the batch
+// before, within twice the last provisional commit's duration, since the
+// commit that writes it would wait for this one. The next commit carries
+// them instead.
 func (l *loop) provisional(b *store.Batch, now time.Time) {
 	cfg := l.cfg
+	prevWM, prevAt := l.prov.wm, l.prov.at
+	l.prov.wm, l.prov.at = b.Watermark, now
 	if cfg.ProvisionalInterval <= 0 || cfg.Drain || now.Before(l.prov.next) {
 		return
 	}
@@ -36,8 +51,29 @@ func (l *loop) provisional(b *store.Batch, now time.Time) {
 		}
 		return
 	}
+	if closesWithin(l.win.FirstEnd(), b.Watermark, prevWM, now.Sub(prevAt), 2*l.prov.took) {
+		return
+	}
 	rows, starts := l.win.Changed(b.Watermark)
 	b.Provisional = &store.Provisional{Rows: rows, Starts: starts, All: !l.prov.wrote}
 	l.prov.wrote = true
 	l.prov.next = now.Add(cfg.ProvisionalInterval)
+}
+
+// closesWithin tells whether the window ending at first (zero: none) is
+// final at watermark wm, or will be within d of wall clock if the watermark
+// goes on moving as it moved from prev to wm in elapsed.
+func closesWithin(first, wm, prev time.Time, elapsed, d time.Duration) bool {
+	if first.IsZero() {
+		return false
+	}
+	left := first.Sub(wm)
+	if left <= 0 {
+		return true
+	}
+	moved := wm.Sub(prev)
+	if prev.IsZero() || moved <= 0 || elapsed <= 0 {
+		return false // the watermark stands still: the window does not close soon
+	}
+	return left.Seconds()*elapsed.Seconds() < d.Seconds()*moved.Seconds()
 }

@@ -158,8 +158,9 @@ func checkProvisionalOracle(t *testing.T, db string, s provisionalSnapshot, what
 		oracleDistributions, wm)
 	got := dump(t, db, strings.ReplaceAll(dumpAggregates, "delay_aggregates", "snap_prov"))
 	want := dump(t, db, open)
-	if len(want) == 0 {
-		t.Fatalf("%s: the oracle has no open window (watermark %s)", what, wm)
+	if len(want) == 0 && len(got) == 0 {
+		t.Logf("%s: no open window holds a record below the provisional offsets (watermark %s): no provisional row", what, wm)
+		return
 	}
 	sameRows(t, what+": provisional rows vs SQL oracle over the records read", got, want)
 	sameRows(t, what+": provisional distributions vs SQL oracle",
@@ -229,6 +230,9 @@ func TestProvisionalRowsEqualOracle(t *testing.T) {
 		return n > 0
 	})
 	mid := snapshotProvisional(t, db)
+	if mid.rows == 0 {
+		t.Fatal("no provisional row in the snapshot")
+	}
 	waitConsumed(t, db, addr, p)
 	liveMsgs(t, db, addr, predictionsTopic, positionsTopic)
 	checkProvisionalOracle(t, db, mid, "first provisional write")
@@ -249,6 +253,9 @@ func TestProvisionalRowsEqualOracle(t *testing.T) {
 	})
 	n := liveMsgs(t, db, addr, predictionsTopic, positionsTopic)
 	end := snapshotProvisional(t, db)
+	if end.rows == 0 {
+		t.Fatal("no provisional row after the second half")
+	}
 	checkProvisionalOracle(t, db, end, "second half read")
 
 	// The windows provisional after the first half are final now: equal to
