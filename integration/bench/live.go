@@ -2,10 +2,11 @@ package main
 
 // The live phase: a producer writes the archive's predictions and
 // positions at a fixed rate, event times moved onto the wall clock, while
-// `ovstream run` runs as a service with its default flags; the phase measures
-// per finalized window row how long after its window became closable the row
-// was visible in PostgreSQL (freshness), the consumer's lag, and the CPU of
-// the broker, ovstream and PostgreSQL.
+// `ovstream run` runs as a service with its default flags but
+// --provisional-interval, once per value of --live-provisional (0: off); the
+// phase measures per finalized window row how long after its window became
+// closable the row was visible in PostgreSQL (freshness), the consumer's lag,
+// and the CPU of the broker, ovstream and PostgreSQL.
 //
 // Definitions (BENCHMARKS.md, "Live"):
 //
@@ -26,7 +27,9 @@ package main
 // event times before W, then the allowed lateness to pass: the producer
 // starts with event time = wall clock - delta, delta chosen so that the first
 // window with data becomes closable --live-lead (2m30s) after the start.
-// --live-windows N waits for N windows (5 minutes more each).
+// --live-windows N waits for N windows (5 minutes more each). With
+// provisional rows on, each poll also reads their age: the database's now()
+// minus provisional_positions.written_at, the last commit that wrote them.
 
 import (
 	"bufio"
