@@ -1,7 +1,7 @@
 # ovstream: see README.md.
 GO      ?= go
 BIN     := bin/ovstream
-PKGS    := ./aggregate/... ./broker/... ./consumer/... ./dashboard/... ./feed/... ./store/... ./migrations/... ./pgsession/... ./cmd/...
+PKGS    := $(shell $(GO) list ./... | grep -v /integration)  # every package but the integration tests
 
 .PHONY: build run test test-long unit integration fuzz vet lint clean check-unit check-docker screenshots realkafka
 
@@ -20,14 +20,15 @@ run: build
 
 # Unit tests, integration tests (real PostgreSQL, embedded broker over TCP), the real-broker
 # tier (TestRealKafka*: Apache Kafka from Maven Central, docs/getting-started.md "Tested against Apache Kafka";
-# its own step and timeout, ~3 min on 2 cores; fails without java/mvn), a COPY whose
+# its own step and timeout, ~4 min on 2 cores, the Flink SQL peer's test about 1 of them; fails without java/javac/mvn), a COPY whose
 # connection breaks mid-way and the outcome of a lost COMMIT, under the race detector (store), short fuzzing,
 # the systemd unit (systemd-analyze) and the Dockerfile (BuildKit's parser and lint rules).
 test: vet lint build
 	@bash .ci/postgres.sh
 	$(GO) test -count=1 $(PKGS)
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 25m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -run '^TestRealKafka' -skip '$(LONG_TESTS)' ./integration/
+	$(PGENV) $(GO) test -p 1 -count=1 -tags integration -timeout 25m -skip '^TestRealKafka|$(LONG_TESTS)' ./integration/...
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '$(STORE_TESTS)' -skip '$(LONG_TESTS)' ./store/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 15m -run '^TestRealKafka' -skip '$(LONG_TESTS)' ./integration/realkafka/
 	$(PGENV) $(GO) test -count=1 -race -tags integration -run '^(TestCopyConnectionBroken|TestOutcomeFromCommitSeq)$$' ./store/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 5s ./aggregate/
 	$(GO) test -run '^$$' -fuzz '^FuzzMerge$$' -fuzztime 5s ./aggregate/
@@ -35,6 +36,15 @@ test: vet lint build
 	$(GO) test -run '^$$' -fuzz '^FuzzLedger$$' -fuzztime 5s ./consumer/
 	bash .ci/check-unit.sh $(BIN)
 	cd .ci/dockerlint && $(GO) run . ../../Dockerfile
+
+# The integration tests are folders of integration/ by the question they answer (docs/development.md
+# "Tests"), each a package with the build tag integration, sharing integration/harness; they run one
+# package at a time (-p 1): within a package the tests marked parallel already run two at once, and
+# two packages side by side would put four ovstream processes, private clusters or browsers on two
+# cores under tests whose waits are bounded. The real-broker tests are integration/realkafka's.
+# store/ keeps its own PostgreSQL tests (STORE_TESTS; its unit tests run with PKGS, and the two
+# connection-breaking ones under the race detector).
+STORE_TESTS := ^Test(Store|Migrate)
 
 # The long tier: the crash-injection tests (SIGKILL, SIGSTOP and crash points at every step of the
 # commit, PostgreSQL and broker restarts, lost COMMIT answers, failovers of a replicated
@@ -48,19 +58,19 @@ test: vet lint build
 LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation|LeaderChangeNoLateRecords|LeaderChangesLong))$$
 test-long: build
 	@bash .ci/postgres.sh
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 30m -run '$(LONG_TESTS)' ./integration/
+	$(PGENV) $(GO) test -p 1 -count=1 -tags integration -timeout 30m -run '$(LONG_TESTS)' ./integration/...
 
 # The real-broker tier alone (Apache Kafka 4.3.1 on 127.0.0.1; the jars are copied once into
 # ~/.cache/ovstream/kafka-<version>).
 realkafka:
 	@bash .ci/postgres.sh
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/realkafka/
 
 # A PNG of each dashboard page (docs/dashboard.md "Dashboard") in screenshots/ (not committed), taken by
 # the browser test (headless Chromium, Debian's chromium) on the Auckland and Halifax samples.
 screenshots:
 	@bash .ci/postgres.sh
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestDashboard$$' ./integration/ \
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestDashboard$$' ./integration/dashboard/ \
 	  -args -dashboard.screenshots $(CURDIR)/screenshots
 	@ls -1 screenshots/*.png
 
@@ -111,7 +121,7 @@ crash:
 	@$(PGENV) test -f "$(CRASH_ARCHIVE)" || { echo "crash: no archive at $(CRASH_ARCHIVE); set CRASH_ARCHIVE" >&2; exit 1; }
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
 	  tar -xJf "$(CRASH_ARCHIVE)" -C "$$dir" && $(PGENV) \
-	  $(GO) test -count=1 -tags integration -timeout 2h -v -run '^TestCrashRandomKills$$' ./integration/ \
+	  $(GO) test -count=1 -tags integration -timeout 2h -v -run '^TestCrashRandomKills$$' ./integration/crash/ \
 	    -args -crash.long -crash.data "$$dir" -crash.kills $(CRASH_KILLS)
 
 clean:
@@ -128,6 +138,9 @@ clean:
 # "--broker kafka": Apache Kafka (integration/realkafka, one KRaft node, 1 GiB heap; needs java
 # and mvn) instead of the embedded kfake broker, "--broker both": each, side by side;
 # "--sustained" (--sustained-duration 2m): the highest sustained rate, sustained_rate=.
+# "--peer flink" (with --broker kafka or both; needs a JDK and mvn): also the Flink SQL job
+# (integration/flinkpeer), its rows checked against (b)'s, flink_wall_ratio=, flink_cpu_ratio=,
+# flink_rss_ratio=.
 .PHONY: bench
 bench:
 	@bash .ci/postgres.sh

@@ -4,13 +4,14 @@
 # https://go.dev/doc/install, go.mod names the version):
 #   make                     the Makefile
 #   postgresql               the server the demo and the tests write to (.ci/postgres.sh starts it)
-#   pgbouncer                a pooler in front of it, started by the pooler tests (integration/pgbouncer_test.go)
+#   pgbouncer                a pooler in front of it, started by the pooler tests (integration/ops/pgbouncer_test.go)
 #   openjdk-17-jre-headless  Java and Maven for the real-broker tier (integration/realkafka:
 #   maven                    Apache Kafka from Maven Central, copied once into ~/.cache/ovstream)
-#   python3-confluent-kafka  a Kafka client we did not write (integration/ops_lagtools_test.go)
+#   openjdk-17-jdk-headless  javac for the Flink SQL peer (integration/flinkpeer, compiled once into ~/.cache/ovstream)
+#   python3-confluent-kafka  a Kafka client we did not write (integration/ops/lagtools_test.go)
 #   systemd                  systemd-analyze verifies deploy/systemd (.ci/check-unit.sh)
-#   prometheus               promtool tests deploy/prometheus/alerts.yml (integration/monitoring_test.go)
-#   chromium                 headless, the dashboard's browser test (integration/dashboard_test.go),
+#   prometheus               promtool tests deploy/prometheus/alerts.yml (integration/ops/monitoring_test.go)
+#   chromium                 headless, the dashboard's browser test (integration/dashboard/dashboard_test.go),
 #   fonts-dejavu-core        and a font for its screenshots
 #   bash-completion          `source <(ovstream completion bash)` needs it (docs/configuration.md)
 # Run as root or with sudo: bash .ci/install-deps.sh (.ci/run does).
@@ -21,6 +22,7 @@ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null || missing+=(python3-confluent-kafka)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)

@@ -28,6 +28,7 @@ type Metrics struct {
 	Watermark        prometheus.Gauge       // ovstream_watermark_timestamp_seconds
 	OpenWindows      prometheus.Gauge       // ovstream_open_windows
 	Lag              *prometheus.GaugeVec   // ovstream_partition_lag_messages{topic,partition}
+	Held             *prometheus.GaugeVec   // ovstream_partition_held_messages{topic,partition}
 	Idle             *prometheus.GaugeVec   // ovstream_partition_idle{topic,partition}
 	Fenced           prometheus.Gauge       // ovstream_fenced
 	Standby          prometheus.Gauge       // ovstream_standby
@@ -86,7 +87,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		OpenWindows: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_open_windows",
 			Help: "Tumbling windows held in memory (not yet finalized and committed)."}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_lag_messages",
-			Help: "High water mark minus the stored next offset, per partition; NaN while the high water mark cannot be read."}, []string{"topic", "partition"}),
+			Help: "Records not yet read, per partition: the high water mark minus the consumed position (one past the last record read); NaN while the high water mark cannot be read."}, []string{"topic", "partition"}),
+		Held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_held_messages",
+			Help: "Records read but not yet committable, per partition: the consumed position minus the stored next offset (records in open windows, or waiting for a commit); a restart reads them again."}, []string{"topic", "partition"}),
 		Idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ovstream_partition_idle",
 			Help: "1 when the partition is idle and does not hold the watermark, else 0."}, []string{"topic", "partition"}),
 		Fenced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovstream_fenced",
@@ -113,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.CommitFailures.WithLabelValues(r)
 	}
 	m.all = []prometheus.Collector{m.Consumed, m.DeadLetters, m.Late, m.WindowsFinalized, m.Commits, m.CommitFailures,
-		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Idle, m.Fenced, m.Standby, m.LastCommit,
+		m.CommitDuration, m.Uncommitted, m.Watermark, m.OpenWindows, m.Lag, m.Held, m.Idle, m.Fenced, m.Standby, m.LastCommit,
 		m.KafkaCommitFails, m.MergePending, m.RetentionDropped, m.RetentionDeleted, m.ClosableAge, m.ClockSkew}
 	if reg != nil {
 		for _, c := range m.all {
@@ -134,14 +137,16 @@ func (m *Metrics) assign(tps []aggregate.PartitionID) {
 		}
 		p := strconv.Itoa(int(tp.Partition))
 		m.Lag.WithLabelValues(tp.Topic, p).Set(math.NaN()) // unknown until the first reading of its high water mark
+		m.Held.WithLabelValues(tp.Topic, p)
 		m.Idle.WithLabelValues(tp.Topic, p)
 	}
 }
 
-// partition sets tp's lag and idle gauges; an unknown lag (its high water
-// mark could not be read) is NaN, never the last value.
-func (m *Metrics) partition(tp aggregate.PartitionID, lag int64, known, idle bool) {
+// partition sets tp's lag, held and idle gauges; an unknown lag (its high
+// water mark could not be read) is NaN, never the last value.
+func (m *Metrics) partition(tp aggregate.PartitionID, lag, held int64, known, idle bool) {
 	p := strconv.Itoa(int(tp.Partition))
+	m.Held.WithLabelValues(tp.Topic, p).Set(float64(held))
 	v := math.NaN()
 	if known {
 		v = float64(lag)

@@ -79,7 +79,11 @@ func (l *loop) applyHighWaters(r highWaters) {
 	unknown := 0
 	for tp := range l.parts {
 		hw, known := l.knownHighWater(tp, now)
-		l.cfg.Metrics.partition(tp, hw-l.stored[tp].NextOffset, known, l.wm.Idle(tp, now))
+		consumed, committable := l.led.ConsumedOffset(tp), l.parts[tp].seek
+		if pos, ok := l.stored[tp]; ok {
+			committable = pos.NextOffset
+		}
+		l.cfg.Metrics.partition(tp, max(0, hw-consumed), consumed-committable, known, l.wm.Idle(tp, now))
 		if !known {
 			unknown++
 		}
@@ -115,16 +119,20 @@ func (l *loop) sought(tp aggregate.PartitionID) {
 // before the first fetch could answer, stalled the loop on a slow link at
 // every restart (docs/benchmarks-history.md "Progress under repeated crashes"). A probe
 // that fails is sent again after a backoff (probeBackoff), so that a log
-// ending in markers does not stay below its high water mark for ever.
+// ending in markers does not stay below its high water mark for ever. A
+// partition is probed again at the same position once its high water mark
+// moved (at most every probeAfter): a probe that met a transaction still open (read_committed fetches
+// end at the last stable offset) cannot see the abort that comes later,
+// and an aborted transaction delivers nothing that would move the position.
 func (l *loop) updateCaughtUp(now time.Time) {
 	for tp, p := range l.parts {
 		hw, pos := p.highWater, l.led.ConsumedOffset(tp)
-		if pos < hw && now.Sub(p.lastSeen) >= probeAfter && p.probed != pos && !p.paused && !l.holding() &&
+		if pos < hw && now.Sub(p.lastSeen) >= probeAfter && (p.probed != pos || p.probedHW != hw) && !p.paused && !l.holding() &&
 			!now.Before(p.probeRetry.at) {
 			if end, err := l.src.visibleEnd(tp, pos); err != nil {
 				l.probeFailed(tp, pos, now, err)
 			} else {
-				p.probeRetry, p.probed = probeRetry{}, pos
+				p.probeRetry, p.probed, p.probedHW, p.lastSeen = probeRetry{}, pos, hw, now
 				if end > pos {
 					l.led.Consumed(tp, min(end, hw)-1) // only markers or aborted records in [pos, end)
 					pos = l.led.ConsumedOffset(tp)

@@ -15,8 +15,10 @@ type partState struct {
 	hwAt        time.Time  // when the reading of highWater was sent; zero: the last reading failed, so unknown
 	drainTarget int64      // where a drain of it ends: its last stable offset at start (drain.go)
 	replayUntil int64      // the stored consumed_offset: records below it were consumed before the restart (replay.go)
-	lastSeen    time.Time  // wall time of its last record, or of its seek
+	seek        int64      // the offset reading started at (start.go): held counts from it until a position is stored
+	lastSeen    time.Time  // wall time of its last record, its seek or its last marker probe
 	probed      int64      // the consumed offset at its last marker probe, -1 for none
+	probedHW    int64      // the high water mark when that probe went out
 	probeRetry  probeRetry // the backoff of its failing marker probes; zero: none failing
 	paused      bool       // by flowControl: far ahead of the others in event time (flow.go)
 }

@@ -268,7 +268,7 @@ func (l *loop) seekPartition(ctx context.Context, tp aggregate.PartitionID, r lo
 	}
 	l.wm.Assign(tp)
 	p := l.assign(tp, hw)
-	p.replayUntil = replayUntil
+	p.replayUntil, p.seek = replayUntil, from
 	if cfg.Drain {
 		err := WaitKafka(ctx, cfg.ConnectTimeout, cfg.Logger, "read the last stable offset of "+tp.String(), func() (err error) {
 			p.drainTarget, err = l.src.drainTarget(tp, hw)

@@ -74,12 +74,12 @@ type Pipelines struct {
 
 func (h *Handler) pipelines(ctx context.Context, r *http.Request) (any, error) {
 	out := &Pipelines{TZ: h.cfg.Location.String()}
-	err := h.pool.do(ctx, func(s *store.Store) error {
+	err := h.do(ctx, func(c *pgx.Conn) error {
 		var err error
-		if out.Pipelines, err = pipelineNames(ctx, s); err != nil {
+		if out.Pipelines, err = pipelineNames(ctx, c); err != nil {
 			return err
 		}
-		out.Default, err = h.pipelineParam(ctx, s, nil)
+		out.Default, err = h.pipelineParam(ctx, c, nil)
 		return err
 	})
 	if out.Pipelines == nil {
@@ -120,29 +120,29 @@ type page struct {
 
 // withPage reads r's time zone, then, on a connection of the pool, its
 // pipeline and where that pipeline's windows lie, and runs f.
-func (h *Handler) withPage(ctx context.Context, r *http.Request, f func(s *store.Store, p page) error) error {
+func (h *Handler) withPage(ctx context.Context, r *http.Request, f func(c *pgx.Conn, p page) error) error {
 	p := page{v: r.URL.Query()}
 	var err error
 	if p.loc, err = h.location(p.v); err != nil {
 		return err
 	}
-	return h.pool.do(ctx, func(s *store.Store) error {
-		if p.pipeline, err = h.pipelineParam(ctx, s, p.v); err != nil {
+	return h.do(ctx, func(c *pgx.Conn) error {
+		if p.pipeline, err = h.pipelineParam(ctx, c, p.v); err != nil {
 			return err
 		}
-		if err := checkPipeline(ctx, s, p.pipeline); err != nil {
+		if err := checkPipeline(ctx, c, p.pipeline); err != nil {
 			return err
 		}
-		if p.extent, err = pipelineExtent(ctx, s, p.pipeline); err != nil {
+		if p.extent, err = pipelineExtent(ctx, c, p.pipeline); err != nil {
 			return err
 		}
-		return f(s, p)
+		return f(c, p)
 	})
 }
 
 func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 	out := &Delay{Points: []DelayPoint{}, Lines: []LineChoice{}}
-	err := h.withPage(ctx, r, func(s *store.Store, p page) error {
+	err := h.withPage(ctx, r, func(c *pgx.Conn, p page) error {
 		v, loc, pipeline, e := p.v, p.loc, p.pipeline, p.extent
 		from, to, err := timeRange(v, loc, e, 24*time.Hour)
 		if err != nil {
@@ -164,27 +164,13 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 		}
 		rq := rollup.Query{Pipeline: pipeline, Dimension: aggregate.DimNetwork, From: from, To: to,
 			Bucket: bucket, Location: loc, Quantiles: quantiles}
-		if err := s.Read(ctx, func(c *pgx.Conn) error {
-			if out.Lines, err = linesIn(ctx, c, pipeline, from, to); err != nil {
-				return err
-			}
-			if out.Query.Line == "" {
-				_, err = nameLines(ctx, c, pipeline, "", out.Lines)
-				return err
-			}
-			if err := checkLine(ctx, c, pipeline, out.Query.Line, from, to, out.Lines); err != nil {
-				return err
-			}
-			l, err := nameLines(ctx, c, pipeline, out.Query.Line, out.Lines)
-			out.Line = &l
-			return err
-		}); err != nil {
+		if err := delayLines(ctx, c, pipeline, from, to, out); err != nil {
 			return err
 		}
 		if out.Line != nil {
 			rq.Dimension, rq.IDs = aggregate.DimLine, []string{out.Line.ID}
 		}
-		res, err := runRollup(ctx, s, rq)
+		res, err := rollup.Run(ctx, c, rq)
 		if err != nil {
 			return err
 		}
@@ -197,14 +183,24 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 	return out, err
 }
 
-func runRollup(ctx context.Context, s *store.Store, q rollup.Query) (*rollup.Result, error) {
-	var res *rollup.Result
-	err := s.Read(ctx, func(c *pgx.Conn) error {
-		var err error
-		res, err = rollup.Run(ctx, c, q)
+// delayLines fills in out's lines with windows in [from, to) and, when the
+// query names one (a line that is no line of the pipeline is a 400), the
+// line shown.
+func delayLines(ctx context.Context, c *pgx.Conn, pipeline string, from, to time.Time, out *Delay) error {
+	var err error
+	if out.Lines, err = linesIn(ctx, c, pipeline, from, to); err != nil {
 		return err
-	})
-	return res, err
+	}
+	if out.Query.Line == "" {
+		_, err = nameLines(ctx, c, pipeline, "", out.Lines)
+		return err
+	}
+	if err := checkLine(ctx, c, pipeline, out.Query.Line, from, to, out.Lines); err != nil {
+		return err
+	}
+	l, err := nameLines(ctx, c, pipeline, out.Query.Line, out.Lines)
+	out.Line = &l
+	return err
 }
 
 // Ranked is one id of a ranking, with its names (lines and stations; null
@@ -246,7 +242,7 @@ func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	out := &Top{Rows: []Ranked{}}
-	err = h.withPage(ctx, r, func(s *store.Store, p page) error {
+	err = h.withPage(ctx, r, func(c *pgx.Conn, p page) error {
 		loc, pipeline, e := p.loc, p.pipeline, p.extent
 		day, err := dayParam(v.Get("day"), loc, e)
 		if err != nil {
@@ -258,7 +254,7 @@ func (h *Handler) top(ctx context.Context, r *http.Request) (any, error) {
 		if pipeline == "" {
 			return nil
 		}
-		res, err := runRollup(ctx, s, rollup.Query{Pipeline: pipeline, Dimension: dim, From: day, To: nextDay(day),
+		res, err := rollup.Run(ctx, c, rollup.Query{Pipeline: pipeline, Dimension: dim, From: day, To: nextDay(day),
 			Location: loc, Quantiles: quantiles, MinEvents: minEvents, By: "p90", Top: int(n)})
 		if err != nil {
 			return err
@@ -343,7 +339,7 @@ ORDER BY h`
 
 func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 	out := &Line{Lines: []LineChoice{}, Hours: []HourStats{}}
-	err := h.withPage(ctx, r, func(s *store.Store, p page) error {
+	err := h.withPage(ctx, r, func(c *pgx.Conn, p page) error {
 		v, loc, pipeline, e := p.v, p.loc, p.pipeline, p.extent
 		from, to, err := timeRange(v, loc, e, 7*24*time.Hour)
 		if err != nil {
@@ -352,41 +348,38 @@ func (h *Handler) line(ctx context.Context, r *http.Request) (any, error) {
 		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339),
 			Line: strings.TrimSpace(v.Get("line"))}
 		out.Extent = e.json(loc)
-		return s.Read(ctx, func(c *pgx.Conn) error {
-			var err error
-			if out.Lines, err = linesIn(ctx, c, pipeline, from, to); err != nil {
-				return err
-			}
-			if out.Query.Line == "" && len(out.Lines) > 0 {
-				out.Query.Line = out.Lines[0].ID
-			}
-			if out.Query.Line == "" {
-				return nil
-			}
-			if out.Line, err = nameLines(ctx, c, pipeline, out.Query.Line, out.Lines); err != nil {
-				return err
-			}
-			if known, err := h.zoneKnown(ctx, c, loc); err != nil {
-				return err
-			} else if !known {
-				return badParam("tz", "%q is a time zone PostgreSQL does not know: choose another name of it", loc.String())
-			}
-			rows, err := c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
-			if err != nil {
-				return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
-			}
-			var hs HourStats
-			var qs []float64
-			_, err = pgx.ForEachRow(rows, []any{&hs.Hour, &hs.Events, &hs.Mean, &hs.Min, &hs.Max, &qs}, func() error {
-				hs.P50, hs.P90 = qs[0], qs[1]
-				out.Hours = append(out.Hours, hs)
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
-			}
+		if out.Lines, err = linesIn(ctx, c, pipeline, from, to); err != nil {
+			return err
+		}
+		if out.Query.Line == "" && len(out.Lines) > 0 {
+			out.Query.Line = out.Lines[0].ID
+		}
+		if out.Query.Line == "" {
+			return nil
+		}
+		if out.Line, err = nameLines(ctx, c, pipeline, out.Query.Line, out.Lines); err != nil {
+			return err
+		}
+		if known, err := h.zoneKnown(ctx, c, loc); err != nil {
+			return err
+		} else if !known {
+			return badParam("tz", "%q is a time zone PostgreSQL does not know: choose another name of it", loc.String())
+		}
+		rows, err := c.Query(ctx, hourOfDaySQL, pipeline, out.Query.Line, from, to, loc.String(), quantiles)
+		if err != nil {
+			return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
+		}
+		var hs HourStats
+		var qs []float64
+		_, err = pgx.ForEachRow(rows, []any{&hs.Hour, &hs.Events, &hs.Mean, &hs.Min, &hs.Max, &qs}, func() error {
+			hs.P50, hs.P90 = qs[0], qs[1]
+			out.Hours = append(out.Hours, hs)
 			return nil
 		})
+		if err != nil {
+			return fmt.Errorf("dashboard: line %q by hour: %w", out.Query.Line, err)
+		}
+		return nil
 	})
 	return out, err
 }

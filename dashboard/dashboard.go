@@ -14,7 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ovstream/ovstream/store"
 )
@@ -61,7 +63,7 @@ const DefaultStatementTimeout = 5 * time.Second
 type Handler struct {
 	cfg   Config
 	mux   *http.ServeMux
-	pool  *pool
+	pool  *pgxpool.Pool
 	zones sync.Map // time zone name -> whether PostgreSQL knows it (zoneKnown)
 }
 
@@ -70,10 +72,6 @@ type Handler struct {
 func New(cfg Config) (*Handler, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("dashboard: no database URL")
-	}
-	template, err := store.Lazy(cfg.DatabaseURL) // parses the URL, connects on first use
-	if err != nil {
-		return nil, fmt.Errorf("dashboard: database URL: %w", err)
 	}
 	if cfg.StatementTimeout <= 0 {
 		cfg.StatementTimeout = DefaultStatementTimeout
@@ -90,7 +88,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pool: newPool(template, cfg.MaxConns, cfg.StatementTimeout)}
+	// Parses the URL; connects on first use.
+	pool, err := store.ReadPool(cfg.DatabaseURL, "ovstream-dashboard", cfg.StatementTimeout, int32(cfg.MaxConns))
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: database URL: %w", err)
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), pool: pool}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
@@ -144,12 +147,12 @@ func (h *Handler) pageUnknown(r *http.Request) bool {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
 	defer cancel()
-	err := h.pool.tryDo(func(s *store.Store) error {
+	err := h.tryDo(ctx, func(c *pgx.Conn) error {
 		pipeline := strings.TrimSpace(v.Get("pipeline"))
 		if pipeline == "" {
 			pipeline = h.cfg.Pipeline
 		}
-		return checkPipeline(ctx, s, pipeline)
+		return checkPipeline(ctx, c, pipeline)
 	})
 	return store.IsUnknownPipeline(err)
 }
@@ -167,12 +170,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Ping opens (or checks) one database connection: `serve` calls it at start
 // so that a wrong URL is said at once.
 func (h *Handler) Ping(ctx context.Context) error {
-	return h.pool.do(ctx, func(s *store.Store) error { return s.Ping(ctx) })
+	return h.do(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) })
 }
 
 // Close closes the handler's connections, waiting up to 5 s for requests
 // still using one. Call it once the server has stopped.
-func (h *Handler) Close() { h.pool.close(5 * time.Second) }
+func (h *Handler) Close() {
+	done := make(chan struct{})
+	go func() {
+		h.pool.Close() // waits for the connections in use to come back
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}
 
 // badRequest is an error of the request's parameters: 400.
 type badRequest struct{ msg string }
@@ -242,60 +255,27 @@ func (h *Handler) encode(w http.ResponseWriter, r *http.Request, v any) {
 	}
 }
 
-// pool hands out at most n Stores (store.Reader: one connection each,
-// application_name ovstream-dashboard, opened on first use and reused, the
-// statement timeout, a cancelled request's statement cancelled on the
-// server). A Store goes back only once its work returned, so the database
-// never sees more than n sessions of the pool, whatever clients do.
-type pool struct {
-	n     int
-	slots chan *store.Store
-}
-
-func newPool(template *store.Store, n int, statementTimeout time.Duration) *pool {
-	p := &pool{n: n, slots: make(chan *store.Store, n)}
-	for range n {
-		p.slots <- template.Reader("ovstream-dashboard", statementTimeout)
+// do runs f on a connection of the pool of its own (at most
+// Config.MaxConns sessions: store.ReadPool), waiting for a free one until
+// ctx ends. A connection goes back only once f returned, so the database
+// never sees more sessions than the pool's, whatever clients do.
+func (h *Handler) do(ctx context.Context, f func(*pgx.Conn) error) error {
+	conn, err := h.pool.Acquire(ctx)
+	if err != nil {
+		return err
 	}
-	return p
+	defer conn.Release()
+	return f(conn.Conn())
 }
 
-// do runs f on a Store of its own, waiting for a free one.
-func (p *pool) do(ctx context.Context, f func(*store.Store) error) error {
-	var s *store.Store
-	select {
-	case s = <-p.slots:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { p.slots <- s }()
-	return f(s)
-}
-
-// tryDo runs f on a Store of its own when one is free at once; else it
-// returns errPoolBusy without waiting.
-func (p *pool) tryDo(f func(*store.Store) error) error {
-	select {
-	case s := <-p.slots:
-		defer func() { p.slots <- s }()
-		return f(s)
-	default:
+// tryDo is do when a connection is free at once: when every connection of
+// the pool is in use it returns errPoolBusy without waiting.
+func (h *Handler) tryDo(ctx context.Context, f func(*pgx.Conn) error) error {
+	if st := h.pool.Stat(); st.AcquiredConns() >= st.MaxConns() {
 		return errPoolBusy
 	}
+	return h.do(ctx, f)
 }
 
-// errPoolBusy is tryDo's error when every Store of the pool is in use.
+// errPoolBusy is tryDo's error when every connection of the pool is in use.
 var errPoolBusy = errors.New("dashboard: every database connection is busy")
-
-// close closes every Store, waiting up to wait for those in use.
-func (p *pool) close(wait time.Duration) {
-	timeout := time.After(wait)
-	for range p.n {
-		select {
-		case s := <-p.slots:
-			_ = s.Close(context.Background())
-		case <-timeout:
-			return
-		}
-	}
-}

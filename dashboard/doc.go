@@ -19,9 +19,10 @@
 //   - The pages work offline: HTML, JavaScript, CSS and the charting library
 //     (uPlot, vendored at a pinned version: assets/vendor/uplot/README.md)
 //     are embedded in the binary; no page loads anything from elsewhere.
-//   - The handler only reads the database, on at most Config.MaxConns
-//     connections of its own, opened on first use; each request is bounded
-//     by Config.QueryTimeout. Bad parameters get 400 with a message naming
+//   - The handler only reads the database, on a pgxpool.Pool of at most
+//     Config.MaxConns connections of its own (store.ReadPool), opened on
+//     first use; a request holds one connection for all its queries, and is
+//     bounded by Config.QueryTimeout. Bad parameters get 400 with a message naming
 //     the parameter.
 //
 // Times: the API takes and returns RFC 3339 (local times without an offset

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -14,13 +16,16 @@ import (
 // default --lease of run.
 const instanceLease = 15 * time.Second
 
-// PartitionLag is one partition's lag: the high water mark minus the stored
-// next offset (the log start when nothing is stored). A nil field is unknown.
+// PartitionLag is one partition's lag: the records not yet read, the high
+// water mark minus the consumed position (the log start when nothing is
+// stored); and the records held: read, not yet committable (the consumed
+// position minus the stored next offset). A nil field is unknown.
 type PartitionLag struct {
 	Partition  string `json:"partition"` // topic/partition
 	NextOffset *int64 `json:"next_offset"`
 	HighWater  *int64 `json:"high_water"`
 	Lag        *int64 `json:"lag"`
+	Held       *int64 `json:"held"`
 }
 
 // LagFunc reads the lag of a pipeline's partitions, given what the database
@@ -107,27 +112,27 @@ func (h *Handler) health(ctx context.Context, r *http.Request) (any, error) {
 	}
 	out := &Health{DeadLetters: []DeadLetters{}, Instances: []Instance{}, Lag: Lag{Partitions: []PartitionLag{}}}
 	var st *store.Status
-	err = h.pool.do(ctx, func(s *store.Store) error {
-		pipeline, err := h.pipelineParam(ctx, s, v)
+	err = h.do(ctx, func(c *pgx.Conn) error {
+		pipeline, err := h.pipelineParam(ctx, c, v)
 		if err != nil {
 			return err
 		}
-		if err := checkPipeline(ctx, s, pipeline); err != nil {
+		if err := checkPipeline(ctx, c, pipeline); err != nil {
 			return err
 		}
 		out.Query = Query{Pipeline: pipeline, TZ: loc.String()}
-		if st, err = s.Status(ctx, pipeline); err != nil {
+		if st, err = store.ReadStatus(ctx, c, pipeline); err != nil {
 			return err
 		}
-		ml, err := s.MergeLag(ctx, pipeline)
+		ml, err := store.ReadMergeLag(ctx, c, pipeline)
 		if err != nil {
 			return err
 		}
-		instances, err := s.Instances(ctx, pipeline, instanceLease)
+		instances, err := store.ReadInstances(ctx, c, pipeline, instanceLease)
 		if err != nil {
 			return err
 		}
-		if out.Replica, err = s.ReplicaState(ctx); err != nil {
+		if out.Replica, err = store.ReadReplica(ctx, c); err != nil {
 			return err
 		}
 		out.Merge = Merge{PendingWindows: ml.Pending, OldestPending: at(ml.Oldest), MergedUntil: at(ml.MergedUntil), Holding: ml.Holding}

@@ -47,7 +47,8 @@ type HealthSource interface {
 // RunSource returns the LiveFunc of a run of pipeline by owner: its health
 // h, and its gauges in g (ovstream_watermark_timestamp_seconds,
 // ovstream_open_windows, ovstream_uncommitted_messages,
-// ovstream_partition_lag_messages{topic,partition}; consumer.NewMetrics).
+// ovstream_partition_lag_messages{topic,partition},
+// ovstream_partition_held_messages{topic,partition}; consumer.NewMetrics).
 func RunSource(pipeline, owner string, g prometheus.Gatherer, h HealthSource) LiveFunc {
 	return func() Live {
 		l := Live{Pipeline: pipeline, Owner: owner, Assigned: h.Assigned(), Lag: []PartitionLag{}}
@@ -57,6 +58,7 @@ func RunSource(pipeline, owner string, g prometheus.Gatherer, h HealthSource) Li
 		if t := h.LastCommit(); !t.IsZero() {
 			l.LastCommit = &t
 		}
+		held := map[string]*int64{} // topic/partition -> its held gauge
 		families, err := g.Gather()
 		if err != nil {
 			l.MetricsErr = err.Error()
@@ -79,7 +81,15 @@ func RunSource(pipeline, owner string, g prometheus.Gatherer, h HealthSource) Li
 					lag := int64(m.GetGauge().GetValue())
 					l.Lag = append(l.Lag, PartitionLag{Partition: topic + "/" + part, Lag: &lag})
 				}
+			case "ovstream_partition_held_messages":
+				for _, m := range f.GetMetric() {
+					h := int64(m.GetGauge().GetValue())
+					held[label(m, "topic")+"/"+label(m, "partition")] = &h
+				}
 			}
+		}
+		for i := range l.Lag {
+			l.Lag[i].Held = held[l.Lag[i].Partition]
 		}
 		sort.Slice(l.Lag, func(i, j int) bool { return partitionLess(l.Lag[i].Partition, l.Lag[j].Partition) })
 		return l

@@ -94,14 +94,14 @@ func (h *Handler) zoneKnown(ctx context.Context, c *pgx.Conn, loc *time.Location
 
 // pipelineParam returns the pipeline parameter, else the configured one,
 // else the first pipeline in the database ("" when there is none).
-func (h *Handler) pipelineParam(ctx context.Context, s *store.Store, v url.Values) (string, error) {
+func (h *Handler) pipelineParam(ctx context.Context, c *pgx.Conn, v url.Values) (string, error) {
 	if p := strings.TrimSpace(v.Get("pipeline")); p != "" {
 		return p, nil
 	}
 	if h.cfg.Pipeline != "" {
 		return h.cfg.Pipeline, nil
 	}
-	names, err := pipelineNames(ctx, s)
+	names, err := pipelineNames(ctx, c)
 	if err != nil || len(names) == 0 {
 		return "", err
 	}
@@ -111,23 +111,19 @@ func (h *Handler) pipelineParam(ctx context.Context, s *store.Store, v url.Value
 // checkPipeline returns nil for "" (the database has no pipeline yet) and
 // for a pipeline the database knows, else the *store.UnknownPipelineError
 // naming the known ones (api answers it with 404).
-func checkPipeline(ctx context.Context, s *store.Store, pipeline string) error {
+func checkPipeline(ctx context.Context, c *pgx.Conn, pipeline string) error {
 	if pipeline == "" {
 		return nil
 	}
-	return s.Read(ctx, func(c *pgx.Conn) error { return store.CheckPipelineKnown(ctx, c, pipeline) })
+	return store.CheckPipelineKnown(ctx, c, pipeline)
 }
 
-func pipelineNames(ctx context.Context, s *store.Store) ([]string, error) {
+func pipelineNames(ctx context.Context, c *pgx.Conn) ([]string, error) {
+	rows, err := c.Query(ctx, `SELECT name FROM pipelines ORDER BY name`)
 	var names []string
-	err := s.Read(ctx, func(c *pgx.Conn) error {
-		rows, err := c.Query(ctx, `SELECT name FROM pipelines ORDER BY name`)
-		if err != nil {
-			return err
-		}
+	if err == nil {
 		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: pipelines: %w", err)
 	}
@@ -146,33 +142,27 @@ func (e extent) End() time.Time { return e.Last.Add(e.Window) }
 // Empty tells whether the pipeline has no finalized window.
 func (e extent) Empty() bool { return e.Last.IsZero() }
 
-func pipelineExtent(ctx context.Context, s *store.Store, pipeline string) (extent, error) {
+func pipelineExtent(ctx context.Context, c *pgx.Conn, pipeline string) (extent, error) {
 	var e extent
-	err := s.Read(ctx, func(c *pgx.Conn) error {
-		var first, last *time.Time
-		var windowS *float64
-		// min and max of window_start read the primary key's index; the
-		// window size is the pipeline's, else that of its newest row.
-		err := c.QueryRow(ctx, `
+	var first, last *time.Time
+	var windowS *float64
+	// min and max of window_start read the primary key's index; the
+	// window size is the pipeline's, else that of its newest row.
+	err := c.QueryRow(ctx, `
 SELECT min(window_start), max(window_start),
        coalesce((SELECT extract(epoch FROM window_size)::float8 FROM pipelines WHERE name = $1),
                 (SELECT extract(epoch FROM window_end - window_start)::float8 FROM delay_aggregates
                  WHERE pipeline = $1 ORDER BY window_start DESC LIMIT 1))
 FROM delay_aggregates WHERE pipeline = $1`, pipeline).Scan(&first, &last, &windowS)
-		if err != nil {
-			return err
-		}
-		if first != nil && last != nil {
-			e.First, e.Last = first.UTC(), last.UTC()
-		}
-		e.Window = 5 * time.Minute
-		if windowS != nil && *windowS > 0 {
-			e.Window = time.Duration(*windowS * float64(time.Second))
-		}
-		return nil
-	})
 	if err != nil {
 		return e, fmt.Errorf("dashboard: windows of pipeline %q: %w", pipeline, err)
+	}
+	if first != nil && last != nil {
+		e.First, e.Last = first.UTC(), last.UTC()
+	}
+	e.Window = 5 * time.Minute
+	if windowS != nil && *windowS > 0 {
+		e.Window = time.Duration(*windowS * float64(time.Second))
 	}
 	return e, nil
 }

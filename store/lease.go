@@ -139,6 +139,17 @@ func leaseStates(ctx context.Context, q interface {
 	return out, err
 }
 
+// ReadLeases returns, with db, the ownership and lease state under lease of
+// every partition of pipeline that has a stream_positions row, by topic and
+// partition. Errors name the pipeline.
+func ReadLeases(ctx context.Context, db Querier, pipeline string, lease time.Duration) ([]PartitionLease, error) {
+	out, err := leaseStates(ctx, db, pipeline, nil, lease)
+	if err != nil {
+		return nil, fmt.Errorf("store: leases of pipeline %q: %w", pipeline, err)
+	}
+	return out, nil
+}
+
 // Leases returns the ownership and lease state under lease of every
 // partition of pipeline that has a stream_positions row, by topic and
 // partition.
@@ -239,45 +250,59 @@ func (s *Store) DeleteInstance(ctx context.Context, pipeline, owner string) erro
 }
 
 // Instances lists pipeline's instances (pipeline_instances), active first,
-// then by start; Alive says whether each heartbeat is younger than lease.
+// then by start; Alive says whether each heartbeat is younger than lease
+// (ReadInstances on the Store's connection).
 func (s *Store) Instances(ctx context.Context, pipeline string, lease time.Duration) ([]Instance, error) {
 	var out []Instance
-	err := s.do(ctx, func(conn *pgx.Conn) error {
-		out = out[:0]
-		rows, err := conn.Query(ctx, `
-SELECT owner, role, partitions, started_at, (extract(epoch FROM now() - heartbeat_at) * 1e6)::bigint,
-    heartbeat_at > now() - $2 * interval '1 microsecond', closable_since,
-    coalesce((extract(epoch FROM now() - closable_since) * 1e6)::bigint, 0)
-FROM pipeline_instances WHERE pipeline = $1 ORDER BY role, started_at, owner`, pipeline, micros(lease))
-		if err != nil {
-			return err
-		}
-		var in Instance
-		var names []string
-		var age, closableAge int64
-		var since *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&in.Owner, &in.Role, &names, &in.StartedAt, &age, &in.Alive, &since, &closableAge}, func() error {
-			in.StartedAt = in.StartedAt.UTC()
-			in.HeartbeatAge = time.Duration(age) * time.Microsecond
-			in.ClosableSince, in.ClosableAge = time.Time{}, 0
-			if since != nil {
-				in.ClosableSince, in.ClosableAge = since.UTC(), max(0, time.Duration(closableAge)*time.Microsecond)
-			}
-			in.Partitions = nil
-			for _, n := range names {
-				if p, ok := parsePartition(n); ok {
-					in.Partitions = append(in.Partitions, p)
-				}
-			}
-			out = append(out, in)
-			return nil
-		})
+	err := s.do(ctx, func(conn *pgx.Conn) (err error) {
+		out, err = ReadInstances(ctx, conn, pipeline, lease)
 		return err
 	})
+	return out, err
+}
+
+// ReadInstances lists, with db, pipeline's instances (pipeline_instances),
+// active first, then by start; Alive says whether each heartbeat is younger
+// than lease (by the database's clock). Errors name the pipeline.
+func ReadInstances(ctx context.Context, db Querier, pipeline string, lease time.Duration) ([]Instance, error) {
+	out, err := readInstances(ctx, db, pipeline, lease)
 	if err != nil {
 		return nil, fmt.Errorf("store: instances of pipeline %q: %w", pipeline, err)
 	}
 	return out, nil
+}
+
+func readInstances(ctx context.Context, conn Querier, pipeline string, lease time.Duration) ([]Instance, error) {
+	var out []Instance
+	rows, err := conn.Query(ctx, `
+SELECT owner, role, partitions, started_at, (extract(epoch FROM now() - heartbeat_at) * 1e6)::bigint,
+    heartbeat_at > now() - $2 * interval '1 microsecond', closable_since,
+    coalesce((extract(epoch FROM now() - closable_since) * 1e6)::bigint, 0)
+FROM pipeline_instances WHERE pipeline = $1 ORDER BY role, started_at, owner`, pipeline, micros(lease))
+	if err != nil {
+		return nil, err
+	}
+	var in Instance
+	var names []string
+	var age, closableAge int64
+	var since *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&in.Owner, &in.Role, &names, &in.StartedAt, &age, &in.Alive, &since, &closableAge}, func() error {
+		in.StartedAt = in.StartedAt.UTC()
+		in.HeartbeatAge = time.Duration(age) * time.Microsecond
+		in.ClosableSince, in.ClosableAge = time.Time{}, 0
+		if since != nil {
+			in.ClosableSince, in.ClosableAge = since.UTC(), max(0, time.Duration(closableAge)*time.Microsecond)
+		}
+		in.Partitions = nil
+		for _, n := range names {
+			if p, ok := parsePartition(n); ok {
+				in.Partitions = append(in.Partitions, p)
+			}
+		}
+		out = append(out, in)
+		return nil
+	})
+	return out, err
 }
 
 // parsePartition reads "topic/partition" (aggregate.PartitionID.String).

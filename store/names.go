@@ -81,10 +81,12 @@ type Name struct {
 	UpdatedAt  time.Time // when the commit that wrote it ran, UTC
 }
 
-// Querier is what Names needs of a connection: *pgx.Conn, pgx.Tx and
-// *pgxpool.Pool have it.
+// Querier is what the store's read queries need of a connection (pgx's
+// Query and QueryRow): *pgx.Conn, pgx.Tx, *pgxpool.Conn and *pgxpool.Pool
+// have it, so reads need no *Store.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Names returns the names of pipeline's ids of dimension (aggregate.DimLine

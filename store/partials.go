@@ -499,42 +499,54 @@ type MergeLag struct {
 	Holding []string
 }
 
-// MergeLag reads the merge lag of pipeline.
+// MergeLag reads the merge lag of pipeline (ReadMergeLag on the Store's
+// connection).
 func (s *Store) MergeLag(ctx context.Context, pipeline string) (*MergeLag, error) {
+	var ml *MergeLag
+	err := s.do(ctx, func(conn *pgx.Conn) (err error) {
+		ml, err = ReadMergeLag(ctx, conn, pipeline)
+		return err
+	})
+	return ml, err
+}
+
+// ReadMergeLag reads, with db, the merge lag of pipeline. Errors name the
+// pipeline.
+func ReadMergeLag(ctx context.Context, db Querier, pipeline string) (*MergeLag, error) {
 	ml := &MergeLag{}
-	err := s.do(ctx, func(conn *pgx.Conn) error {
-		*ml = MergeLag{}
-		var oldest, until *time.Time
-		if err := conn.QueryRow(ctx, `
+	if err := readMergeLag(ctx, db, pipeline, ml); err != nil {
+		return nil, fmt.Errorf("store: merge lag of pipeline %q: %w", pipeline, err)
+	}
+	return ml, nil
+}
+
+func readMergeLag(ctx context.Context, conn Querier, pipeline string, ml *MergeLag) error {
+	var oldest, until *time.Time
+	if err := conn.QueryRow(ctx, `
 SELECT (SELECT count(DISTINCT window_start) FROM delay_partial_windows WHERE pipeline = $1),
        (SELECT min(window_start) FROM delay_partial_windows WHERE pipeline = $1),
        (SELECT merged_until FROM pipelines WHERE name = $1)`, pipeline).Scan(&ml.Pending, &oldest, &until); err != nil {
-			return err
-		}
-		if oldest != nil {
-			ml.Oldest = oldest.UTC()
-		}
-		if until != nil {
-			ml.MergedUntil = until.UTC()
-		}
-		if ml.Pending == 0 {
-			return nil
-		}
-		rows, err := conn.Query(ctx, `
+		return err
+	}
+	if oldest != nil {
+		ml.Oldest = oldest.UTC()
+	}
+	if until != nil {
+		ml.MergedUntil = until.UTC()
+	}
+	if ml.Pending == 0 {
+		return nil
+	}
+	rows, err := conn.Query(ctx, `
 SELECT topic || '/' || partition FROM stream_positions
 WHERE pipeline = $1 AND NOT drained AND NOT idle
   AND (watermark IS NULL OR watermark = (SELECT min(watermark) FROM stream_positions WHERE pipeline = $1 AND NOT drained AND NOT idle))
 ORDER BY topic, partition`, pipeline)
-		if err != nil {
-			return err
-		}
-		ml.Holding, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
 	if err != nil {
-		return nil, fmt.Errorf("store: merge lag of pipeline %q: %w", pipeline, err)
+		return err
 	}
-	return ml, nil
+	ml.Holding, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	return err
 }
 
 // mergeRefused writes the merged rows of the partials ws after delay_aggregates

@@ -29,7 +29,7 @@ type Replica struct {
 func (s *Store) ReplicaState(ctx context.Context) (*Replica, error) {
 	var r *Replica
 	err := s.do(ctx, func(conn *pgx.Conn) (err error) {
-		r, err = replicaState(ctx, conn)
+		r, err = ReadReplica(ctx, conn)
 		return err
 	})
 	if err != nil {
@@ -38,7 +38,10 @@ func (s *Store) ReplicaState(ctx context.Context) (*Replica, error) {
 	return r, nil
 }
 
-func replicaState(ctx context.Context, conn *pgx.Conn) (*Replica, error) {
+// ReadReplica returns nil when conn's server is a primary, else what the hot
+// standby replayed (PostgreSQL "Recovery Information Functions"). It only
+// reads.
+func ReadReplica(ctx context.Context, conn *pgx.Conn) (*Replica, error) {
 	var standby bool
 	r := &Replica{Server: conn.PgConn().Conn().RemoteAddr().String()}
 	var received, replayed *string

@@ -17,6 +17,9 @@ import (
 
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/dashboard"
+	"github.com/ovstream/ovstream/demo"
+	"github.com/ovstream/ovstream/redact"
+	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -61,14 +64,14 @@ func newServeCmd() *cobra.Command {
 // cmdServe serves the dashboard until the context is cancelled (SIGINT/SIGTERM).
 func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, o.secrets())
-	stderr = newRedactingWriter(stderr, o.secrets())
+	stdout = redact.NewWriter(stdout, o.secrets())
+	stderr = redact.NewWriter(stderr, o.secrets())
 	loc, err := dashboard.LoadZone(f.tz)
 	if err != nil {
 		fmt.Fprintf(stderr, "serve: --tz: %v\n", err)
 		return exitUsage
 	}
-	if _, err := o.kafka.consumerConfig(); err != nil {
+	if _, err := o.kafka.ConsumerConfig(); err != nil {
 		fmt.Fprintln(stderr, "serve:", err)
 		return exitUsage
 	}
@@ -123,19 +126,19 @@ func cmdServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) int 
 }
 
 // kafkaLag reads the lag of a pipeline's partitions as `status` does: its
-// own topics' high water marks against the stored next offsets.
+// own topics' high water marks against the stored consumed positions.
 func kafkaLag(brokers []string, k *kafkaFlags) dashboard.LagFunc {
 	return func(_ context.Context, pipeline string, st *store.Status) ([]dashboard.PartitionLag, error) {
-		sc, err := k.consumerConfig()
+		sc, err := k.ConsumerConfig()
 		if err != nil {
 			return nil, err
 		}
-		rep := buildStatus(pipeline, st)
-		err = kafkaOffsets(rep, brokers, pipelineTopics(st), sc)
+		rep := status.FromStore(pipeline, st)
+		err = kafkaOffsets(rep, brokers, status.PipelineTopics(st), sc)
 		out := make([]dashboard.PartitionLag, 0, len(rep.Partitions))
 		for _, p := range rep.Partitions {
 			out = append(out, dashboard.PartitionLag{Partition: fmt.Sprintf("%s/%d", p.Topic, p.Partition),
-				NextOffset: p.NextOffset, HighWater: p.HighWater, Lag: p.Lag})
+				NextOffset: p.NextOffset, HighWater: p.HighWater, Lag: p.Lag, Held: p.Held})
 		}
 		return out, err
 	}
@@ -163,14 +166,14 @@ func runDashboard(f *runFlags, cfg consumer.Config, reg prometheus.Gatherer) *da
 // wrote: the serve command (the database URL without its password) and,
 // per feed, the address of its pipeline's page in its time zone.
 func printDashboardHint(w io.Writer, binary, databaseURL string) {
-	shown := describeDatabase(databaseURL)
+	shown := redact.Database(databaseURL)
 	fmt.Fprintf(w, "\nthe dashboard of this data (docs/dashboard.md):\n  %s serve --database-url '%s'\n", binary, shown)
-	if len(databaseSecrets(databaseURL)) > 0 {
+	if len(redact.DatabaseSecrets(databaseURL)) > 0 {
 		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
 	}
 	fmt.Fprintf(w, "then open in a browser (pages: delay, top, line, health):\n")
-	for _, feed := range demoFeeds {
-		q := url.Values{"pipeline": {feed.pipeline}, "tz": {feed.tz}}
-		fmt.Fprintf(w, "  %-28s http://127.0.0.1:8080/?%s\n", feed.dir, q.Encode())
+	for _, feed := range demo.Feeds {
+		q := url.Values{"pipeline": {feed.Pipeline}, "tz": {feed.TZ}}
+		fmt.Fprintf(w, "  %-28s http://127.0.0.1:8080/?%s\n", feed.Dir, q.Encode())
 	}
 }

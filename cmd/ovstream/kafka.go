@@ -1,97 +1,41 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"strings"
-	"syscall"
-
 	"github.com/IBM/sarama"
 	"github.com/spf13/pflag"
-	"github.com/xdg-go/scram"
 
-	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/kafkaconn"
 )
 
-// saslPasswordEnv holds the SASL password (so does OVSTREAM_KAFKA_SASL_PASSWORD,
-// which wins, and the key kafka-sasl-password of the --config file): never the
-// command line, so it shows up in neither `ps` nor shell history, and it is
-// never logged.
-const saslPasswordEnv = "KAFKA_SASL_PASSWORD"
+// saslPasswordEnv holds the SASL password (kafkaconn.PasswordEnv).
+const saslPasswordEnv = kafkaconn.PasswordEnv
 
 // kafkaFlags are the Kafka security flags shared by run, demo, produce,
 // status and dlq.
 type kafkaFlags struct {
-	tls                    bool
-	tlsCA, tlsCert, tlsKey string
-	tlsServerName          string
-	saslMechanism          string
-	saslUser               string
-	saslPassword           string // environment or config file only (secretFlag)
+	kafkaconn.Security // SASLPassword: environment or config file only (secretFlag)
 }
 
 func (k *kafkaFlags) register(fs *pflag.FlagSet) {
-	fs.BoolVar(&k.tls, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
-	fs.StringVar(&k.tlsCA, "kafka-tls-ca", "", "PEM `file` of the CA certificates that sign the brokers' certificates (default: the system pool)")
-	fs.StringVar(&k.tlsCert, "kafka-tls-cert", "", "PEM `file` of the client certificate, for mutual TLS (with --kafka-tls-key)")
-	fs.StringVar(&k.tlsKey, "kafka-tls-key", "", "PEM `file` of the client certificate's private key")
-	fs.StringVar(&k.tlsServerName, "kafka-tls-server-name", "", "`name` the brokers' certificates must carry (default: the host of each broker address)")
-	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from env "+saslPasswordEnv+" only)")
-	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL `user` name")
-	fs.StringVar(&k.saslPassword, "kafka-sasl-password", "", "SASL password: from env "+saslPasswordEnv+" or the --config file only")
+	fs.BoolVar(&k.TLS, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
+	fs.StringVar(&k.TLSCA, "kafka-tls-ca", "", "PEM `file` of the CA certificates that sign the brokers' certificates (default: the system pool)")
+	fs.StringVar(&k.TLSCert, "kafka-tls-cert", "", "PEM `file` of the client certificate, for mutual TLS (with --kafka-tls-key)")
+	fs.StringVar(&k.TLSKey, "kafka-tls-key", "", "PEM `file` of the client certificate's private key")
+	fs.StringVar(&k.TLSServerName, "kafka-tls-server-name", "", "`name` the brokers' certificates must carry (default: the host of each broker address)")
+	fs.StringVar(&k.SASLMechanism, "kafka-sasl-mechanism", "", "SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from env "+saslPasswordEnv+" only)")
+	fs.StringVar(&k.SASLUser, "kafka-sasl-user", "", "SASL `user` name")
+	fs.StringVar(&k.SASLPassword, "kafka-sasl-password", "", "SASL password: from env "+saslPasswordEnv+" or the --config file only")
 	secretFlag(fs, "kafka-sasl-password")
 }
 
 // password returns the SASL password (from the environment or the config file).
-func (k *kafkaFlags) password() string { return k.saslPassword }
+func (k *kafkaFlags) password() string { return k.SASLPassword }
 
-// apply adds TLS and SASL to c. Errors name flags and files, never the password.
-func (k *kafkaFlags) apply(c *sarama.Config) error {
-	if k.tls || k.tlsCA != "" || k.tlsCert != "" || k.tlsKey != "" || k.tlsServerName != "" {
-		tc, err := k.tlsConfig()
-		if err != nil {
-			return err
-		}
-		c.Net.TLS.Enable = true
-		c.Net.TLS.Config = tc
-	}
-	mech := strings.ToUpper(strings.TrimSpace(k.saslMechanism))
-	if mech == "" {
-		if k.saslUser != "" {
-			return errors.New("--kafka-sasl-user needs --kafka-sasl-mechanism")
-		}
-		return nil
-	}
-	if k.saslUser == "" {
-		return errors.New("--kafka-sasl-mechanism needs --kafka-sasl-user")
-	}
-	pw := k.password()
-	if pw == "" {
-		return fmt.Errorf("--kafka-sasl-mechanism %s needs the password in env %s (or kafka-sasl-password in the --config file)", mech, saslPasswordEnv)
-	}
-	c.Net.SASL.Enable = true
-	c.Net.SASL.Handshake = true
-	c.Net.SASL.Version = sarama.SASLHandshakeV1
-	c.Net.SASL.User = k.saslUser
-	c.Net.SASL.Password = pw
-	switch mech {
-	case "PLAIN":
-		c.Net.SASL.Mechanism = sarama.SASLTypePlaintext
-	case "SCRAM-SHA-256":
-		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
-		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{HashGeneratorFcn: scram.SHA256} }
-	case "SCRAM-SHA-512":
-		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
-		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{HashGeneratorFcn: scram.SHA512} }
-	default:
-		return fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.saslMechanism)
-	}
-	return nil
-}
+// apply adds TLS and SASL to c (kafkaconn.Security.Apply).
+func (k *kafkaFlags) apply(c *sarama.Config) error { return k.Apply(c) }
+
+// kafkaPreflight is kafkaconn.Preflight.
+func kafkaPreflight(brokers []string, c *sarama.Config) error { return kafkaconn.Preflight(brokers, c) }
 
 // secrets returns the SASL password, for redaction.
 func (k *kafkaFlags) secrets() []string {
@@ -99,150 +43,4 @@ func (k *kafkaFlags) secrets() []string {
 		return []string{pw}
 	}
 	return nil
-}
-
-// consumerConfig returns a sarama base config with security applied, for
-// clients that read (run, status): consumer.Config.Sarama.
-func (k *kafkaFlags) consumerConfig() (*sarama.Config, error) {
-	c := sarama.NewConfig()
-	c.ClientID = "ovstream"
-	c.Version = sarama.V2_8_0_0
-	c.Metadata.AllowAutoTopicCreation = false // readers never create a topic (consumer/source.go)
-	if err := k.apply(c); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: k.tlsServerName}
-	if k.tlsCA != "" {
-		pem, err := os.ReadFile(k.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("--kafka-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--kafka-tls-ca %s: no PEM certificate in it", k.tlsCA)
-		}
-		tc.RootCAs = pool
-	}
-	switch {
-	case k.tlsCert != "" && k.tlsKey != "":
-		cert, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
-		if err != nil {
-			return nil, fmt.Errorf("--kafka-tls-cert/--kafka-tls-key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	case k.tlsCert != "" || k.tlsKey != "":
-		return nil, errors.New("--kafka-tls-cert and --kafka-tls-key go together")
-	}
-	return tc, nil
-}
-
-// scramClient adapts github.com/xdg-go/scram (RFC 5802, RFC 7677, with
-// SASLprep) to sarama's SCRAMClient, as sarama's own examples do.
-type scramClient struct {
-	scram.HashGeneratorFcn
-	conv *scram.ClientConversation
-}
-
-func (s *scramClient) Begin(user, password, authzID string) error {
-	c, err := s.HashGeneratorFcn.NewClient(user, password, authzID)
-	if err != nil {
-		return err
-	}
-	s.conv = c.NewConversation()
-	return nil
-}
-
-func (s *scramClient) Step(challenge string) (string, error) { return s.conv.Step(challenge) }
-
-func (s *scramClient) Done() bool { return s.conv.Done() }
-
-// kafkaPreflight opens one connection to the first bootstrap broker that
-// answers, with c's TLS and SASL, so that a wrong password, certificate or
-// address is reported as such (sarama's clients only say "run out of
-// available brokers: EOF"). nil when one broker accepted.
-func kafkaPreflight(brokers []string, c *sarama.Config) error {
-	if len(brokers) == 0 {
-		return errors.New("kafka: no brokers (--brokers or KAFKA_BROKERS)")
-	}
-	var errs []error
-	for _, addr := range brokers {
-		b := sarama.NewBroker(addr)
-		if err := b.Open(c); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, unprefixed{err}))
-			continue
-		}
-		ok, err := b.Connected() // waits for the dial, the TLS handshake and SASL
-		_ = b.Close()
-		if ok && err == nil {
-			return nil
-		}
-		if err == nil {
-			err = errors.New("not connected")
-		}
-		if c.Net.SASL.Enable && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
-			// Some brokers (kfake among them) close the connection on a failed
-			// authentication instead of answering SASL_AUTHENTICATION_FAILED.
-			err = fmt.Errorf("%w (the broker closed the connection during TLS or SASL %s authentication: "+
-				"check --kafka-sasl-user, %s and the --kafka-tls-* flags)", err, c.Net.SASL.Mechanism, saslPasswordEnv)
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, unprefixed{err}))
-	}
-	return fmt.Errorf("kafka: cannot connect: %w", errors.Join(errs...))
-}
-
-// unprefixed is a sarama error without its leading "kafka: ", for wrapping in
-// a message that already starts with it (no "kafka: ...: kafka: ...").
-type unprefixed struct{ error }
-
-func (u unprefixed) Error() string { return strings.TrimPrefix(u.error.Error(), "kafka: ") }
-
-func (u unprefixed) Unwrap() error { return u.error }
-
-// checkPartitions refuses an assignment (--partitions) naming a partition
-// its topic does not have, before anything is written: a claimed partition
-// that does not exist would stay in stream_positions for ever (status: lag
-// unknown) and hold a split pipeline's merge. Kafka numbers a topic's
-// partitions 0..N-1 and never removes one, so checking once suffices.
-func checkPartitions(brokers []string, c *sarama.Config, assigned []aggregate.PartitionID) error {
-	if len(assigned) == 0 {
-		return nil
-	}
-	client, err := sarama.NewClient(brokers, c)
-	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
-	}
-	defer client.Close()
-	have := map[string]int{}
-	var missing, topics []string
-	for _, tp := range assigned {
-		n, ok := have[tp.Topic]
-		if !ok {
-			ps, err := client.Partitions(tp.Topic)
-			if err != nil && !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-				return fmt.Errorf("kafka: partitions of topic %q: %w", tp.Topic, err)
-			}
-			n = len(ps)
-			have[tp.Topic] = n
-			switch n {
-			case 0:
-				topics = append(topics, fmt.Sprintf("topic %q does not exist", tp.Topic))
-			case 1:
-				topics = append(topics, fmt.Sprintf("topic %q has 1 partition (0)", tp.Topic))
-			default:
-				topics = append(topics, fmt.Sprintf("topic %q has %d partitions (0-%d)", tp.Topic, n, n-1))
-			}
-		}
-		if int(tp.Partition) >= n {
-			missing = append(missing, tp.String())
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	return fmt.Errorf("--partitions names partitions that do not exist: %s (%s); nothing was written",
-		strings.Join(missing, ", "), strings.Join(topics, ", "))
 }

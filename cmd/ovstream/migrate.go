@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -39,7 +40,7 @@ func newMigrateCmd() *cobra.Command {
 	sub := func(use, short string, args cobra.PositionalArgs, a func(ctx context.Context, f *migrateFlags, stdout, stderr io.Writer, args []string) int) *cobra.Command {
 		return &cobra.Command{Use: use, Short: short, Args: args,
 			RunE: run(func(ctx context.Context, stdout, stderr io.Writer, args []string) int {
-				stderr = newRedactingWriter(stderr, databaseSecrets(f.databaseURL))
+				stderr = redact.NewWriter(stderr, redact.DatabaseSecrets(f.databaseURL))
 				if use == "down [V]" && !f.yes {
 					return a(ctx, &f, stdout, stderr, args) // refused before it connects
 				}

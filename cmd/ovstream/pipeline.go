@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -59,8 +60,8 @@ func newPipelineCmd() *cobra.Command {
 // cmdPipelineSet runs pipeline set.
 func cmdPipelineSet(ctx context.Context, f *pipelineFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, databaseSecrets(o.databaseURL))
-	stderr = newRedactingWriter(stderr, databaseSecrets(o.databaseURL))
+	stdout = redact.NewWriter(stdout, redact.DatabaseSecrets(o.databaseURL))
+	stderr = redact.NewWriter(stderr, redact.DatabaseSecrets(o.databaseURL))
 	var set store.Settings
 	switch {
 	case f.window != 0 && f.window < time.Second:

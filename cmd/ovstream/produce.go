@@ -16,6 +16,7 @@ import (
 	"github.com/ovstream/ovstream/feed/gtfsrt"
 	"github.com/ovstream/ovstream/feed/gtfsstatic"
 	"github.com/ovstream/ovstream/feed/produce"
+	"github.com/ovstream/ovstream/redact"
 )
 
 func init() { register(newProduceCmd) }
@@ -179,7 +180,7 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 		return usageErr("%v", err)
 	}
 	cfg := produce.Config{Brokers: brokerList, Sarama: sc}
-	stderr = newRedactingWriter(stderr, spellings(f.kafka.secrets()))
+	stderr = redact.NewWriter(stderr, redact.Spellings(f.kafka.secrets()))
 	if len(f.feedURLs) == 0 { // a live poller starts anyway: it keeps records until Kafka is back
 		if err := kafkaPreflight(brokerList, sc); err != nil {
 			fmt.Fprintln(stderr, "ovstream produce:", err)

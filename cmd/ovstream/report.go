@@ -9,11 +9,11 @@ import (
 	"time"
 	_ "time/tzdata" // --tz works where the system has no zoneinfo
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
 )
@@ -78,8 +78,8 @@ func newReportCmd() *cobra.Command {
 
 func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) int {
 	o := &f.ops
-	stdout = newRedactingWriter(stdout, o.secrets())
-	stderr = newRedactingWriter(stderr, o.secrets())
+	stdout = redact.NewWriter(stdout, o.secrets())
+	stderr = redact.NewWriter(stderr, o.secrets())
 	usageErr := func(err error) int {
 		fmt.Fprintln(stderr, "report:", err)
 		return exitUsage
@@ -121,19 +121,20 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
-	st.Close(context.Background()) // the schema is checked: the queries run on a Reader
-	rd := st.Reader("ovstream-report", f.statementTimeout)
-	defer rd.Close(context.Background())
-	err = rd.Read(ctx, func(c *pgx.Conn) error { return store.CheckPipelineKnown(ctx, c, o.pipeline) })
+	st.Close(context.Background()) // the schema is checked: the queries run on a read pool of one session
+	pool, err := store.ReadPool(o.databaseURL, "ovstream-report", f.statementTimeout, 1)
+	if err != nil {
+		fmt.Fprintln(stderr, "ovstream report:", err)
+		return exitError
+	}
+	defer pool.Close()
+	err = store.CheckPipelineKnown(ctx, pool, o.pipeline)
 	if store.IsUnknownPipeline(err) {
 		return pipelineUnknown(stderr, "report", err)
 	}
 	var res *rollup.Result
 	if err == nil {
-		err = rd.Read(ctx, func(c *pgx.Conn) error {
-			res, err = rollup.Run(ctx, c, q)
-			return err
-		})
+		res, err = rollup.Run(ctx, pool, q)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil {

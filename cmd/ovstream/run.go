@@ -23,7 +23,10 @@ import (
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/consumer/groupoffsets"
+	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/migrations"
+	"github.com/ovstream/ovstream/redact"
+	"github.com/ovstream/ovstream/status"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -123,7 +126,7 @@ func (f *runFlags) ages(cfg *consumer.Config) (err error) {
 // secrets returns what must never appear in a log line, an error or output:
 // the database password and the SASL password.
 func (f *runFlags) secrets() []string {
-	return append(databaseSecrets(f.databaseURL), spellings(f.kafka.secrets())...)
+	return append(redact.DatabaseSecrets(f.databaseURL), redact.Spellings(f.kafka.secrets())...)
 }
 
 func (f *runFlags) logger(w io.Writer) (*slog.Logger, error) {
@@ -227,7 +230,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		return cfg, err
 	}
 	f.memoryLimitBytes, f.memoryLimitSet = limit, set
-	sc, err := f.kafka.consumerConfig()
+	sc, err := f.kafka.ConsumerConfig()
 	if err != nil {
 		return cfg, err
 	}
@@ -267,7 +270,7 @@ func splitList(s string) []string {
 
 // cmdRun runs the service with the settled flags f.
 func cmdRun(ctx context.Context, f *runFlags, stdout, stderr io.Writer) int {
-	stderr = newRedactingWriter(stderr, f.secrets())
+	stderr = redact.NewWriter(stderr, f.secrets())
 	log, err := f.logger(stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream run:", err)
@@ -305,8 +308,9 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 	if flush <= 0 {
 		flush = 5 * time.Second
 	}
-	ready := &readiness{health: cfg.Health, flush: flush, databaseURL: f.databaseURL,
-		pingTimeout: 2 * time.Second, secrets: f.secrets(), now: time.Now}
+	secrets := f.secrets()
+	ready := &status.Readiness{Health: cfg.Health, Flush: flush, DatabaseURL: f.databaseURL, PingTimeout: 2 * time.Second,
+		Redact: func(s string) string { return redact.String(s, secrets) }}
 	ops, err := startOpsServer(f.metricsAddr, reg, ready, runDashboard(f, cfg, reg), f.pprof, cfg.Logger)
 	if err != nil && f.metricsAddr == defaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
 		// The default address is taken (another ovstream on this host?):
@@ -325,13 +329,13 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 		return nil, err
 	}
 	err = consumer.WaitKafka(ctx, f.connectTimeout, cfg.Logger, "read the topics' partitions", func() error {
-		return checkPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions)
+		return kafkaconn.CheckPartitions(cfg.Brokers, cfg.Sarama, cfg.Partitions)
 	})
 	if err != nil {
 		return nil, err
 	}
 	if f.kafkaCommitOffsets {
-		sc, err := f.kafka.consumerConfig()
+		sc, err := f.kafka.ConsumerConfig()
 		if err != nil {
 			return nil, err
 		}

@@ -4,17 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ovstream/ovstream/consumer"
+	"github.com/ovstream/ovstream/redact"
 )
 
 // stopSignal is the cause of the command context when a signal stopped it.
@@ -43,8 +40,8 @@ func logStart(log *slog.Logger, f *runFlags, cfg consumer.Config) {
 		parts = strings.Join(ps, ",")
 	}
 	sasl := "off"
-	if m := f.kafka.saslMechanism; m != "" {
-		sasl = strings.ToUpper(m) + " as " + f.kafka.saslUser
+	if m := f.kafka.SASLMechanism; m != "" {
+		sasl = strings.ToUpper(m) + " as " + f.kafka.SASLUser
 	}
 	memory := f.memoryLimit
 	if memory == "" {
@@ -52,7 +49,7 @@ func logStart(log *slog.Logger, f *runFlags, cfg consumer.Config) {
 	}
 	log.Info("starting", "pipeline", cfg.Pipeline, "owner", cfg.Owner, "brokers", strings.Join(cfg.Brokers, ","),
 		"topics", strings.Join([]string{cfg.PredictionsTopic, cfg.PositionsTopic}, ","), "partitions", parts,
-		"database", describeDatabase(f.databaseURL), "window", cfg.Window.String(), "allowed_lateness", cfg.Lateness().String(),
+		"database", redact.Database(f.databaseURL), "window", cfg.Window.String(), "allowed_lateness", cfg.Lateness().String(),
 		"idle_timeout", cfg.IdleTimeout.String(), "idle_finalize", cfg.IdleFinalize, "max_future_skew", cfg.MaxFutureSkew.String(),
 		"flush_interval", cfg.FlushInterval.String(), "start_offset", cfg.StartOffset, "on_offset_out_of_range", cfg.OnOffsetOutOfRange,
 		"drain", cfg.Drain, "lease", cfg.Lease.String(), "takeover", cfg.Takeover, "max_uncommitted_messages", cfg.MaxUncommitted,
@@ -60,28 +57,6 @@ func logStart(log *slog.Logger, f *runFlags, cfg consumer.Config) {
 		"kafka_commit_offsets", f.kafkaCommitOffsets, "kafka_tls", cfg.Sarama.Net.TLS.Enable, "kafka_sasl", sasl,
 		"progress_interval", f.progress.String(), "log_level", f.logLevel,
 		"retention", cmp.Or(f.retention, "off"), "dead_letter_retention", cmp.Or(f.deadLetterRetention, "off"))
-}
-
-// describeDatabase returns the database a URL or keyword/value DSN names,
-// without its password: postgres://user@host:port/db?params for a URL (the
-// password parameter dropped), else "user@host:port/db".
-func describeDatabase(s string) string {
-	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		if u.User != nil {
-			u.User = url.User(u.User.Username())
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Del("password")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	cfg, err := pgconn.ParseConfig(s)
-	if err != nil {
-		return "(not a PostgreSQL URL or DSN)"
-	}
-	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }
 
 // logStop logs the one shutdown line of `run`: why it stopped (SIGTERM or

@@ -8,8 +8,9 @@
 // loop (Commit only records the newest offsets; one goroutine sends them),
 // and a failure is logged and counted, never fatal. The committed offset of
 // a partition is its stored next_offset: every record below it is durable in
-// PostgreSQL, so "high water mark minus committed offset" is the lag the
-// ovstream_partition_lag_messages metric shows.
+// PostgreSQL, so "high water mark minus committed offset" is the sum of the
+// ovstream_partition_lag_messages (records not yet read) and
+// ovstream_partition_held_messages (read, not yet committable) gauges.
 //
 // Commits go through franz-go's admin client (kadm.Client.CommitOffsets):
 // "simple" commits (generation -1, no member id), as Kafka accepts for a

@@ -13,6 +13,9 @@
 //	(e) T_elt:      the peer users would build instead ("ELT", elt.go): read the predictions,
 //	                COPY the valid ones into a raw table, then one INSERT ... SELECT ... GROUP BY
 //	                with percentile_cont(0.9); its rows must equal (b)'s (--elt=false skips it);
+//	(f) T_flink:    with --peer flink, on Apache Kafka only: the Flink SQL job users would write
+//	                (flink.go, integration/flinkpeer), from JVM start to exit; its rows must
+//	                equal (b)'s (P90 within 1e-9 relative);
 //
 // --trials times (default 3) on the data produced once, each phase started on
 // a quiet machine (quiet.go: the load average before and after each phase is
@@ -24,6 +27,10 @@
 //	limit_ratio=L  max(T_read, T_write) / T_ovstream (perfect overlap of reading and writing gives 1)
 //	elt_ratio=E    T_elt / T_ovstream
 //	split_ratio=S  T_ovstream / T_split
+//
+// and with --peer flink flink_wall_ratio=, flink_cpu_ratio= and
+// flink_rss_ratio= (the Flink job's wall time, CPU time and peak RSS over
+// (b)'s).
 //
 // The data is the Auckland 48 h GTFS-realtime archive (../shared/data), mapped
 // like `ovstream produce --operator AT`, repeated with event times shifted by
@@ -85,6 +92,7 @@ type options struct {
 	schemaSQL     string
 	split         bool
 	elt           bool
+	flink         bool // --peer flink: phase (f), on Apache Kafka only
 	load          loadRule
 	burstKeys     []int // --burst-keys: the burst measurement instead of the phases (burst.go)
 	burstAround   int
@@ -168,6 +176,13 @@ func main() {
 	flag.Float64Var(&o.live.sustainRateShare, "sustained-rate-share", 0.97, "the share of the rate the producer must reach for the rate to count")
 	flag.BoolVar(&o.split, "split", true, "also run (d): two instances of one pipeline on disjoint halves of the partitions (not under --wrap)")
 	flag.BoolVar(&o.elt, "elt", true, "also run (e): the ELT peer (COPY into a raw table, then one INSERT ... SELECT ... GROUP BY)")
+	flag.Func("peer", "also run this peer on the same data: flink (phase (f), the Flink SQL job of integration/flinkpeer; needs --broker kafka or both, java, javac and mvn)", func(v string) error {
+		if v != "flink" {
+			return fmt.Errorf("want flink")
+		}
+		o.flink = true
+		return nil
+	})
 	flag.Func("burst-keys", "comma-separated key counts N: instead of the phases, measure peak RSS of `ovstream run --drain` when ONE window holds N new station ids, each on fresh data (burst.go)", func(v string) error {
 		for _, s := range strings.Split(v, ",") {
 			k, err := strconv.Atoi(strings.TrimSpace(s))
@@ -200,6 +215,9 @@ func main() {
 			}
 			o.scales = append(o.scales, k)
 		}
+	}
+	if o.flink && !slices.Contains(o.brokers, brokerKafka) {
+		fatalf("--peer flink needs --broker kafka (or both): Flink's Kafka source cannot start against the embedded broker")
 	}
 	o.runArgs = strings.Fields(runArgs)
 	o.wrap = strings.Fields(wrap)
@@ -304,6 +322,10 @@ func run(o options) error {
 		fmt.Printf("%sratio=%s\n%slimit_ratio=%s\n%selt_ratio=%s\n%ssplit_ratio=%s\n",
 			prefix, fmtRatio(md.ratio, "--trials"), prefix, fmtRatio(md.limitRatio, "--trials"),
 			prefix, fmtRatio(md.eltRatio, "--elt=false"), prefix, fmtRatio(md.splitRatio, "--split=false"))
+		if o.flink && m.broker == brokerKafka {
+			fmt.Printf("flink_wall_ratio=%s\nflink_cpu_ratio=%s\nflink_rss_ratio=%s\nflink_does_less=%q\n",
+				fmtFigure(md.flinkWall), fmtFigure(md.flinkCPU), fmtFigure(md.flinkRSS), flinkDoesLess)
+		}
 	}
 	return nil
 }
@@ -342,6 +364,7 @@ type trial struct {
 	tableRows map[string]int
 	split     *splitResult // (d), nil with --split=false
 	elt       *eltResult   // (e), nil with --elt=false
+	flink     *flinkResult // (f), nil without --peer flink
 	// aggBytes is pg_total_relation_size of delay_aggregates after (b):
 	// heap, TOAST and indexes.
 	aggBytes int64
@@ -458,8 +481,9 @@ func quietTrial(ctx context.Context, o options, b *broker, dbs *databases, m *me
 				logf("trial %d: the machine never got quiet: in %d attempts the 1-minute load average stayed above --max-load %.2f (up to %.2f in this one, after waiting up to %v per phase); its figures are noisy",
 					i+1, loadedTries+1, o.load.max, clock.maxLoad, o.load.settle)
 			}
-			logf("trial %d: ratio %.2f, limit_ratio %.2f%s%s; load before -> after: %s", i+1, t.ratio(), t.limitRatio(),
-				optRatio(" elt_ratio", t.elt != nil, t.eltRatio), optRatio(" split_ratio", t.split != nil, t.splitRatio), clock.summary())
+			logf("trial %d: ratio %.2f, limit_ratio %.2f%s%s%s; load before -> after: %s", i+1, t.ratio(), t.limitRatio(),
+				optRatio(" elt_ratio", t.elt != nil, t.eltRatio), optRatio(" split_ratio", t.split != nil, t.splitRatio),
+				optRatio(" flink_wall_ratio", t.flink != nil, t.flinkWallRatio), clock.summary())
 			return t, nil
 		}
 		restarts++
@@ -568,6 +592,11 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 			return nil, err
 		}
 	}
+	if o.flink && b.kind == brokerKafka {
+		if t.flink, err = flinkPhase(ctx, b, dbs, runDB, tag, clock, logTo); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
 }
 
@@ -603,6 +632,9 @@ func (m *measurement) print(w io.Writer) {
 	}
 	if t.elt != nil {
 		t.elt.print(w, r, t.clock.before("(e) T_elt"))
+	}
+	if t.flink != nil {
+		t.flink.print(w, t, int64(m.predictions), t.clock.before("(f) T_flink"))
 	}
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
 		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)

@@ -278,11 +278,18 @@ var (
 	windowsRe = regexp.MustCompile(` windows=(\d+)`)
 )
 
+// The pipeline and allowed lateness of (b); the Flink peer's watermark
+// lags its event times by the same lateness.
+const (
+	benchPipeline = "bench"
+	benchLateness = 10 * time.Minute
+)
+
 // runOvstream is T_ovstream: `ovstream run --drain` from process start to
 // exit. Commit durations come from the debug log lines "committed ... took=".
 func runOvstream(bin, dbURL, brokers string, extra, wrap []string, logTo io.Writer) (*runResult, error) {
 	args := append([]string{bin, "run", "--drain", "--database-url", dbURL, "--brokers", brokers,
-		"--pipeline", "bench", "--allowed-lateness", "10m", "--log-level", "debug"}, extra...)
+		"--pipeline", benchPipeline, "--allowed-lateness", benchLateness.String(), "--log-level", "debug"}, extra...)
 	args = append(slices.Clone(wrap), args...)
 	cmd := exec.Command(args[0], args[1:]...)
 	var stdout strings.Builder
