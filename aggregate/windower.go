@@ -51,6 +51,9 @@ type window struct {
 	key   windowKey
 	rows  [len(dims)]map[string]*Stats // per dimension: dimension_id -> Stats
 	slab  []Stats                      // Stats are allocated from here, a chunk at a time
+	// changed: an event was added since the window was last taken by
+	// Changed (or since it was created).
+	changed bool
 	// last is, per dimension, the row of the previous event: consecutive
 	// events mostly share their line (a trip's predictions come together),
 	// their operator and always the network row, so these skip the map.
@@ -146,6 +149,7 @@ func (w *Windower) AddFrom(part int32, p Prediction) (windowStart time.Time) {
 		}
 		w.last = win
 	}
+	win.changed = true
 	win.cachedStats(dimLine, p.Line).Add(p.DelayS, p.Operator)
 	win.stats(dimStation, p.StopID).Add(p.DelayS, p.Operator)
 	win.cachedStats(dimOperator, p.Operator).Add(p.DelayS, p.Operator)

@@ -94,6 +94,7 @@ func (l *loop) takeBatch() *pendingCommit {
 			LeaderEpoch: l.led.CommittableEpoch(tp, next)})
 	}
 	l.splitBatch(&p.batch)
+	l.provisional(&p.batch, l.cfg.Now())
 	l.dead = nil
 	l.trips.take()
 	l.vehicles.take()
@@ -172,6 +173,9 @@ func (l *loop) finishCommit(res commitResult) error {
 		l.splitCommitted(res.merged, p.wm, p.batch.Positions)
 	}
 	b := &p.batch
+	if b.Provisional != nil {
+		l.prov.took = res.took
+	}
 	l.copiesCommitted(b.ReplayOut)
 	for _, pos := range b.Positions {
 		pos.Seq++ // the commit's fencing statement added one (store.Commit)

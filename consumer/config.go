@@ -59,6 +59,13 @@ type Config struct {
 	// so finalized is dead-lettered late. Off by default (docs/design.md
 	// "Watermark and lateness").
 	IdleFinalize bool
+	// ProvisionalInterval, when positive, makes a commit at most this often
+	// write provisional rows of the open windows that changed, in its
+	// transaction, for the records read so far (provisional.go,
+	// docs/windows.md "Provisional rows"); zero: none. Not with Drain, and
+	// not in a split pipeline (logged). The commit that finalizes a window
+	// deletes its provisional rows either way.
+	ProvisionalInterval time.Duration
 	// MetadataRefresh is how often the topics' metadata is read while
 	// running: partitions added to a topic are found, and a topic deleted and
 	// recreated is told by its topic ID (docs/design.md "Start-up"); default 1m.
@@ -216,7 +223,8 @@ func (c *Config) validate() error {
 	}
 	for name, d := range map[string]time.Duration{"window": c.Window, "allowed lateness": c.Lateness(),
 		"idle timeout": c.IdleTimeout, "max future skew": c.MaxFutureSkew, "flush interval": c.FlushInterval,
-		"metadata refresh": c.MetadataRefresh} {
+		"provisional interval": c.ProvisionalInterval,
+		"metadata refresh":     c.MetadataRefresh} {
 		if d < 0 {
 			return fmt.Errorf("consumer: %s %v is negative", name, d)
 		}

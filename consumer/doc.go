@@ -50,7 +50,8 @@
 //
 // run.go (Run, the loop's select), start.go (claim, seek, KIP-320 checks,
 // watermark seed), handle.go (one record: count, skip, dead-letter),
-// commit.go, committer.go, partitions.go (high water marks, caught-up, marker probes),
+// commit.go, committer.go, provisional.go (the open windows' provisional rows),
+// partitions.go (high water marks, caught-up, marker probes),
 // endoffsets.go (ListOffsets), source.go (sarama readers), truncation.go and
 // lost.go (leader changes, truncated or lost logs), split.go (split
 // pipelines), lease.go (heartbeat, standby), drain.go, progress.go,

@@ -153,6 +153,7 @@ type loop struct {
 	led        *Ledger
 	deadBefore map[aggregate.PartitionID][]int64    // dead letters in [next_offset, consumed_offset) (replay.go)
 	sp         splitState                           // split pipeline, stored watermarks (split.go)
+	prov       provisionalState                     // provisional rows (provisional.go)
 	parts      map[aggregate.PartitionID]*partState // the assigned partitions (partstate.go)
 
 	trips    *latest[store.Trip]    // newest prediction per trip since the last commit

@@ -110,6 +110,9 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 	if err := upsertClosed(ctx, tx, b.Pipeline, b.Closed); err != nil {
 		return fmt.Errorf("upsert windows: %w", err)
 	}
+	if err := writeProvisional(ctx, tx, b); err != nil {
+		return fmt.Errorf("write provisional rows: %w", err)
+	}
 	if b.Split != nil {
 		if err := writePartials(ctx, tx, b.Pipeline, b.Split.Topic, b.Partials); err != nil {
 			return fmt.Errorf("write partials: %w", err)

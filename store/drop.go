@@ -14,7 +14,8 @@ import (
 // nothing of a pipeline behind (a test compares this list with the schema).
 var PipelineTables = []string{"delay_aggregates", "delay_partial_windows", "vehicle_latest", "trip_delay_latest",
 	"dead_letters", "stream_positions", "pipeline_instances", "names", "refused_windows", "dead_letter_replays",
-	"stop_visits", "stop_visit_counts"}
+	"stop_visits", "stop_visit_counts",
+	"delay_aggregates_provisional", "provisional_positions"}
 
 // ErrPipelineLive is returned by DropPipeline while an instance of the
 // pipeline is alive.

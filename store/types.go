@@ -96,6 +96,10 @@ type Batch struct {
 	// builds one at a time as its COPY sends them (aggregate.RowCursor), so
 	// that a window of many keys is never held twice, as Stats and as rows.
 	Closed aggregate.ClosedSet
+	// Provisional, when set, replaces provisional rows of open windows
+	// (provisional.go); a single-owner commit deletes the provisional rows
+	// of the windows Watermark finalized either way. Not for split commits.
+	Provisional *Provisional
 	// Vehicles and Trips: the newest row per key, plus, for keys whose
 	// rows PostgreSQL refused before, older versions (the newest is written;
 	// RejectedError's search meets the others when it refuses that one).

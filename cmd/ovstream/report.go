@@ -28,7 +28,8 @@ Buckets hour, day, week (from Monday), month and year are calendar buckets in --
 duration (15m, 6h) gives fixed bins from --from; all (the default) one bucket. --from
 and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T07:30).
 --by orders each bucket's rows, greatest first: events, mean, min, max or a quantile
-(p90 for 0.9); --top keeps the first N. The table rounds to 0.1 s; --json and --csv are exact.
+(p90 for 0.9); --top keeps the first N. --include-open adds the provisional rows of the
+windows not yet final, with a column final (docs/windows.md "Provisional rows"). The table rounds to 0.1 s; --json and --csv are exact.
 In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
 leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
 are written as they are.`
@@ -40,7 +41,7 @@ type reportFlags struct {
 	quantiles                                string
 	minEvents                                int64
 	top                                      int
-	json, csv                                bool
+	json, csv, includeOpen                   bool
 	statementTimeout                         time.Duration
 }
 
@@ -56,6 +57,7 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.minEvents, "min-events", 1, "leave out groups with fewer than `N` events")
 	fs.StringVar(&f.by, "by", "", "order each bucket's rows by this `statistic`, greatest first: events, mean, min, max or pNN")
 	fs.IntVar(&f.top, "top", 0, "keep the first `N` rows of each bucket in --by order (0: all)")
+	fs.BoolVar(&f.includeOpen, "include-open", false, "also read the provisional rows of the windows not yet final (view delay_aggregates_live); each row says whether it is final")
 	fs.BoolVar(&f.json, "json", false, "print JSON (exact)")
 	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact; text starting with = + - @ tab or CR gets a leading ')")
 	fs.DurationVar(&f.statementTimeout, "statement-timeout", time.Minute, "bound of each database statement (statement_timeout; 0: none)")
@@ -92,7 +94,8 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageErr(fmt.Errorf("--tz %q: %v", f.tz, err))
 	}
-	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc, MinEvents: f.minEvents, By: f.by, Top: f.top}
+	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc, MinEvents: f.minEvents, By: f.by, Top: f.top,
+		IncludeOpen: f.includeOpen}
 	for _, id := range strings.Split(f.ids, ",") {
 		if id = strings.TrimSpace(id); id != "" {
 			q.IDs = append(q.IDs, id)

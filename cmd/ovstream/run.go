@@ -50,6 +50,7 @@ func newRunCmd() *cobra.Command {
 type runFlags struct {
 	brokers, databaseURL, pipeline, topics, partitions  string
 	window, lateness, idle, skew, flush, connectTimeout time.Duration
+	provisional                                         time.Duration
 	lease, metadataRefresh, maxDelay                    time.Duration
 	startOffset, onOutOfRange                           string
 	drain, migrate, idleFinalize, takeover              bool
@@ -83,6 +84,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.skew, "max-future-skew", 5*time.Minute, "events later than wall clock + this are dead-lettered (reason future)")
 	fs.DurationVar(&f.maxDelay, "max-delay", consumer.DefaultMaxDelay, "predictions whose |delay_s| is larger are dead-lettered (reason implausible: a service-day error, not a delay); 1s to 24h, shared by every instance of the pipeline like --window")
 	fs.DurationVar(&f.flush, "flush-interval", 5*time.Second, "time between commits")
+	fs.DurationVar(&f.provisional, "provisional-interval", 5*time.Second, "at most this often a commit also writes the provisional rows of the open windows that changed, exact for the records read so far (view delay_aggregates_live; commits run every --flush-interval, and one that finalizes a window writes none; not with --drain, not in a split pipeline); 0: none")
 	fs.DurationVar(&f.progress, "progress-interval", consumer.DefaultProgressInterval, "time between two progress lines of the log: records/s, lag, watermark, open windows, commits; with --drain the time left (0: none)")
 	fs.StringVar(&f.startOffset, "start-offset", "earliest", "where a partition without a stored offset starts: earliest|latest")
 	fs.StringVar(&f.onOutOfRange, "on-offset-out-of-range", "fail", "a stored offset outside [log start, high water], a position the broker lost while running, a recreated topic (another topic ID), or a log truncated below the position (KIP-320 leader epoch check): fail|earliest|latest")
@@ -107,6 +109,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.kafka.register(fs)
 	zeroMeans(fs, "allowed-lateness", "no lateness")
 	zeroMeans(fs, "progress-interval", "no progress lines")
+	zeroMeans(fs, "provisional-interval", "no provisional rows")
 	nameFlag(fs, "pipeline")
 }
 
@@ -192,6 +195,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 		ProgressInterval:   f.progress,
 		Logger:             log,
 	}
+	cfg.ProvisionalInterval = f.provisional
 	if f.lateness == 0 {
 		cfg.AllowedLateness = consumer.NoLateness // 0 in Config takes the default
 	}

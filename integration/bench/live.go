@@ -2,10 +2,11 @@ package main
 
 // The live phase: a producer writes the archive's predictions and
 // positions at a fixed rate, event times moved onto the wall clock, while
-// `ovstream run` runs as a service with its default flags; the phase measures
-// per finalized window row how long after its window became closable the row
-// was visible in PostgreSQL (freshness), the consumer's lag, and the CPU of
-// the broker, ovstream and PostgreSQL.
+// `ovstream run` runs as a service with its default flags but
+// --provisional-interval, once per value of --live-provisional (0: off); the
+// phase measures per finalized window row how long after its window became
+// closable the row was visible in PostgreSQL (freshness), the consumer's lag,
+// and the CPU of the broker, ovstream and PostgreSQL.
 //
 // Definitions (BENCHMARKS.md, "Live"):
 //
@@ -26,7 +27,9 @@ package main
 // event times before W, then the allowed lateness to pass: the producer
 // starts with event time = wall clock - delta, delta chosen so that the first
 // window with data becomes closable --live-lead (2m30s) after the start.
-// --live-windows N waits for N windows (5 minutes more each).
+// --live-windows N waits for N windows (5 minutes more each). With
+// provisional rows on, each poll also reads their age: the database's now()
+// minus provisional_positions.written_at, the last commit that wrote them.
 
 import (
 	"bufio"
@@ -35,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,6 +69,9 @@ type liveOptions struct {
 	windows int           // windows to wait for per rate
 	lead    time.Duration // from the producer's start to the first closable window with data
 	profile string        // a folder for CPU profiles of the service around the first window's closing, or ""
+	// provisional: the run --provisional-interval of each live run (0: off);
+	// every rate, and the sustained search, runs once per value.
+	provisional []time.Duration
 	// sustained: the rate search (sustained.go)
 	sustained        bool
 	sustainDuration  time.Duration
@@ -97,6 +104,31 @@ type liveResult struct {
 	load      string
 	ovsRSS    int64
 	converged bool // every window asked for was visible
+	// provisional is the run's --provisional-interval (0: off); provAge
+	// the age of the provisional rows at each poll once there are some:
+	// the database's now() - provisional_positions.written_at, the last
+	// commit that wrote them.
+	provisional time.Duration
+	provAge     []time.Duration
+}
+
+// provisionalAge returns the p-quantile (nearest rank) of r.provAge, -1
+// when there is none.
+func (r *liveResult) provisionalAge(p float64) time.Duration {
+	if len(r.provAge) == 0 {
+		return -1
+	}
+	a := slices.Clone(r.provAge)
+	slices.Sort(a)
+	return a[max(0, int(math.Ceil(p*float64(len(a))))-1)]
+}
+
+// fmtProvisional is a run's --provisional-interval as printed: "off" for 0.
+func fmtProvisional(d time.Duration) string {
+	if d == 0 {
+		return "off"
+	}
+	return d.String()
 }
 
 // lagSample is the consumer's lag at one moment: the broker's high water
@@ -169,6 +201,8 @@ type liveRun struct {
 	duration time.Duration
 	tag      string
 	logTo    io.Writer
+	// provisional is the service's --provisional-interval, 0: off.
+	provisional time.Duration
 }
 
 var metricsAddrRe = regexp.MustCompile(`msg="serving /metrics, /healthz and /readyz" addr=(\S+)`)
@@ -185,7 +219,8 @@ func (lr *liveRun) run(ctx context.Context) (*liveResult, error) {
 	// The service: default flags but the connections, the topics of this run
 	// and a free port for /metrics.
 	args := append([]string{"run", "--database-url", dbURL, "--brokers", lr.b.addr, "--pipeline", "live",
-		"--topics", pred + "," + pos, "--metrics-addr", "127.0.0.1:0"}, lr.o.runArgs...)
+		"--topics", pred + "," + pos, "--metrics-addr", "127.0.0.1:0", "--provisional-interval", lr.provisional.String()},
+		lr.o.runArgs...)
 	if lr.o.live.profile != "" {
 		args = append(args, "--pprof")
 	}
@@ -272,7 +307,7 @@ func (lr *liveRun) run(ctx context.Context) (*liveResult, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	res := &liveResult{rate: lr.rate}
+	res := &liveResult{rate: lr.rate, provisional: lr.provisional}
 	profiled := make(chan struct{})
 	if lr.o.live.profile != "" && len(ends) > 0 {
 		// From 3 s before the first window can close (the producer's clock)
@@ -318,6 +353,16 @@ loop:
 				break loop
 			}
 			seen := time.Now()
+			if lr.provisional > 0 {
+				var age *time.Duration
+				if err := conn.QueryRow(ctx, `SELECT now() - max(written_at) FROM provisional_positions WHERE pipeline = 'live'`).Scan(&age); err != nil {
+					perr = err
+					break loop
+				}
+				if age != nil {
+					res.provAge = append(res.provAge, *age)
+				}
+			}
 			if newest != nil {
 				for _, e := range ends {
 					if _, ok := visible[e]; !ok && !newest.Before(e) {
@@ -525,15 +570,17 @@ func printLive(w io.Writer, rs []*liveResult) {
 	}
 	fmt.Fprintf(w, "\nlive: `ovstream run` as a service (default flags), event times on the wall clock; freshness = visible in PostgreSQL (poll every %v) - closable (the last partition's first acknowledged record at or past window end + %v)\n",
 		livePoll, liveLateness)
-	fmt.Fprintf(w, "%9s %9s %8s %8s %8s %8s %7s %10s %10s %-14s %s\n", "rate", "achieved", "windows", "rows", "p50 s", "p99 s", "max s",
-		"max lag", "peak RSS", "load", "CPU")
+	fmt.Fprintln(w, "provisional: run --provisional-interval; prov age = the database's now() - provisional_positions.written_at at each poll (p50/max s)")
+	fmt.Fprintf(w, "%9s %11s %9s %8s %8s %8s %8s %7s %13s %10s %10s %-14s %s\n", "rate", "provisional", "achieved", "windows", "rows",
+		"p50 s", "p99 s", "max s", "prov age", "max lag", "peak RSS", "load", "CPU")
 	for _, r := range rs {
 		var rows int64
 		for _, x := range r.windows {
 			rows += x.rows
 		}
-		fmt.Fprintf(w, "%9d %9.0f %8d %8d %8s %8s %7s %10d %7d MB %-14s %s\n", r.rate, r.achieved(), len(r.windows), rows,
-			fmtFresh(r.rowFreshness(0.5)), fmtFresh(r.rowFreshness(0.99)), fmtFresh(r.rowFreshness(1)), r.maxLag(0), r.ovsRSS>>20, r.load, r.cpu)
+		fmt.Fprintf(w, "%9d %11s %9.0f %8d %8d %8s %8s %7s %13s %10d %7d MB %-14s %s\n", r.rate, fmtProvisional(r.provisional),
+			r.achieved(), len(r.windows), rows, fmtFresh(r.rowFreshness(0.5)), fmtFresh(r.rowFreshness(0.99)), fmtFresh(r.rowFreshness(1)),
+			fmtFresh(r.provisionalAge(0.5))+"/"+fmtFresh(r.provisionalAge(1)), r.maxLag(0), r.ovsRSS>>20, r.load, r.cpu)
 		for _, x := range r.windows {
 			fmt.Fprintf(w, "          window ending %s: %d rows, closable %s, visible %s: %.3f s\n", x.end.Format(time.TimeOnly), x.rows,
 				x.closable.Format("15:04:05.000"), x.visible.Format("15:04:05.000"), x.freshness().Seconds())

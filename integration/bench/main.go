@@ -151,6 +151,18 @@ func main() {
 		return nil
 	})
 	o.live.rates = []int{10_000, 50_000}
+	flag.Func("live-provisional", "comma-separated `intervals`: each live rate and the sustained search run once per value with run --provisional-interval set to it (0: no provisional rows; default 0,5s)", func(v string) error {
+		o.live.provisional = nil
+		for _, f := range strings.Split(v, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d < 0 {
+				return fmt.Errorf("%q: want a duration >= 0", f)
+			}
+			o.live.provisional = append(o.live.provisional, d)
+		}
+		return nil
+	})
+	o.live.provisional = []time.Duration{0, 5 * time.Second}
 	flag.IntVar(&o.live.windows, "live-windows", 1, "closable windows to wait for per live rate (with the default 5m windows, 5 minutes more each)")
 	flag.DurationVar(&o.live.lead, "live-lead", 2*time.Minute+30*time.Second,
 		"from the live producer's start to the first window with data becoming closable (at least the allowed lateness, 2m, plus 10s)")
@@ -297,11 +309,13 @@ func run(o options) error {
 			prefix = m.broker + "_"
 		}
 		for _, r := range m.live {
-			fmt.Printf("%sfreshness_p99=%s rate=%d\n", prefix, fmtFresh(r.rowFreshness(0.99)), r.rate)
+			fmt.Printf("%sfreshness_p99=%s rate=%d provisional=%s\n", prefix, fmtFresh(r.rowFreshness(0.99)), r.rate,
+				fmtProvisional(r.provisional))
 		}
-		if m.sustained != nil {
-			fmt.Printf("%ssustained_rate=%d\n", prefix, m.sustained.rate())
-		} else {
+		for _, s := range m.sustained {
+			fmt.Printf("%ssustained_rate=%d provisional=%s\n", prefix, s.rate(), fmtProvisional(s.provisional))
+		}
+		if len(m.sustained) == 0 {
 			fmt.Printf("%ssustained_rate=n/a (--sustained)\n", prefix)
 		}
 		md := m.medians()
@@ -329,8 +343,8 @@ type measurement struct {
 	trials                 []*trial
 	allocs                 string
 	loadRule               loadRule
-	live                   []*liveResult    // the live phase, one per --live-rates
-	sustained              *sustainedResult // --sustained, else nil
+	live                   []*liveResult      // the live phase, one per --live-rates
+	sustained              []*sustainedResult // --sustained, one per --live-provisional value; else nil
 	sustainDuration        time.Duration
 }
 
@@ -409,24 +423,31 @@ func measure(ctx context.Context, o options, d *dataset, n int, kind string, log
 	}
 	if o.live.on {
 		for _, r := range o.live.rates {
-			lr := &liveRun{o: o, d: d, b: b, dbs: dbs, rate: r, windows: o.live.windows,
-				tag: fmt.Sprintf("%d_%d_%d", os.Getpid(), n, r), logTo: logTo}
-			before := loadavg()
-			logf("live at %d msgs/s on %s: waiting for %d window(s), about %v", r, brokerName(kind), o.live.windows,
-				(o.live.lead + time.Duration(o.live.windows-1)*liveWindow).Round(time.Second))
-			res, err := lr.run(ctx)
-			if err != nil {
-				return nil, err
+			for _, prov := range o.live.provisional {
+				lr := &liveRun{o: o, d: d, b: b, dbs: dbs, rate: r, windows: o.live.windows,
+					tag: fmt.Sprintf("%d_%d_%d_%d", os.Getpid(), n, r, prov.Milliseconds()), logTo: logTo, provisional: prov}
+				before := loadavg()
+				logf("live at %d msgs/s on %s, provisional rows %s: waiting for %d window(s), about %v", r, brokerName(kind),
+					fmtProvisional(prov), o.live.windows, (o.live.lead + time.Duration(o.live.windows-1)*liveWindow).Round(time.Second))
+				res, err := lr.run(ctx)
+				if err != nil {
+					return nil, err
+				}
+				res.load = before + " -> " + loadavg()
+				logf("live at %d msgs/s, provisional rows %s: freshness p50 %s s, p99 %s s, max %s s over %d window(s); provisional age p50 %s s, max %s s",
+					r, fmtProvisional(prov), fmtFresh(res.rowFreshness(0.5)), fmtFresh(res.rowFreshness(0.99)), fmtFresh(res.rowFreshness(1)),
+					len(res.windows), fmtFresh(res.provisionalAge(0.5)), fmtFresh(res.provisionalAge(1)))
+				m.live = append(m.live, res)
 			}
-			res.load = before + " -> " + loadavg()
-			logf("live at %d msgs/s: freshness p50 %s s, p99 %s s, max %s s over %d window(s)", r, fmtFresh(res.rowFreshness(0.5)),
-				fmtFresh(res.rowFreshness(0.99)), fmtFresh(res.rowFreshness(1)), len(res.windows))
-			m.live = append(m.live, res)
 		}
 	}
 	if o.live.sustained {
-		if m.sustained, err = sustainedSearch(ctx, o, d, b, dbs, n, logTo); err != nil {
-			return nil, err
+		for _, prov := range o.live.provisional {
+			s, err := sustainedSearch(ctx, o, d, b, dbs, n, prov, logTo)
+			if err != nil {
+				return nil, err
+			}
+			m.sustained = append(m.sustained, s)
 		}
 	}
 	return m, nil
@@ -627,7 +648,9 @@ func (m *measurement) print(w io.Writer) {
 	fmt.Fprintf(w, "load average before -> after each phase: %s\n", t.clock.summary())
 	m.printTrials(w)
 	printLive(w, m.live)
-	m.sustained.print(w, m.sustainDuration)
+	for _, s := range m.sustained {
+		s.print(w, m.sustainDuration)
+	}
 }
 
 func (t *trial) tableSummary() string {

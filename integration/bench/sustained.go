@@ -39,17 +39,20 @@ type sustainedTry struct {
 
 // sustainedResult is the search.
 type sustainedResult struct {
-	tries []sustainedTry
-	best  *sustainedTry // nil: not even --sustained-start
+	provisional time.Duration // the runs' --provisional-interval, 0: off
+	tries       []sustainedTry
+	best        *sustainedTry // nil: not even --sustained-start
 }
 
-func sustainedSearch(ctx context.Context, o options, d *dataset, b *broker, dbs *databases, n int, logTo io.Writer) (*sustainedResult, error) {
-	s := &sustainedResult{}
+func sustainedSearch(ctx context.Context, o options, d *dataset, b *broker, dbs *databases, n int, prov time.Duration,
+	logTo io.Writer) (*sustainedResult, error) {
+	s := &sustainedResult{provisional: prov}
 	try := func(rate int) (bool, error) {
 		lr := &liveRun{o: o, d: d, b: b, dbs: dbs, rate: rate, duration: o.live.sustainDuration,
-			tag: fmt.Sprintf("s%d_%d_%d", os.Getpid(), n, rate), logTo: logTo}
+			tag: fmt.Sprintf("s%d_%d_%d_%d", os.Getpid(), n, rate, prov.Milliseconds()), logTo: logTo, provisional: prov}
 		before := loadavg()
-		logf("sustained: %d msgs/s for %v on %s", rate, o.live.sustainDuration, brokerName(b.kind))
+		logf("sustained: %d msgs/s for %v on %s, provisional rows %s", rate, o.live.sustainDuration, brokerName(b.kind),
+			fmtProvisional(prov))
 		res, err := lr.run(ctx)
 		if err != nil {
 			return false, err
@@ -124,7 +127,8 @@ func (s *sustainedResult) print(w io.Writer, duration time.Duration) {
 	if s == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nsustained rate: the largest produce rate whose lag stays bounded for %v (`ovstream run` as a service, default flags)\n", duration)
+	fmt.Fprintf(w, "\nsustained rate: the largest produce rate whose lag stays bounded for %v (`ovstream run` as a service, default flags; --provisional-interval %s)\n",
+		duration, fmtProvisional(s.provisional))
 	fmt.Fprintf(w, "%9s %9s %12s %12s %-14s %s\n", "rate", "achieved", "late max lag", "bound", "load", "verdict; CPU")
 	for _, t := range s.tries {
 		fmt.Fprintf(w, "%9d %9.0f %12d %12d %-14s %s; %s\n", t.res.rate, t.res.achieved(), t.lagLate, t.bound, t.res.load, verdict(t), t.res.cpu)

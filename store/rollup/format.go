@@ -12,12 +12,15 @@ import (
 )
 
 // header returns the column names of q's rows: bucket_start, the dimension,
-// name (the id's name, empty when none), events, mean, min, max and one per
-// quantile (Name).
+// name (the id's name, empty when none), events, mean, min, max, one per
+// quantile (Name) and, with q.IncludeOpen, final (Row.Final).
 func header(q Query) []string {
 	h := []string{"bucket_start", q.Dimension, "name", "events", "mean", "min", "max"}
 	for _, p := range q.Quantiles {
 		h = append(h, Name(p))
+	}
+	if q.IncludeOpen {
+		h = append(h, "final")
 	}
 	return h
 }
@@ -51,6 +54,9 @@ func WriteCSV(w io.Writer, q Query, res *Result) error {
 		for _, v := range r.Quantiles {
 			rec = append(rec, exact(v))
 		}
+		if q.IncludeOpen {
+			rec = append(rec, strconv.FormatBool(r.Final))
+		}
 		if err := cw.Write(rec); err != nil {
 			return err
 		}
@@ -62,8 +68,8 @@ func WriteCSV(w io.Writer, q Query, res *Result) error {
 // WriteJSON writes res as one JSON object: the query (pipeline, dimension,
 // from, to, bucket, tz, quantiles), without_distribution, and rows, each
 // {"bucket_start", "id", "name" (null when the id has none), "events",
-// "mean", "min", "max", and one member per quantile named by Name},
-// statistics in seconds, exact.
+// "mean", "min", "max", one member per quantile named by Name, and with
+// q.IncludeOpen "final" (Row.Final)}, statistics in seconds, exact.
 func WriteJSON(w io.Writer, q Query, res *Result) error {
 	loc := q.Location
 	if loc == nil {
@@ -102,6 +108,9 @@ func WriteJSON(w io.Writer, q Query, res *Result) error {
 		out = appendMember(out, "max", r.Max, false)
 		for j, p := range q.Quantiles {
 			out = appendMember(out, Name(p), r.Quantiles[j], false)
+		}
+		if q.IncludeOpen {
+			out = appendMember(out, "final", r.Final, false)
 		}
 		out = append(out, '}')
 	}
@@ -145,6 +154,9 @@ func WriteTable(w io.Writer, q Query, res *Result) error {
 			r.Count, r.Mean, r.Min, r.Max)
 		for _, v := range r.Quantiles {
 			fmt.Fprintf(tw, "%.1f\t", v)
+		}
+		if q.IncludeOpen {
+			fmt.Fprintf(tw, "%s\t", map[bool]string{true: "yes", false: "no (provisional)"}[r.Final])
 		}
 		fmt.Fprintln(tw)
 	}

@@ -41,6 +41,11 @@ type Query struct {
 	// Quantiles (e.g. "p90").
 	By  string
 	Top int // keep the first Top rows of each bucket (in By's order); 0: all
+	// IncludeOpen reads view delay_aggregates_live: the final rows and the
+	// provisional rows of the windows not yet final (docs/windows.md
+	// "Provisional rows"); each Row says whether all of it is final.
+	// Without it only final rows are read.
+	IncludeOpen bool
 }
 
 // Validate checks q, and says what is wrong in terms of the flags of
@@ -111,6 +116,9 @@ type Row struct {
 	// ShortName is a line's line_short_name (its public number), "" when
 	// it has none; stations never have one.
 	ShortName string
+	// Final is false when a provisional row of an open window went into
+	// the row (Query.IncludeOpen): its numbers still change.
+	Final bool
 	aggregate.Summary
 }
 
@@ -126,15 +134,16 @@ type Result struct {
 // distributionsSQL merges, per bucket and id, the stored distributions of the
 // rows in the range: one row per (bucket, id, distinct delay) with its count.
 const distributionsSQL = `
-SELECT ovs_bucket(a.window_start, $5::text::interval, $6::text, $3) AS b, a.dimension_id, u.v, sum(u.c)::bigint
-FROM delay_aggregates AS a CROSS JOIN LATERAL unnest(a.delay_values, a.delay_counts) AS u(v, c)
+SELECT ovs_bucket(a.window_start, $5::text::interval, $6::text, $3) AS b, a.dimension_id, u.v, sum(u.c)::bigint,
+    bool_and(a.final)
+FROM %s AS a CROSS JOIN LATERAL unnest(a.delay_values, a.delay_counts) AS u(v, c)
 WHERE a.pipeline = $1 AND a.dimension = $2 AND a.window_start >= $3 AND a.window_start < $4
   AND ($7::text[] IS NULL OR a.dimension_id = ANY ($7::text[]))
 GROUP BY 1, 2, 3
 ORDER BY 1, 2`
 
 const withoutSQL = `
-SELECT count(*) FROM delay_aggregates AS a
+SELECT count(*) FROM %s AS a
 WHERE a.pipeline = $1 AND a.dimension = $2 AND a.window_start >= $3 AND a.window_start < $4
   AND ($5::text[] IS NULL OR a.dimension_id = ANY ($5::text[])) AND a.delay_values IS NULL`
 
@@ -154,10 +163,15 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 		ids = q.IDs
 	}
 	res := &Result{}
-	if err := db.QueryRow(ctx, withoutSQL, q.Pipeline, q.Dimension, q.From, q.To, ids).Scan(&res.WithoutDistribution); err != nil {
+	// final is a column of the view; for the table it is the constant true.
+	from := "(SELECT *, true AS final FROM delay_aggregates)"
+	if q.IncludeOpen {
+		from = "delay_aggregates_live"
+	}
+	if err := db.QueryRow(ctx, fmt.Sprintf(withoutSQL, from), q.Pipeline, q.Dimension, q.From, q.To, ids).Scan(&res.WithoutDistribution); err != nil {
 		return nil, fmt.Errorf("rollup: rows without distribution: %w", err)
 	}
-	rows, err := db.Query(ctx, distributionsSQL, q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.interval(), loc.String(), ids)
+	rows, err := db.Query(ctx, fmt.Sprintf(distributionsSQL, from), q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.interval(), loc.String(), ids)
 	if err != nil {
 		return nil, fmt.Errorf("rollup: %w", err)
 	}
@@ -166,6 +180,8 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 		id, cur   string
 		v         float64
 		c         int64
+		final     bool
+		allFinal  = true // of the current row
 		values    []float64
 		counts    []int64
 		bucketAt  int // index in res.Rows of the current bucket's first row
@@ -176,16 +192,18 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 		}
 		s := aggregate.Summarize(values, counts, q.Quantiles)
 		values, counts = values[:0], counts[:0]
+		rowFinal := allFinal
+		allFinal = true
 		if s.Count < q.MinEvents {
 			return
 		}
-		res.Rows = append(res.Rows, Row{Bucket: bucket.In(loc), ID: cur, Summary: s})
+		res.Rows = append(res.Rows, Row{Bucket: bucket.In(loc), ID: cur, Final: rowFinal, Summary: s})
 	}
 	endBucket := func() {
 		res.Rows = rank(res.Rows, bucketAt, metric, q.Top)
 		bucketAt = len(res.Rows)
 	}
-	_, err = pgx.ForEachRow(rows, []any{&b, &id, &v, &c}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&b, &id, &v, &c, &final}, func() error {
 		if len(values) > 0 && (!b.Equal(bucket) || id != cur) {
 			flush()
 			if !b.Equal(bucket) {
@@ -194,6 +212,7 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 		}
 		bucket, cur = b, id
 		values, counts = append(values, v), append(counts, c)
+		allFinal = allFinal && final
 		return nil
 	})
 	if err != nil {

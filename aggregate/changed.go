@@ -1,0 +1,29 @@
+package aggregate
+
+import (
+	"slices"
+	"time"
+)
+
+// Changed returns the rows of the open windows (end after watermark) that
+// gained events since the last call of Changed, or since they were created,
+// sorted like Closed's, and the starts (UTC, ascending) of those windows;
+// it marks them unchanged. The rows are copies (distributions included):
+// the windows may go on changing on the Windower's goroutine, where Changed
+// must be called. A partitioned Windower returns nil: its rows are per
+// source partition.
+func (w *Windower) Changed(watermark time.Time) (rows []Row, starts []time.Time) {
+	if w.byPart {
+		return nil, nil
+	}
+	c := ClosedSet{size: w.size}
+	for _, win := range w.windows {
+		if win.changed && !w.closed(win.start, watermark) {
+			win.changed = false
+			c.wins = append(c.wins, win)
+			c.rows += win.rowCount()
+		}
+	}
+	slices.SortFunc(c.wins, func(a, b *window) int { return a.start.Compare(b.start) })
+	return c.Rows(), c.Starts()
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ovstream/ovstream/aggregate"
+)
+
+// Provisional is what a commit writes of the windows that are still open
+// (docs/windows.md "Provisional rows"): the rows of the windows that changed
+// since the instance's last provisional write, exact for the records below
+// the batch's consumed offsets.
+type Provisional struct {
+	// Rows replace every provisional row of the windows Starts names.
+	Rows []aggregate.Row
+	// Starts are the window starts (UTC) whose provisional rows Rows
+	// replace; a window of Starts without rows in Rows has none left.
+	Starts []time.Time
+	// All says that Rows and Starts hold every open window: the commit
+	// first deletes every provisional row of the pipeline (an instance's
+	// first provisional write, after a start or a resync, when the rows it
+	// finds may count records it has not read again yet).
+	All bool
+}
+
+// writeProvisional runs in every commit, after its final rows. In a
+// single-owner commit it deletes the provisional rows of the windows the
+// batch's watermark finalized (window_end at or before it) and, when
+// b.Provisional is set, replaces the rows of its windows and stores the
+// batch's consumed offsets in provisional_positions: the records the
+// provisional rows count. A split commit deletes every provisional row of
+// the pipeline (left by a single-owner instance before): a split pipeline
+// has none.
+func writeProvisional(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	if b.Split != nil {
+		_, err := tx.Exec(ctx, `WITH rows AS (DELETE FROM delay_aggregates_provisional WHERE pipeline = $1)
+DELETE FROM provisional_positions WHERE pipeline = $1`, b.Pipeline)
+		return err
+	}
+	p := b.Provisional
+	if p == nil { // the other windows' rows stay exact for provisional_positions
+		_, err := tx.Exec(ctx, `DELETE FROM delay_aggregates_provisional WHERE pipeline = $1 AND window_end <= $2`,
+			b.Pipeline, b.Watermark.UTC())
+		return err
+	}
+	starts := make([]time.Time, len(p.Starts))
+	for i, s := range p.Starts {
+		starts[i] = s.UTC()
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM delay_aggregates_provisional WHERE pipeline = $1
+    AND ($4 OR window_end <= $2 OR window_start = ANY($3))`, b.Pipeline, b.Watermark.UTC(), starts, p.All); err != nil {
+		return err
+	}
+	if len(p.Rows) > 0 {
+		srcErr, err := copyBinary(ctx, tx.Conn().PgConn(),
+			"COPY delay_aggregates_provisional ("+windowColumns+") FROM STDIN (FORMAT binary)",
+			indexed(len(p.Rows), appendWindow(b.Pipeline, p.Rows)))
+		if srcErr != nil {
+			return srcErr
+		}
+		if err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
+	}
+	n := len(b.Positions)
+	topics, parts, offsets := make([]string, n), make([]int32, n), make([]int64, n)
+	for i, pos := range b.Positions {
+		topics[i], parts[i], offsets[i] = pos.Topic, pos.Partition, pos.ConsumedOffset
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO provisional_positions (pipeline, topic, partition, consumed_offset, written_at)
+SELECT $1, * , now() FROM unnest($2::text[], $3::integer[], $4::bigint[])
+ON CONFLICT (pipeline, topic, partition) DO UPDATE SET consumed_offset = EXCLUDED.consumed_offset, written_at = now()`,
+		b.Pipeline, topics, parts, offsets)
+	return err
+}
