@@ -28,7 +28,9 @@ type provisionalState struct {
 // loop's first write replaces every provisional row of the pipeline: rows a
 // loop before wrote may count records this one has not read again yet.
 // A split pipeline writes none: its windows are per source partition and
-// final only once merged, so it logs that once.
+// final only once merged, so it logs that once. Without provisional rows
+// (--provisional-interval 0, a drain) the loop's first batch removes those
+// an earlier run wrote.
 //
 // Final rows are not kept waiting for provisional ones: a batch that
 // finalizes windows carries none, nor does one taken when the earliest open
@@ -40,7 +42,14 @@ func (l *loop) provisional(b *store.Batch, now time.Time) {
 	cfg := l.cfg
 	prevWM, prevAt := l.prov.wm, l.prov.at
 	l.prov.wm, l.prov.at = b.Watermark, now
-	if cfg.ProvisionalInterval <= 0 || cfg.Drain || now.Before(l.prov.next) {
+	if cfg.ProvisionalInterval <= 0 || cfg.Drain {
+		if !l.prov.wrote && b.Split == nil { // remove what an earlier run wrote: it would read as current
+			b.Provisional = &store.Provisional{All: true}
+			l.prov.wrote = true
+		}
+		return
+	}
+	if now.Before(l.prov.next) {
 		return
 	}
 	if b.Split != nil {

@@ -36,12 +36,14 @@ type Provisional struct {
 // the pipeline (left by a single-owner instance before): a split pipeline
 // has none.
 func writeProvisional(ctx context.Context, tx pgx.Tx, b *Batch) error {
-	if b.Split != nil {
+	p := b.Provisional
+	if b.Split != nil || p != nil && p.All && len(p.Rows) == 0 && len(p.Starts) == 0 {
+		// A split pipeline has none; an instance that writes none removes
+		// those an earlier run wrote.
 		_, err := tx.Exec(ctx, `WITH rows AS (DELETE FROM delay_aggregates_provisional WHERE pipeline = $1)
 DELETE FROM provisional_positions WHERE pipeline = $1`, b.Pipeline)
 		return err
 	}
-	p := b.Provisional
 	if p == nil { // the other windows' rows stay exact for provisional_positions
 		_, err := tx.Exec(ctx, `DELETE FROM delay_aggregates_provisional WHERE pipeline = $1 AND window_end <= $2`,
 			b.Pipeline, b.Watermark.UTC())

@@ -101,6 +101,9 @@ func cmdDLQ(ctx context.Context, sub string, f *dlqFlags, stdout, stderr io.Writ
 		return exitError
 	}
 	defer st.Close(context.Background())
+	if code := pipelineUnknown(stderr, "dlq "+sub, st.CheckPipelineKnown(ctx, o.pipeline)); code != exitOK {
+		return code
+	}
 	if sub == "list" {
 		if filter.Limit == 0 {
 			filter.Limit = 100

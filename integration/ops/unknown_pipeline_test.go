@@ -16,7 +16,8 @@ import (
 
 // A --pipeline the database holds nothing of (a misspelt name) is an error
 // naming it and the known pipelines: report and status exit 2 (a usage
-// error) with that line on stderr and nothing on stdout; the dashboard
+// error) with that line on stderr and nothing on stdout, and so do dlq
+// list and dlq replay; the dashboard
 // answers its pages and its API for that pipeline with 404, the API's error
 // saying the same, which the page shows in Chromium; a known pipeline still
 // gets 200. An empty database says it has none yet.
@@ -46,6 +47,20 @@ func TestUnknownPipelineNamed(t *testing.T) {
 				t.Errorf("%s --pipeline %s: exit %d, stderr %q; want 0:\n%s", args[0], p, code, errOut, out)
 			}
 		}
+	}
+
+	for _, sub := range []string{"list", "replay"} {
+		args := []string{"dlq", sub, "--database-url", db, "--pipeline", "alpah"}
+		if sub == "replay" {
+			args = append(args, "--brokers", addr, "--to", "somewhere")
+		}
+		out, errOut, code := harness.RunCLI(t, nil, args...)
+		if want := "ovstream dlq " + sub + `: no pipeline "alpah" in this database; ` + known + "\n"; code != 2 || out != "" || !strings.HasPrefix(errOut, want) {
+			t.Errorf("dlq %s --pipeline alpah: exit %d, stdout %q, stderr %q; want exit 2, no output and %q", sub, code, out, errOut, want)
+		}
+	}
+	if out, errOut, code := harness.RunCLI(t, nil, "dlq", "list", "--database-url", db, "--pipeline", "alpha"); code != 0 || out != "0 dead letters\n" {
+		t.Errorf("dlq list --pipeline alpha: exit %d, stdout %q, stderr %q; want 0 dead letters", code, out, errOut)
 	}
 
 	srv := harness.StartOvstream(t, nil, "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "alpah")

@@ -496,3 +496,27 @@ func TestProvisionalIntervalZeroWritesNone(t *testing.T) {
 	}
 	p.Kill()
 }
+
+// A restart with --provisional-interval 0 removes the provisional rows an
+// earlier run wrote: they would be shown as current while they count only
+// the records that run had read.
+func TestProvisionalIntervalZeroClearsEarlierRows(t *testing.T) {
+	addr, db := harness.StartBroker(t), harness.FreshDB(t)
+	produceFirst, _ := aucklandHalves(t)
+	produceFirst(addr)
+	p := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--provisional-interval", "100ms")...)
+	harness.WaitFor(t, 2*time.Minute, "provisional rows written", func() bool {
+		var n int
+		harness.SqlRow(t, db, `SELECT count(*) FROM delay_aggregates_provisional`, &n)
+		return n > 0
+	})
+	p.Kill()
+	p = harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--provisional-interval", "0")...)
+	defer p.Kill()
+	var prov, pos int
+	harness.WaitFor(t, time.Minute, "the provisional rows of the earlier run removed", func() bool {
+		harness.SqlRow(t, db, `SELECT (SELECT count(*) FROM delay_aggregates_provisional), (SELECT count(*) FROM provisional_positions)`,
+			&prov, &pos)
+		return prov == 0 && pos == 0
+	})
+}
