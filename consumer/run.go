@@ -21,29 +21,6 @@ var ErrFenced = store.ErrFenced
 // or the log under a reader changed (restartError, lost.go).
 var errResync = errors.New("consumer: resync from stored positions")
 
-// Summary describes what a run did, for logs and the drain report.
-type Summary struct {
-	Consumed       map[string]int64 // records read per topic
-	Predictions    int64            // predictions aggregated into windows
-	Positions      int64            // positions applied to vehicle_latest
-	Skipped        int64            // replayed events of windows written before (docs/design.md "Replay after a restart")
-	DeadLetters    map[string]int64 // new dead letters per reason; ReplayedDead: the earlier ones met again
-	WindowRows     int64            // delay_aggregates rows written
-	Commits        int64
-	CommitFailures int64
-	Resyncs        int64
-	ReplayedDead   int64 // records dead-lettered before a restart, replayed and skipped (replay.go)
-	// Copies of dead letters (replayed.go): counted (merged into their
-	// windows), and skipped because a copy of their source counted before.
-	ReplayedCounted, ReplayedDuplicates int64
-	Watermark                           time.Time                       // the last committed watermark
-	Stored                              map[aggregate.PartitionID]int64 // committed next offset per partition
-	HighWater                           map[aggregate.PartitionID]int64 // high water mark per partition, last seen
-	Elapsed                             time.Duration
-	progress                            progress // the progress line's memory (progress.go)
-	lateUnderIdleFinalize               bool     // the warning of a record late under --idle-finalize was logged
-}
-
 const (
 	tickInterval  = 100 * time.Millisecond // watermark, drain check
 	pollInterval  = time.Second            // high water marks

@@ -7,13 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
-	"regexp"
-	"strconv"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
@@ -107,11 +102,7 @@ func writeDocs(dir string, files map[string][]byte) error {
 	return nil
 }
 
-// descRE reads a prometheus.Desc's String(): its name, help and labels.
-var descRE = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"), .*variableLabels: \{([^}]*)\}\}$`)
-
-// metricsDoc is docs/metrics.md: every series of consumer.Metrics, in the
-// order of its fields, with its type, labels and help text.
+// metricsDoc is docs/metrics.md: consumer.MetricsTable under its header.
 func metricsDoc() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Metrics\n\n" +
@@ -120,58 +111,8 @@ func metricsDoc() ([]byte, error) {
 		"`ovstream run` serves them at `/metrics` of `--metrics-addr`, with the Go runtime's and the\n" +
 		"process's (`go_*`, `process_*`).\n\n" +
 		"| series | type | labels | help |\n|---|---|---|---|\n")
-	m := reflect.ValueOf(consumer.NewMetrics(nil)).Elem()
-	for i := 0; i < m.NumField(); i++ {
-		if !m.Type().Field(i).IsExported() {
-			continue
-		}
-		c, ok := m.Field(i).Interface().(prometheus.Collector)
-		if !ok {
-			continue
-		}
-		kind, err := metricKind(c)
-		if err != nil {
-			return nil, fmt.Errorf("consumer.Metrics.%s: %w", m.Type().Field(i).Name, err)
-		}
-		descs := make(chan *prometheus.Desc, 1)
-		c.Describe(descs)
-		d := descRE.FindStringSubmatch((<-descs).String())
-		if d == nil {
-			return nil, fmt.Errorf("consumer.Metrics.%s: cannot read its description", m.Type().Field(i).Name)
-		}
-		name, err1 := strconv.Unquote(d[1])
-		help, err2 := strconv.Unquote(d[2])
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("consumer.Metrics.%s: cannot read its description", m.Type().Field(i).Name)
-		}
-		labels := "-"
-		if d[3] != "" {
-			labels = "`" + strings.ReplaceAll(d[3], ",", "`, `") + "`"
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, kind, labels, strings.ReplaceAll(help, "|", `\|`))
+	if err := consumer.MetricsTable(&b); err != nil {
+		return nil, err
 	}
 	return b.Bytes(), nil
-}
-
-func metricKind(c prometheus.Collector) (string, error) {
-	switch m := c.(type) { // a Gauge has Inc and Add too: ask for it before Counter
-	case *prometheus.HistogramVec, prometheus.Histogram:
-		return "histogram", nil
-	case *prometheus.GaugeVec, prometheus.Gauge:
-		return "gauge", nil
-	case *prometheus.CounterVec, prometheus.Counter:
-		return "counter", nil
-	case prometheus.Metric: // a GaugeFunc or CounterFunc: the same type; its sample says which
-		var s dto.Metric
-		if err := m.Write(&s); err != nil {
-			return "", err
-		}
-		switch {
-		case s.Gauge != nil:
-			return "gauge", nil
-		case s.Counter != nil:
-			return "counter", nil
-		}
-	}
-	return "", fmt.Errorf("a %T: neither counter, gauge nor histogram", c)
 }

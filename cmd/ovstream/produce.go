@@ -206,7 +206,7 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 			URLs: f.feedURLs, Interval: f.interval, Timeout: f.httpTimeout, Attempts: f.httpAttempts, Polls: f.polls,
 			Header: header, Options: opt, Retention: f.retention,
 			Topics: produce.Topics{Predictions: f.predTopic, Positions: f.posTopic}, Producer: cfg,
-			Progress: func(r produce.PollReport) { fmt.Fprintln(stdout, pollLine(r)) },
+			Progress: func(r produce.PollReport) { fmt.Fprintln(stdout, r) },
 		})
 		if err != nil && !errors.Is(err, context.Canceled) {
 			fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
@@ -243,7 +243,7 @@ func cmdProduce(ctx context.Context, f *produceFlags, stdout, stderr io.Writer) 
 		return exitOK
 	}
 
-	opt.OnFile = fileProgress(stderr, f.progressEvery)
+	opt.OnFile = gtfsrt.ProgressLines(stderr, f.progressEvery)
 	res, err := gtfsrt.Load(f.gtfsPaths, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "ovstream produce: %v\n", err)
@@ -299,70 +299,4 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// pollLine is the progress line of one poll.
-func pollLine(r produce.PollReport) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "poll %d at %s:", r.Poll, r.Started.UTC().Format(time.RFC3339))
-	preds, pos := 0, 0
-	skipped := map[string]int{}
-	for i, f := range r.Fetches {
-		if i > 0 {
-			b.WriteString(";")
-		}
-		fmt.Fprintf(&b, " %s", f.URL)
-		switch {
-		case f.Err != nil:
-			fmt.Fprintf(&b, " FAILED (%v)", f.Err)
-		case f.NotModified:
-			b.WriteString(" 304 not modified")
-		default:
-			fmt.Fprintf(&b, " %d, %d bytes, feed time %s, %d new predictions, %d new positions",
-				f.Status, f.Bytes, f.FeedTime.Format(time.RFC3339), f.Predictions, f.Positions)
-		}
-		if f.Attempts > 1 {
-			fmt.Fprintf(&b, " (%d attempts)", f.Attempts)
-		}
-		preds += f.Predictions
-		pos += f.Positions
-		for k, v := range f.Skipped {
-			skipped[k] += v
-		}
-	}
-	res := gtfsrt.Result{Skipped: skipped}
-	produced := 0
-	for _, tc := range r.Produced {
-		produced += tc.Produced
-	}
-	fmt.Fprintf(&b, "; produced %d records", produced)
-	fmt.Fprintf(&b, "; skipped: %s", res.SkipSummary())
-	if r.Pending > 0 {
-		fmt.Fprintf(&b, "; %d records NOT produced yet (retried next poll): %v", r.Pending, r.ProduceErr)
-	}
-	return b.String()
-}
-
-// fileProgress returns the progress report of `produce --gtfs-rt`: a line on
-// w for a file read when every has passed since the last line (0: for each
-// file), and for the last file, with the new events it gave and the totals.
-func fileProgress(w io.Writer, every time.Duration) func(gtfsrt.FileDone) {
-	var last time.Time
-	var preds, pos int
-	began := time.Now()
-	return func(f gtfsrt.FileDone) {
-		preds += f.Predictions
-		pos += f.Positions
-		now := time.Now()
-		if now.Sub(last) < every && f.N != f.Of {
-			return
-		}
-		last = now
-		at := "none"
-		if !f.FeedTime.IsZero() {
-			at = f.FeedTime.Format(time.RFC3339)
-		}
-		fmt.Fprintf(w, "read file %d/%d %s (feed time %s): %d new predictions, %d new positions; so far %d predictions, %d positions in %s\n",
-			f.N, f.Of, f.Path, at, f.Predictions, f.Positions, preds, pos, now.Sub(began).Round(time.Millisecond))
-	}
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -374,7 +372,7 @@ func runService(ctx context.Context, f *runFlags, cfg consumer.Config) (*consume
 // reportRun prints the outcome to w, errors to errw, and returns the exit code.
 func reportRun(w, errw io.Writer, cfg consumer.Config, sum *consumer.Summary, err error) int {
 	if sum != nil && (cfg.Drain || err == nil) {
-		printSummary(w, sum)
+		sum.Print(w)
 	}
 	switch {
 	case errors.As(err, new(*store.SettingsError)):
@@ -389,34 +387,3 @@ func reportRun(w, errw io.Writer, cfg consumer.Config, sum *consumer.Summary, er
 	}
 	return exitOK
 }
-
-func printSummary(w io.Writer, s *consumer.Summary) {
-	fmt.Fprintf(w, "summary: %s elapsed, %d commits (%d failed, %d resyncs)\n", s.Elapsed.Round(time.Millisecond), s.Commits, s.CommitFailures, s.Resyncs)
-	for _, topic := range sortedKeys(s.Consumed) {
-		fmt.Fprintf(w, "  consumed %-22s %d records\n", topic, s.Consumed[topic])
-	}
-	fmt.Fprintf(w, "  predictions aggregated  %d\n  positions applied       %d\n  replayed and skipped    %d\n  window rows written     %d\n",
-		s.Predictions, s.Positions, s.Skipped, s.WindowRows)
-	for _, r := range sortedKeys(s.DeadLetters) {
-		fmt.Fprintf(w, "  dead letters (%s) %d\n", r, s.DeadLetters[r])
-	}
-	if s.ReplayedDead > 0 {
-		fmt.Fprintf(w, "  dead letters replayed   %d (recorded before a restart: skipped, not counted again)\n", s.ReplayedDead)
-	}
-	if s.ReplayedCounted+s.ReplayedDuplicates > 0 {
-		fmt.Fprintf(w, "  replayed copies counted %d (%d skipped: a copy of their dead letter counted before)\n",
-			s.ReplayedCounted, s.ReplayedDuplicates)
-	}
-	if !s.Watermark.IsZero() {
-		fmt.Fprintf(w, "  watermark               %s\n", s.Watermark.UTC().Format(time.RFC3339))
-	}
-	for _, tp := range consumer.SortedPartitions(s.Stored) {
-		hw := "unknown" // the last reading of the run failed
-		if h, ok := s.HighWater[tp]; ok {
-			hw = strconv.FormatInt(h, 10)
-		}
-		fmt.Fprintf(w, "  stored offset %-24s %d (high water %s)\n", tp.String(), s.Stored[tp], hw)
-	}
-}
-
-func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
