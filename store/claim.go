@@ -110,7 +110,8 @@ const (
 //
 // A partition never claimed before gets a stream_positions row without
 // offsets (LoadPositions leaves it out). The claim also deletes the
-// pipeline_instances rows of instances silent for staleInstanceLeases leases.
+// pipeline_instances rows of instances silent for staleInstanceLeases leases
+// and of dead earlier incarnations of opts.InstanceID (deadIncarnations).
 func (s *Store) Claim(ctx context.Context, pipeline, owner string, parts []aggregate.PartitionID, opts ClaimOptions) (Claimed, error) {
 	c, err := s.claim(ctx, pipeline, owner, 0, parts, opts)
 	if err != nil {
@@ -261,8 +262,15 @@ FROM unnest($2::text[], $3::integer[]) AS u(topic, partition)
 WHERE s.pipeline = $1 AND s.topic = u.topic AND s.partition = u.partition`, pipeline, topics, nums, next, owner); err != nil {
 			return err
 		}
+		// Earlier incarnations of this instance id are dead: `status` lists
+		// the instances that run.
+		dead, err := deadIncarnations(ctx, tx, pipeline, owner, opts.InstanceID)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM pipeline_instances WHERE pipeline = $1 AND owner <> $2
-			AND heartbeat_at < now() - $3 * interval '1 microsecond'`, pipeline, owner, micros(staleInstanceLeases*opts.Lease)); err != nil {
+			AND (heartbeat_at < now() - $3 * interval '1 microsecond' OR owner = ANY($4))`,
+			pipeline, owner, micros(staleInstanceLeases*opts.Lease), dead); err != nil {
 			return err
 		}
 		c.Epoch, c.Previous = next, states
@@ -365,13 +373,8 @@ func OwnerInstance(owner string) string {
 
 // restartedOwners returns the owners of states, other than owner, that are
 // earlier incarnations of instance id (OwnerInstance) with a live lease
-// whose lease session (pipeline_instances.backend_pid, backend_start) is no
-// longer in pg_stat_activity, or whose owner lock (Heartbeat) no session
-// holds: their process died, so their partitions may be taken at once. The
-// lock tells through a session pooler, which keeps the dead process's
-// server session and releases its locks. A session whose start this role
-// may not see (another role without pg_read_all_stats: backend_start is
-// NULL) and holds the lock counts as alive. nil when id is "".
+// whose process died (deadIncarnations): their partitions may be taken at
+// once. nil when id is "".
 func restartedOwners(ctx context.Context, tx pgx.Tx, pipeline, owner, id string, states []PartitionLease) (map[string]bool, error) {
 	var same []string
 	for _, p := range states {
@@ -382,15 +385,41 @@ func restartedOwners(ctx context.Context, tx pgx.Tx, pipeline, owner, id string,
 	if len(same) == 0 {
 		return nil, nil
 	}
+	dead, err := deadIncarnations(ctx, tx, pipeline, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	gone := map[string]bool{}
+	for _, o := range dead {
+		if slices.Contains(same, o) {
+			gone[o] = true
+		}
+	}
+	return gone, nil
+}
+
+// deadIncarnations returns the owners of pipeline's pipeline_instances rows,
+// other than owner, of instance id id (OwnerInstance) whose lease session
+// (backend_pid, backend_start) is no longer in pg_stat_activity, or whose
+// owner lock (Heartbeat) no session holds: their process died. The lock
+// tells through a session pooler, which keeps the dead process's server
+// session and releases its locks. A session whose start this role may not
+// see (another role without pg_read_all_stats: backend_start is NULL) and
+// holds the lock counts as alive. nil when id is "".
+func deadIncarnations(ctx context.Context, tx pgx.Tx, pipeline, owner, id string) ([]string, error) {
+	if id == "" {
+		return nil, nil
+	}
 	rows, err := tx.Query(ctx, `
 SELECT i.owner FROM pipeline_instances i
-WHERE i.pipeline = $1 AND i.owner = ANY($2) AND i.backend_pid IS NOT NULL
+WHERE i.pipeline = $1 AND i.owner <> $2 AND starts_with(i.owner, $3 || '`+instanceSep+`')
+  AND strpos(substr(i.owner, length($3) + 2), '`+instanceSep+`') = 0 AND i.backend_pid IS NOT NULL
   AND (NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = i.backend_pid
       AND (a.backend_start = i.backend_start OR a.backend_start IS NULL))
     OR NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = $3::int4::oid AND l.objid = `+ownerLockKey("i.pipeline", "i.owner")+`::oid AND l.objsubid = 2))`,
-		pipeline, same, ownerLockSpace)
+      AND l.classid = $4::int4::oid AND l.objid = `+ownerLockKey("i.pipeline", "i.owner")+`::oid AND l.objsubid = 2))`,
+		pipeline, owner, id, ownerLockSpace)
 	if err != nil {
 		return nil, fmt.Errorf("look up the lease sessions of instance %q: %w", id, err)
 	}
@@ -398,11 +427,7 @@ WHERE i.pipeline = $1 AND i.owner = ANY($2) AND i.backend_pid IS NOT NULL
 	if err != nil {
 		return nil, fmt.Errorf("look up the lease sessions of instance %q: %w", id, err)
 	}
-	gone := map[string]bool{}
-	for _, o := range owners {
-		gone[o] = true
-	}
-	return gone, nil
+	return owners, nil
 }
 
 // lockNotAvailable tells whether err is SQLSTATE 55P03 (lock_timeout).

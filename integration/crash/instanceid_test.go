@@ -4,6 +4,7 @@ package crash
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -59,6 +60,12 @@ func TestInstanceIDRestartClaimsAtOnce(t *testing.T) {
 	}
 	t.Logf("restart with the same --instance-id (lease 15s): claimed %v, first commit %v after the start",
 		claimedAfter.Round(time.Millisecond), committedAfter.Round(time.Millisecond))
+	// status lists the instances that run: the dead incarnation's row went
+	// with the claim that took its partitions.
+	if got := statusInstances(t, db, addr); len(got) != 1 || !strings.HasPrefix(got[0], "pod-0@") || !strings.HasSuffix(got[0], " alive") ||
+		strings.Contains(line, "restarted_from="+strings.TrimSuffix(got[0], " alive")) {
+		t.Errorf("status --json lists instances %q after the restart, want the restarted process alone, alive", got)
+	}
 
 	// A second live process with the same id waits and says why; b goes on.
 	twin := harness.StartOvstream(t, nil, args("pod-0")...)
@@ -86,6 +93,32 @@ func TestInstanceIDRestartClaimsAtOnce(t *testing.T) {
 	}
 	harness.WaitFor(t, time.Minute, "everything committed again", committed(harness.OpsAddr(t, c), total))
 	harness.StopDrainCompare(t, c, db, addr, "static", total, "delay_aggregates after restarts with --instance-id vs SQL oracle")
+}
+
+// statusInstances returns the instances of pipeline static that
+// `status --json` lists, each as its owner, then " alive" when its
+// heartbeat is younger than the lease.
+func statusInstances(t *testing.T, db, addr string) []string {
+	t.Helper()
+	stdout, stderr, code := harness.RunCLI(t, nil, "status", "--json", "--pipeline", "static", "--database-url", db, "--brokers", addr)
+	var st struct {
+		Instances []struct {
+			Owner string `json:"owner"`
+			Alive bool   `json:"alive"`
+		} `json:"instances"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v\n%s", code, err, stderr)
+	}
+	var out []string
+	for _, in := range st.Instances {
+		s := in.Owner
+		if in.Alive {
+			s += " alive"
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // restartedOwners compares pg_stat_activity.backend_start
