@@ -33,7 +33,13 @@ and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T
 windows not yet final, with a column final (docs/windows.md "Provisional rows"). The table rounds to 0.1 s; --json and --csv are exact.
 In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
 leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
-are written as they are.`
+are written as they are.
+--metric on-time and headway read the stop visits instead, by arrival_time in [--from, --to)
+(--bucket service-day: by start_date): per id, the visits early, on time and late (--on-time
+na: 60 s early to 300 s late, crow: 30 s early to 180 s late, or EARLY,LATE seconds; bounds
+inclusive), or the gaps between a line's visits at a stop on one service day against the
+scheduled ones: average and excess wait, and the wait assessment (docs/analysing.md "On-time
+performance and headways"; SQL: ovs_on_time, ovs_headways).`
 
 // reportFlags are the flags of report.
 type reportFlags struct {
@@ -76,7 +82,7 @@ func newReportCmd() *cobra.Command {
 	var f reportFlags
 	c := &cobra.Command{Use: "report --from T1 --to T2", Short: "exact rollups of the stored distributions: count, mean, min, max, quantiles per bucket",
 		Long: reportLong, Args: noArgs,
-		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5"}
+		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5\n  ovstream report --metric on-time --on-time crow --from 2025-11-06 --to 2025-11-07 --tz America/Halifax --bucket hour --dimension line --json"}
 	f.register(c.Flags())
 	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
 		return cmdReport(ctx, &f, stdout, stderr)
@@ -102,26 +108,33 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageErr(fmt.Errorf("--tz %q: %v", f.tz, err))
 	}
-	var ids []string
+	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc} // what every metric shares
 	for _, id := range strings.Split(f.ids, ",") {
 		if id = strings.TrimSpace(id); id != "" {
-			ids = append(ids, id)
+			q.IDs = append(q.IDs, id)
 		}
 	}
-	var from, to time.Time
-	if from, err = rollup.ParseTime(f.from, loc); err != nil {
+	if q.From, err = rollup.ParseTime(f.from, loc); err != nil {
 		return usageErr(fmt.Errorf("--from: %v", err))
 	}
-	if to, err = rollup.ParseTime(f.to, loc); err != nil {
+	if q.To, err = rollup.ParseTime(f.to, loc); err != nil {
 		return usageErr(fmt.Errorf("--to: %v", err))
+	}
+	f.fs.Visit(func(fl *pflag.Flag) {
+		if m := metricOnly[fl.Name]; m != "" && m != f.metric && err == nil {
+			err = fmt.Errorf("--%s applies to --metric %s only", fl.Name, m)
+		}
+	})
+	if err != nil {
+		return usageErr(err)
 	}
 	// Each metric returns the query that reads its rows and writes them.
 	var report func(context.Context, rollup.Querier) (func(io.Writer) error, error)
 	switch f.metric {
 	case "delay":
-		report, err = delayReport(f, loc, ids, from, to)
+		report, err = delayReport(f, q)
 	case string(visitstats.OnTime), string(visitstats.Headway):
-		report, err = visitReport(f, loc, ids, from, to)
+		report, err = visitReport(f, q)
 	default:
 		err = fmt.Errorf("--metric %q: want delay, on-time or headway", f.metric)
 	}
@@ -163,35 +176,13 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-// onlyFor returns an error naming the first of flags given on the command
-// line, which apply to --metric metric only.
-func (f *reportFlags) onlyFor(metric string, flags ...string) error {
-	for _, name := range flags {
-		if f.fs.Changed(name) {
-			return fmt.Errorf("--%s applies to --metric %s only", name, metric)
-		}
-	}
-	return nil
-}
-
-// pick returns the writer of the output format asked for.
-func pick[Q, R any](f *reportFlags, table, json, csv func(io.Writer, Q, R) error) func(io.Writer, Q, R) error {
-	switch {
-	case f.json:
-		return json
-	case f.csv:
-		return csv
-	}
-	return table
-}
+// metricOnly names the metric of each flag that applies to one metric only.
+var metricOnly = map[string]string{"quantiles": "delay", "min-events": "delay", "by": "delay", "top": "delay",
+	"include-open": "delay", "on-time": "on-time", "wait-tolerance": "headway"}
 
 // delayReport is --metric delay: the rollups of the windows' distributions.
-func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
-	if err := f.onlyFor("on-time or headway", "on-time", "wait-tolerance"); err != nil {
-		return nil, err
-	}
-	q := rollup.Query{Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids, From: from, To: to, Location: loc,
-		MinEvents: f.minEvents, By: f.by, Top: f.top, IncludeOpen: f.includeOpen}
+func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	q.MinEvents, q.By, q.Top, q.IncludeOpen = f.minEvents, f.by, f.top, f.includeOpen
 	var err error
 	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
 		return nil, fmt.Errorf("--bucket: %v", err)
@@ -202,7 +193,7 @@ func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	write := pick(f, rollup.WriteTable, rollup.WriteJSON, rollup.WriteCSV)
+	write := rollup.Writer(f.json, f.csv)
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		res, err := rollup.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, res) }, err
@@ -210,12 +201,9 @@ func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 }
 
 // visitReport is --metric on-time and headway: the KPIs of the stop visits.
-func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
-	if err := f.onlyFor("delay", "quantiles", "min-events", "by", "top", "include-open"); err != nil {
-		return nil, err
-	}
-	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids,
-		From: from, To: to, Location: loc, WaitTolerance: f.waitTolerance}
+func visitReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs,
+		From: r.From, To: r.To, Location: r.Location, WaitTolerance: f.waitTolerance}
 	var err error
 	if q.Bucket, q.ServiceDay, err = visitstats.ParseBucket(f.bucket); err != nil {
 		return nil, fmt.Errorf("--bucket: %v", err)
@@ -226,7 +214,7 @@ func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	write := pick(f, visitstats.WriteTable, visitstats.WriteJSON, visitstats.WriteCSV)
+	write := visitstats.Writer(f.json, f.csv)
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		rows, err := visitstats.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, rows) }, err

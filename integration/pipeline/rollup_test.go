@@ -259,7 +259,8 @@ func checkDocQueries(t *testing.T, db string) {
 	}
 }
 
-// `report` exits 2 on bad flags (before it connects), 0 on --help.
+// `report` exits 2 on bad flags (before it connects), of every metric,
+// with a message naming the flag; 0 on --help.
 func TestReportFlags(t *testing.T) {
 	base := []string{"report", "--database-url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1",
 		"--from", "2016-05-19", "--to", "2016-05-20"}
@@ -280,7 +281,19 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--from", "yesterday"), 2, "--from"},
 		{append(base, "--to", "2016-05-18"), 2, "want from < to"},
 		{append(base, "--no-such-flag"), 2, "unknown flag: --no-such-flag"},
+		{append(base, "--metric", "punctuality"), 2, `--metric "punctuality": want delay, on-time or headway`},
+		{append(base, "--metric", "on-time", "--on-time", "swiss"), 2, `--on-time: on-time definition "swiss"`},
+		{append(base, "--metric", "on-time", "--on-time", "-30,180"), 2, "EARLY,LATE in seconds"},
+		{append(base, "--metric", "on-time", "--quantiles", "0.9"), 2, "--quantiles applies to --metric delay only"},
+		{append(base, "--metric", "headway", "--include-open"), 2, "--include-open applies to --metric delay only"},
+		{append(base, "--metric", "headway", "--wait-tolerance", "-0.1"), 2, "wait tolerance -0.1"},
+		{append(base, "--metric", "headway", "--bucket", "fortnight"), 2, "or service-day"},
+		{append(base, "--metric", "on-time", "--dimension", "route"), 2, `dimension "route"`},
+		{append(base, "--on-time", "crow"), 2, "--on-time applies to --metric on-time only"},
+		{append(base, "--metric", "on-time", "--wait-tolerance", "0.5"), 2, "--wait-tolerance applies to --metric headway only"},
+		{append(base, "--bucket", "service-day"), 2, "--bucket"},
 		{base, 1, "ovstream report:"}, // good flags, no database there
+		{append(base, "--metric", "headway", "--bucket", "service-day"), 1, "ovstream report:"},
 	} {
 		p := harness.StartOvstream(t, nil, tc.args...)
 		if code := p.Wait(t, time.Minute); code != tc.code || !strings.Contains(p.Output(), tc.says) {

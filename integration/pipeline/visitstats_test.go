@@ -247,14 +247,23 @@ func TestVisitKPIsEqualPythonOracle(t *testing.T) {
 	queries := []kpiQuery{
 		with(na, func(q *kpiQuery) { q.Dim = "line" }),
 		with(crow, func(q *kpiQuery) { q.Dim = "line"; q.IDs = []string{"HW", "H"} }),
-		with(crow, func(q *kpiQuery) { q.Dim = "station"; q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1 }),
+		with(crow, func(q *kpiQuery) {
+			q.Dim = "station"
+			q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1
+		}),
 		with(na, func(q *kpiQuery) {
 			q.Dim, q.Bucket, q.TZ, q.OnTime, q.Early, q.Late = "operator", "service-day", "Europe/Amsterdam", "45,120", 45, 120
 		}),
 		with(na, func(q *kpiQuery) { q.Dim = "network"; q.Bucket, q.TZ = "hour", "Pacific/Auckland" }),
 		with(hw, func(q *kpiQuery) { q.Dim = "line" }),
-		with(hw, func(q *kpiQuery) { q.Dim = "station"; q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1 }),
-		with(hw, func(q *kpiQuery) { q.Dim = "operator"; q.Bucket, q.TZ, q.Tolerance = "service-day", "Europe/Amsterdam", 0.5 }),
+		with(hw, func(q *kpiQuery) {
+			q.Dim = "station"
+			q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1
+		}),
+		with(hw, func(q *kpiQuery) {
+			q.Dim = "operator"
+			q.Bucket, q.TZ, q.Tolerance = "service-day", "Europe/Amsterdam", 0.5
+		}),
 		with(hw, func(q *kpiQuery) { q.Dim = "network"; q.Bucket = "hour" }),
 	}
 	want := visitKPIOracle(t, db, addr, queries)
