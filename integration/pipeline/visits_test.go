@@ -44,16 +44,24 @@ while left:
 c.close()
 `
 
-// loadPyOracle reads the predictions topic with confluent-kafka into table
-// py_msgs(topic, partition, offset, value jsonb) of db and returns how many
-// records it holds.
-func loadPyOracle(t *testing.T, db, addr string) int {
+// readTopicWithPy returns the predictions topic as readTopicPy prints it
+// (6 partitions): JSON lines [partition, offset, value].
+func readTopicWithPy(t *testing.T, addr string) []byte {
 	t.Helper()
 	py := harness.PythonWithConfluentKafka(t)
 	out, err := exec.Command(py, "-c", readTopicPy, addr, harness.PredictionsTopic, "6").Output()
 	if err != nil {
 		t.Fatalf("confluent-kafka reader: %v", err)
 	}
+	return out
+}
+
+// loadPyOracle reads the predictions topic with confluent-kafka into table
+// py_msgs(topic, partition, offset, value jsonb) of db and returns how many
+// records it holds.
+func loadPyOracle(t *testing.T, db, addr string) int {
+	t.Helper()
+	out := readTopicWithPy(t, addr)
 	var rows [][]any
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
