@@ -87,7 +87,8 @@ func loadPyOracle(t *testing.T, db, addr string) int {
 // oracleVisits computes stop_visits from py_msgs with SQL alone: the
 // records not dead-lettered that have a start_date, per (trip, service day,
 // stop_sequence or else stop_id), the last by event time, then partition,
-// then offset, and how many there were.
+// then offset (whether it gave an arrival_time: arrival_predicted), and how
+// many there were.
 const oracleVisits = `
 WITH ok AS (
 	SELECT m.partition, m."offset", m.value AS j FROM py_msgs m
@@ -101,12 +102,12 @@ WITH ok AS (
 		(j->>'delay_s')::float8 AS delay, partition, "offset"
 	FROM ok
 )
-SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), delay,
-	count(*) OVER (PARTITION BY trip, day, stop_key)
+SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), arrival IS NOT NULL,
+	delay, count(*) OVER (PARTITION BY trip, day, stop_key)
 FROM v ORDER BY trip, day, stop_key, et DESC, partition DESC, "offset" DESC`
 
-const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, delay_s, predictions
-	FROM stop_visits`
+const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, arrival_predicted,
+	delay_s, predictions FROM stop_visits`
 
 // oracleNoStartDate counts the records not dead-lettered without start_date.
 const oracleNoStartDate = `SELECT count(*) FROM py_msgs m WHERE NOT m.value ? 'start_date' AND NOT EXISTS (SELECT 1 FROM dead_letters d
