@@ -16,6 +16,7 @@ import (
 	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
+	"github.com/ovstream/ovstream/store/visitstats"
 )
 
 func init() { register(newReportCmd) }
@@ -32,11 +33,20 @@ and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T
 windows not yet final, with a column final (docs/windows.md "Provisional rows"). The table rounds to 0.1 s; --json and --csv are exact.
 In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
 leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
-are written as they are.`
+are written as they are.
+--metric on-time and headway read the stop visits instead, by arrival_time in [--from, --to)
+(--bucket service-day: by start_date): per id, the visits early, on time and late (--on-time
+na: 60 s early to 300 s late, crow: 30 s early to 180 s late, or EARLY,LATE seconds; bounds
+inclusive), or the gaps between a line's visits at a stop on one service day against the
+scheduled ones: average and excess wait, and the wait assessment (docs/analysing.md "On-time
+performance and headways"; SQL: ovs_on_time, ovs_headways).`
 
 // reportFlags are the flags of report.
 type reportFlags struct {
 	ops                                      opsFlags
+	fs                                       *pflag.FlagSet
+	metric, onTime                           string
+	waitTolerance                            float64
 	dimension, ids, from, to, bucket, tz, by string
 	quantiles                                string
 	minEvents                                int64
@@ -47,11 +57,15 @@ type reportFlags struct {
 
 func (f *reportFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
+	f.fs = fs
+	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits)")
+	fs.StringVar(&f.onTime, "on-time", "na", "with --metric on-time, on time is `na` (60 s early to 300 s late), crow (30 s early to 180 s late) or EARLY,LATE seconds, bounds inclusive")
+	fs.Float64Var(&f.waitTolerance, "wait-tolerance", 0.25, "with --metric headway, the wait assessment's `share` above the scheduled gap")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
 	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
 	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
 	fs.StringVar(&f.to, "to", "", "end of the range, exclusive (`time`; required)")
-	fs.StringVar(&f.bucket, "bucket", "all", "`bucket`: all, hour, day, week, month, year, or a duration such as 15m")
+	fs.StringVar(&f.bucket, "bucket", "all", "`bucket`: all, hour, day, week, month, year, a duration such as 15m, or (on-time, headway) service-day")
 	fs.StringVar(&f.tz, "tz", "UTC", "IANA time `zone` of calendar buckets, local times and the output, e.g. Pacific/Auckland")
 	fs.StringVar(&f.quantiles, "quantiles", "0.5,0.9,0.99", "comma-separated `quantiles` in [0, 1]")
 	fs.Int64Var(&f.minEvents, "min-events", 1, "leave out groups with fewer than `N` events")
@@ -68,7 +82,7 @@ func newReportCmd() *cobra.Command {
 	var f reportFlags
 	c := &cobra.Command{Use: "report --from T1 --to T2", Short: "exact rollups of the stored distributions: count, mean, min, max, quantiles per bucket",
 		Long: reportLong, Args: noArgs,
-		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5"}
+		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5\n  ovstream report --metric on-time --on-time crow --from 2025-11-06 --to 2025-11-07 --tz America/Halifax --bucket hour --dimension line --json"}
 	f.register(c.Flags())
 	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
 		return cmdReport(ctx, &f, stdout, stderr)
@@ -94,8 +108,7 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageErr(fmt.Errorf("--tz %q: %v", f.tz, err))
 	}
-	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc, MinEvents: f.minEvents, By: f.by, Top: f.top,
-		IncludeOpen: f.includeOpen}
+	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc} // what every metric shares
 	for _, id := range strings.Split(f.ids, ",") {
 		if id = strings.TrimSpace(id); id != "" {
 			q.IDs = append(q.IDs, id)
@@ -107,13 +120,25 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if q.To, err = rollup.ParseTime(f.to, loc); err != nil {
 		return usageErr(fmt.Errorf("--to: %v", err))
 	}
-	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
-		return usageErr(fmt.Errorf("--bucket: %v", err))
+	f.fs.Visit(func(fl *pflag.Flag) {
+		if m := metricOnly[fl.Name]; m != "" && m != f.metric && err == nil {
+			err = fmt.Errorf("--%s applies to --metric %s only", fl.Name, m)
+		}
+	})
+	if err != nil {
+		return usageErr(err)
 	}
-	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
-		return usageErr(fmt.Errorf("--quantiles: %v", err))
+	// Each metric returns the query that reads its rows and writes them.
+	var report func(context.Context, rollup.Querier) (func(io.Writer) error, error)
+	switch f.metric {
+	case "delay":
+		report, err = delayReport(f, q)
+	case string(visitstats.OnTime), string(visitstats.Headway):
+		report, err = visitReport(f, q)
+	default:
+		err = fmt.Errorf("--metric %q: want delay, on-time or headway", f.metric)
 	}
-	if err := q.Validate(); err != nil {
+	if err != nil {
 		return usageErr(err)
 	}
 	st, err := o.openChecked(ctx, stderr)
@@ -132,9 +157,9 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if store.IsUnknownPipeline(err) {
 		return pipelineUnknown(stderr, "report", err)
 	}
-	var res *rollup.Result
+	var write func(io.Writer) error
 	if err == nil {
-		res, err = rollup.Run(ctx, pool, q)
+		write, err = report(ctx, pool)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil {
@@ -144,16 +169,54 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
-	write := rollup.WriteTable
-	switch {
-	case f.json:
-		write = rollup.WriteJSON
-	case f.csv:
-		write = rollup.WriteCSV
-	}
-	if err := write(stdout, q, res); err != nil {
+	if err := write(stdout); err != nil {
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
 	return exitOK
+}
+
+// metricOnly names the metric of each flag that applies to one metric only.
+var metricOnly = map[string]string{"quantiles": "delay", "min-events": "delay", "by": "delay", "top": "delay",
+	"include-open": "delay", "on-time": "on-time", "wait-tolerance": "headway"}
+
+// delayReport is --metric delay: the rollups of the windows' distributions.
+func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	q.MinEvents, q.By, q.Top, q.IncludeOpen = f.minEvents, f.by, f.top, f.includeOpen
+	var err error
+	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
+		return nil, fmt.Errorf("--bucket: %v", err)
+	}
+	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
+		return nil, fmt.Errorf("--quantiles: %v", err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	write := rollup.Pick(f.json, f.csv, rollup.WriteTable, rollup.WriteJSON, rollup.WriteCSV)
+	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
+		res, err := rollup.Run(ctx, db, q)
+		return func(w io.Writer) error { return write(w, q, res) }, err
+	}, nil
+}
+
+// visitReport is --metric on-time and headway: the KPIs of the stop visits.
+func visitReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs,
+		From: r.From, To: r.To, Location: r.Location, WaitTolerance: f.waitTolerance}
+	var err error
+	if q.Bucket, q.ServiceDay, err = visitstats.ParseBucket(f.bucket); err != nil {
+		return nil, fmt.Errorf("--bucket: %v", err)
+	}
+	if q.OnTime, err = visitstats.ParseOnTime(f.onTime); err != nil {
+		return nil, fmt.Errorf("--on-time: %v", err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	write := rollup.Pick(f.json, f.csv, visitstats.WriteTable, visitstats.WriteJSON, visitstats.WriteCSV)
+	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
+		rows, err := visitstats.Run(ctx, db, q)
+		return func(w io.Writer) error { return write(w, q, rows) }, err
+	}, nil
 }

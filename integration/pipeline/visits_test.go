@@ -44,16 +44,24 @@ while left:
 c.close()
 `
 
-// loadPyOracle reads the predictions topic with confluent-kafka into table
-// py_msgs(topic, partition, offset, value jsonb) of db and returns how many
-// records it holds.
-func loadPyOracle(t *testing.T, db, addr string) int {
+// readTopicWithPy returns the predictions topic as readTopicPy prints it
+// (6 partitions): JSON lines [partition, offset, value].
+func readTopicWithPy(t *testing.T, addr string) []byte {
 	t.Helper()
 	py := harness.PythonWithConfluentKafka(t)
 	out, err := exec.Command(py, "-c", readTopicPy, addr, harness.PredictionsTopic, "6").Output()
 	if err != nil {
 		t.Fatalf("confluent-kafka reader: %v", err)
 	}
+	return out
+}
+
+// loadPyOracle reads the predictions topic with confluent-kafka into table
+// py_msgs(topic, partition, offset, value jsonb) of db and returns how many
+// records it holds.
+func loadPyOracle(t *testing.T, db, addr string) int {
+	t.Helper()
+	out := readTopicWithPy(t, addr)
 	var rows [][]any
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
@@ -79,7 +87,8 @@ func loadPyOracle(t *testing.T, db, addr string) int {
 // oracleVisits computes stop_visits from py_msgs with SQL alone: the
 // records not dead-lettered that have a start_date, per (trip, service day,
 // stop_sequence or else stop_id), the last by event time, then partition,
-// then offset, and how many there were.
+// then offset (whether it gave an arrival_time: arrival_predicted), and how
+// many there were.
 const oracleVisits = `
 WITH ok AS (
 	SELECT m.partition, m."offset", m.value AS j FROM py_msgs m
@@ -93,12 +102,12 @@ WITH ok AS (
 		(j->>'delay_s')::float8 AS delay, partition, "offset"
 	FROM ok
 )
-SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), delay,
-	count(*) OVER (PARTITION BY trip, day, stop_key)
+SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), arrival IS NOT NULL,
+	delay, count(*) OVER (PARTITION BY trip, day, stop_key)
 FROM v ORDER BY trip, day, stop_key, et DESC, partition DESC, "offset" DESC`
 
-const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, delay_s, predictions
-	FROM stop_visits`
+const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, arrival_predicted,
+	delay_s, predictions FROM stop_visits`
 
 // oracleNoStartDate counts the records not dead-lettered without start_date.
 const oracleNoStartDate = `SELECT count(*) FROM py_msgs m WHERE NOT m.value ? 'start_date' AND NOT EXISTS (SELECT 1 FROM dead_letters d
@@ -136,8 +145,9 @@ func visitRecords() []harness.Rec {
 // with `ovstream produce` (both give start_date); the Auckland peak sample,
 // ten snapshots with up to ten predictions per visit, with start_date
 // 20160519 (the service day of that morning; its converted feed has none);
-// visitRecords. 59,946 + 4,610 + 11 + 16,574 predictions.
-func produceVisitFeeds(t *testing.T, addr string) {
+// visitRecords, then extra. 59,946 + 4,610 + 11 + len(extra) + 16,574
+// predictions.
+func produceVisitFeeds(t *testing.T, addr string, extra ...harness.Rec) {
 	t.Helper()
 	harness.ProduceCLI(t, addr, "--gtfs-rt", "../../testdata/nl-ovapi-20141130")
 	res := harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min")
@@ -145,7 +155,7 @@ func produceVisitFeeds(t *testing.T, addr string) {
 		res.Predictions[i].StartDate = 20160519
 	}
 	harness.ProduceFeeds(t, addr, res)
-	harness.ProduceRecords(t, addr, visitRecords()...)
+	harness.ProduceRecords(t, addr, append(visitRecords(), extra...)...)
 	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", "../../testdata/halifax-20251106/google_transit_trimmed.zip",
 		"--gtfs-rt", "../../testdata/halifax-20251106")
 }
