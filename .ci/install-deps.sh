@@ -14,6 +14,8 @@
 #   chromium                 headless, the dashboard's browser test (integration/dashboard/dashboard_test.go),
 #   fonts-dejavu-core        and a font for its screenshots
 #   bash-completion          `source <(ovstream completion bash)` needs it (docs/configuration.md)
+# Not from Debian 12, which has no Java 25: OpenTripPlanner's reader (integration/otppeer) runs on
+# $OTP_JAVA_HOME, else /usr/lib/jvm/temurin-25-jdk-amd64.
 # Run as root or with sudo: bash .ci/install-deps.sh (.ci/run does).
 set -euo pipefail
 missing=()

@@ -31,13 +31,13 @@ func newExportCmd() *cobra.Command {
 	fs := c.Flags()
 	o.register(fs, false)
 	fs.StringVar(&out, "out", "", "`path` of the zip file (ending in .zip) or directory to write (required)")
-	fs.StringVar(&a.From, "from", "", "first service day (start_date) to read, yyyy-mm-dd (default: the first)")
-	fs.StringVar(&a.To, "to", "", "service day (start_date) to stop before, yyyy-mm-dd (default: none)")
+	fs.StringVar(&a.From, "from", "", "first service day (start_date) to read, a `date` yyyy-mm-dd (default: the first)")
+	fs.StringVar(&a.To, "to", "", "service day (start_date) to stop before, a `date` yyyy-mm-dd (default: none)")
 	fs.StringVar(&a.Operator, "operator", "", "only the visits of this `operator` (one GTFS feed; default: all)")
 	fs.StringVar(&a.Calendar, "calendar", otp.Calendars[0].Name, "service ids by day of the week: weekday-saturday-sunday, day-of-week or all-days")
 	fs.Int64Var(&a.MinVisits, "min-visits", 5, "leave out the (service id, trip, stop) groups with fewer than `N` visits")
-	fs.StringVar(&a.ValidFrom, "valid-from", "", "the calendar's start_date, yyyy-mm-dd (default: the first service day exported)")
-	fs.StringVar(&a.ValidTo, "valid-to", "", "the calendar's end_date, yyyy-mm-dd (default: a year after the last service day exported)")
+	fs.StringVar(&a.ValidFrom, "valid-from", "", "the calendar's start_date, a `date` yyyy-mm-dd (default: the first service day exported)")
+	fs.StringVar(&a.ValidTo, "valid-to", "", "the calendar's end_date, a `date` yyyy-mm-dd (default: a year after the last service day exported)")
 	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
 		const name = "export otp-empirical-delay"
 		stderr = redact.NewWriter(stderr, o.secrets())

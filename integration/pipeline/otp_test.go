@@ -16,6 +16,7 @@ import (
 	"github.com/ovstream/ovstream/feed/gtfsstatic"
 
 	"github.com/ovstream/ovstream/integration/harness"
+	"github.com/ovstream/ovstream/integration/otppeer"
 )
 
 // otpOraclePy reads the predictions topic as readTopicPy prints it (stdin),
@@ -185,6 +186,31 @@ func checkOTPExport(t *testing.T, db, out string, topic []byte, oracleArgs []str
 	return o
 }
 
+// checkOTPReads runs OpenTripPlanner's own reader on out: it must record no
+// issue (it drops no row), keep every row of the trip times file with the
+// same values, and give the dates from first the service ids days.
+func checkOTPReads(t *testing.T, out string, o otpOracle, first string, days ...string) {
+	t.Helper()
+	res, err := otppeer.Read(out, first, len(days))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, is := range res.Issues {
+		if i < 5 {
+			t.Errorf("%s: OpenTripPlanner %s: %s", out, otppeer.Version, is)
+		}
+	}
+	var rows []string
+	for _, r := range o.Rows {
+		rows = append(rows, strings.Join([]string{r[0], r[1], r[2], r[3], r[4], r[5]}, ","))
+	}
+	harness.SameRows(t, out+": the rows OpenTripPlanner "+otppeer.Version+" kept vs the file", res.Rows, rows)
+	if strings.Join(res.Days, ", ") != strings.Join(days, ", ") {
+		t.Errorf("%s: OpenTripPlanner's service ids from %s: %v, want %v", out, first, res.Days, days)
+	}
+	t.Logf("OpenTripPlanner %s read %s: %d rows kept, %d issues", otppeer.Version, out, len(res.Rows), len(res.Issues))
+}
+
 // errText returns the stderr of a failed exec.
 func errText(err error) string {
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -242,7 +268,10 @@ func otpRecords() []harness.Rec {
 // --min-visits 2, into a zip file; day-of-week, Halifax alone, service days
 // 2025-11-07 to 2025-11-19, --min-visits 1, a validity given, into a
 // directory. Then the refusals: bad flags exit 2, an unknown pipeline 2, a
-// range without visits 1 and writes nothing.
+// range without visits 1 and writes nothing. OpenTripPlanner 2.9's own
+// reader (integration/otppeer, the jar from Maven Central) reads both
+// exports: no issue, every row kept with the same values, the service id
+// of each date as the calendar says.
 func TestOTPEmpiricalDelayEqualsPythonOracle(t *testing.T) {
 	addr, _ := harness.StartBrokerProcess(t, "127.0.0.1:0", "")
 	db := harness.FreshDB(t)
@@ -285,6 +314,8 @@ func TestOTPEmpiricalDelayEqualsPythonOracle(t *testing.T) {
 	if got := all.WantCal[0][8] + " " + all.WantCal[0][9]; got != "2016-05-19 2026-11-20" {
 		t.Errorf("default validity %s, want 2016-05-19 2026-11-20", got)
 	}
+	checkOTPReads(t, zipOut, all, "2016-05-18", "2016-05-18 -", "2016-05-19 weekday", "2016-05-20 weekday", "2016-05-21 saturday",
+		"2016-05-22 sunday", "2016-05-23 weekday", "2016-05-24 weekday")
 	hfx := filepath.Join(dir, "hfx_empirical_delay")
 	one := checkOTPExport(t, db, hfx, topic, []string{"HFX", "2025-11-07", "2025-11-20", "day-of-week", "1", "2026-01-01", "2026-12-31"},
 		"--operator", "HFX", "--from", "2025-11-07", "--to", "2025-11-20", "--calendar", "day-of-week", "--min-visits", "1",
@@ -292,6 +323,8 @@ func TestOTPEmpiricalDelayEqualsPythonOracle(t *testing.T) {
 	if len(one.Want) < 10000 || len(one.WantCal) != 7 {
 		t.Errorf("the Halifax export: %d rows, %d service ids", len(one.Want), len(one.WantCal))
 	}
+	checkOTPReads(t, hfx, one, "2025-12-31", "2025-12-31 -", "2026-01-01 thursday", "2026-01-02 friday", "2026-01-03 saturday",
+		"2026-01-04 sunday", "2026-01-05 monday", "2026-01-06 tuesday", "2026-01-07 wednesday")
 
 	empty := filepath.Join(dir, "none.zip")
 	for _, c := range []struct {

@@ -1,0 +1,150 @@
+// Package otppeer reads the files of `ovstream export otp-empirical-delay`
+// with OpenTripPlanner's own reader: Main.java runs OTP 2.9's
+// EmpiricalDelayCsvDataReader (the class its graph build uses) on a zip file
+// or directory and prints what it kept and every issue it recorded (Read).
+//
+// The jar comes from Maven Central through the pom embedded here
+// (org.opentripplanner:otp-shaded, Version), copied once with Main.java
+// compiled by javac into a cache folder outside the repository
+// (Classpath). Nothing is downloaded from anywhere else. OTP 2.9 is built
+// for Java 25: JavaHome finds it.
+package otppeer
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ovstream/ovstream/integration/realkafka"
+)
+
+//go:embed pom.xml
+var pom []byte
+
+//go:embed Main.java
+var mainJava []byte
+
+// Version is the OpenTripPlanner version of the peer: the pom's otp.version.
+var Version = func() string {
+	m := regexp.MustCompile(`<otp\.version>([^<]+)</otp\.version>`).FindSubmatch(pom)
+	if m == nil {
+		panic("otppeer: pom.xml names no otp.version")
+	}
+	return string(m[1])
+}()
+
+// JavaHome returns the Java 25 or later that runs OTP: $OTP_JAVA_HOME, else
+// /usr/lib/jvm/temurin-25-jdk-amd64; an error naming both when neither has
+// bin/javac.
+func JavaHome() (string, error) {
+	for _, home := range []string{os.Getenv("OTP_JAVA_HOME"), "/usr/lib/jvm/temurin-25-jdk-amd64"} {
+		if home == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(home, "bin", "javac")); err == nil {
+			return home, nil
+		}
+	}
+	return "", errors.New("otppeer: OpenTripPlanner " + Version + " needs Java 25: set OTP_JAVA_HOME, or install it in /usr/lib/jvm/temurin-25-jdk-amd64")
+}
+
+// Classpath returns the JVM class path of the peer (the compiled Main, then
+// the OTP jar), making the cache folder
+// ${XDG_CACHE_HOME:-$HOME/.cache}/ovstream/otp-<Version>-<12 hex digits of
+// the SHA-256 of pom.xml and Main.java> first unless a previous call
+// completed it (realkafka.FillOnce): `mvn -q dependency:copy` of
+// org.opentripplanner:otp-shaded (one jar holding its dependencies), then
+// javac.
+func Classpath(javaHome string) (string, error) {
+	h := sha256.New()
+	h.Write(pom)
+	h.Write(mainJava)
+	dir, err := realkafka.CacheFolder(fmt.Sprintf("otp-%s-%x", Version, h.Sum(nil)[:6]))
+	if err != nil {
+		return "", err
+	}
+	cp := filepath.Join(dir, "classes") + string(os.PathListSeparator) + filepath.Join(dir, "jars", "*")
+	if err := realkafka.CheckTools(); err != nil {
+		return "", err
+	}
+	err = realkafka.FillOnce(dir, func(work string) (string, error) {
+		began := time.Now()
+		for name, b := range map[string][]byte{"pom.xml": pom, "Main.java": mainJava} {
+			if err := os.WriteFile(filepath.Join(work, name), b, 0o644); err != nil {
+				return "", err
+			}
+		}
+		cmd := exec.Command("mvn", "-q", "-B", "-f", filepath.Join(work, "pom.xml"), "dependency:copy",
+			"-Dartifact=org.opentripplanner:otp-shaded:"+Version, "-DoutputDirectory="+filepath.Join(work, "jars"))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("mvn dependency:copy of OTP %s: %v\n%s", Version, err, b)
+		}
+		cmd = exec.Command(filepath.Join(javaHome, "bin", "javac"), "-d", filepath.Join(work, "classes"), "-cp",
+			filepath.Join(work, "jars", "*"), filepath.Join(work, "Main.java"))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("javac Main.java: %v\n%s", err, b)
+		}
+		return fmt.Sprintf("OTP %s and Main in %v", Version, time.Since(began).Round(time.Second)), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("otppeer: %w", err)
+	}
+	return cp, nil
+}
+
+// Result is what OTP's reader made of the files.
+type Result struct {
+	// Issues are the issues it recorded, "type: message": each a row it
+	// dropped.
+	Issues []string
+	// Days are "date service-id" for the days asked, "-" for a date the
+	// calendar does not cover.
+	Days []string
+	// Rows are the delays it kept, "service-id,trip,stop,sequence,p50,p90"
+	// (ids without the feed id), in no order.
+	Rows []string
+}
+
+// Read runs OTP's reader on path (a .zip file or a directory) and asks the
+// service id of days dates from first (yyyy-mm-dd).
+func Read(path, first string, days int) (*Result, error) {
+	home, err := JavaHome()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := Classpath(home)
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-cp", cp, "Main", path, first, strconv.Itoa(days))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("otppeer: java Main %s: %v\n%s%s", path, err, stdout.Bytes(), stderr.Bytes())
+	}
+	res := &Result{}
+	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "\t")
+		switch {
+		case f[0] == "issue" && len(f) == 3:
+			res.Issues = append(res.Issues, f[1]+": "+f[2])
+		case f[0] == "day" && len(f) == 3:
+			res.Days = append(res.Days, f[1]+" "+f[2])
+		case f[0] == "row" && len(f) == 7:
+			res.Rows = append(res.Rows, strings.Join(f[1:], ","))
+		}
+	}
+	return res, sc.Err()
+}
