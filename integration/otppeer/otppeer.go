@@ -13,14 +13,12 @@ package otppeer
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -35,13 +33,7 @@ var pom []byte
 var mainJava []byte
 
 // Version is the OpenTripPlanner version of the peer: the pom's otp.version.
-var Version = func() string {
-	m := regexp.MustCompile(`<otp\.version>([^<]+)</otp\.version>`).FindSubmatch(pom)
-	if m == nil {
-		panic("otppeer: pom.xml names no otp.version")
-	}
-	return string(m[1])
-}()
+var Version = realkafka.PomProperty("otppeer", pom, "otp.version")
 
 // JavaHome returns the Java 25 or later that runs OTP: $OTP_JAVA_HOME, else
 // /usr/lib/jvm/temurin-25-jdk-amd64; an error naming both when neither has
@@ -66,33 +58,21 @@ func JavaHome() (string, error) {
 // org.opentripplanner:otp-shaded (one jar holding its dependencies), then
 // javac.
 func Classpath(javaHome string) (string, error) {
-	h := sha256.New()
-	h.Write(pom)
-	h.Write(mainJava)
-	dir, err := realkafka.CacheFolder(fmt.Sprintf("otp-%s-%x", Version, h.Sum(nil)[:6]))
+	dir, err := realkafka.PeerCacheDir("otp", Version, pom, mainJava)
 	if err != nil {
 		return "", err
 	}
-	cp := filepath.Join(dir, "classes") + string(os.PathListSeparator) + filepath.Join(dir, "jars", "*")
+	cp := realkafka.PeerClasspath(dir)
 	if err := realkafka.CheckTools(); err != nil {
 		return "", err
 	}
 	err = realkafka.FillOnce(dir, func(work string) (string, error) {
 		began := time.Now()
-		for name, b := range map[string][]byte{"pom.xml": pom, "Main.java": mainJava} {
-			if err := os.WriteFile(filepath.Join(work, name), b, 0o644); err != nil {
-				return "", err
-			}
-		}
-		cmd := exec.Command("mvn", "-q", "-B", "-f", filepath.Join(work, "pom.xml"), "dependency:copy",
-			"-Dartifact=org.opentripplanner:otp-shaded:"+Version, "-DoutputDirectory="+filepath.Join(work, "jars"))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("mvn dependency:copy of OTP %s: %v\n%s", Version, err, b)
-		}
-		cmd = exec.Command(filepath.Join(javaHome, "bin", "javac"), "-d", filepath.Join(work, "classes"), "-cp",
-			filepath.Join(work, "jars", "*"), filepath.Join(work, "Main.java"))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("javac Main.java: %v\n%s", err, b)
+		_, err := realkafka.BuildJavaPeer(work, filepath.Join(javaHome, "bin", "javac"), "OTP "+Version, pom, mainJava, func(jarsDir string) []string {
+			return []string{"dependency:copy", "-Dartifact=org.opentripplanner:otp-shaded:" + Version, "-DoutputDirectory=" + jarsDir}
+		})
+		if err != nil {
+			return "", err
 		}
 		return fmt.Sprintf("OTP %s and Main in %v", Version, time.Since(began).Round(time.Second)), nil
 	})
