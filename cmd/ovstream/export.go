@@ -14,13 +14,10 @@ import (
 
 func init() { register(newExportCmd) }
 
-const otpLong = `Writes p50 and p90 of the realized delays of the stop visits (table stop_visits), per
-service id of --calendar, trip and stop, as the empirical delay data of OpenTripPlanner 2.9
-(sandbox module EmpiricalDelay): empirical_delay_calendar.csv and empirical_delay_trip_times.csv
-in a zip file (--out ending in .zip) or a directory. The quantiles are nearest-rank
-(percentile_disc) in whole seconds, early arrivals as 0; visits without stop_sequence,
-groups of fewer than --min-visits visits and quantiles above 18000 s (OTP drops such rows) are
-left out and counted. No row: exit 1, nothing written. docs/analysing.md "OpenTripPlanner".`
+const otpLong = `p50 and p90 (nearest rank, whole seconds, early as 0) of the stop visits' delays per service id
+of --calendar, trip and stop, as OpenTripPlanner 2.9's empirical_delay_calendar.csv and
+empirical_delay_trip_times.csv in a zip file (--out X.zip) or a directory; the groups OTP would drop
+are left out and counted. No row: exit 1, nothing written. docs/analysing.md "OpenTripPlanner".`
 
 func newExportCmd() *cobra.Command {
 	var o opsFlags
