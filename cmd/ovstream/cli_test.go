@@ -70,7 +70,7 @@ func TestHelpOfEveryCommandOnStdoutExit0(t *testing.T) {
 		seen[strings.Join(p, " ")] = true
 	}
 	for _, want := range []string{"run", "demo", "migrate", "migrate up", "migrate down", "migrate version", "migrate force",
-		"broker", "produce", "status", "healthcheck", "dlq", "dlq list", "dlq replay", "report", "version", "completion"} {
+		"broker", "produce", "status", "healthcheck", "dlq", "dlq list", "dlq replay", "report", "export", "export otp-empirical-delay", "version", "completion"} {
 		if !seen[want] {
 			t.Errorf("command %q is missing from the tree %v", want, paths)
 		}
@@ -164,7 +164,7 @@ func TestStrayArgumentsRefused(t *testing.T) {
 	cleanEnv(t)
 	for _, args := range [][]string{{"run"}, {"demo"}, {"status"}, {"dlq", "list"}, {"dlq", "replay", "--to", "t"},
 		{"report", "--from", "2016-05-19", "--to", "2016-05-20"}, {"broker"}, {"healthcheck"}, {"version"},
-		{"migrate", "up"}, {"migrate", "version"}, {"migrate", "down", "5", "--yes"}, {"migrate", "force", "1"}} {
+		{"export", "otp-empirical-delay", "--out", "x.zip"}, {"migrate", "up"}, {"migrate", "version"}, {"migrate", "down", "5", "--yes"}, {"migrate", "force", "1"}} {
 		_, errOut, code := ovstream(t, append(args, "stray")...)
 		if code != exitUsage || !strings.Contains(errOut, `unexpected argument "stray"`) && !strings.Contains(errOut, "want one argument") {
 			t.Errorf("%v stray: exit %d, stderr %q; want 2 naming the argument", args, code, errOut)

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/redact"
-	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
 	"github.com/ovstream/ovstream/store/visitstats"
 )
@@ -141,26 +140,12 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageErr(err)
 	}
-	st, err := o.openChecked(ctx, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "ovstream report:", err)
-		return exitError
-	}
-	st.Close(context.Background()) // the schema is checked: the queries run on a read pool of one session
-	pool, err := store.ReadPool(o.databaseURL, "ovstream-report", f.statementTimeout, 1)
-	if err != nil {
-		fmt.Fprintln(stderr, "ovstream report:", err)
-		return exitError
+	pool, code := o.readPool(ctx, stderr, "report", f.statementTimeout)
+	if code != exitOK {
+		return code
 	}
 	defer pool.Close()
-	err = store.CheckPipelineKnown(ctx, pool, o.pipeline)
-	if store.IsUnknownPipeline(err) {
-		return pipelineUnknown(stderr, "report", err)
-	}
-	var write func(io.Writer) error
-	if err == nil {
-		write, err = report(ctx, pool)
-	}
+	write, err := report(ctx, pool)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil {
 		err = fmt.Errorf("%w: the query ran longer than --statement-timeout %s (a shorter range, or a larger timeout)", err, f.statementTimeout)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -126,6 +128,29 @@ func (o *opsFlags) openChecked(ctx context.Context, stderr io.Writer) (*store.St
 	return st, nil
 }
 
+// readPool checks the schema, then opens a read pool of one session
+// (application name ovstream-CMD; statementTimeout 0: none) and checks the
+// pipeline is known on it. On failure it reports on stderr as cmd and
+// returns the exit code, nil.
+func (o *opsFlags) readPool(ctx context.Context, stderr io.Writer, cmd string, statementTimeout time.Duration) (*pgxpool.Pool, int) {
+	st, err := o.openChecked(ctx, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "ovstream %s: %v\n", cmd, err)
+		return nil, exitError
+	}
+	st.Close(context.Background()) // connected and checked: the reads run on the pool
+	pool, err := store.ReadPool(o.databaseURL, "ovstream-"+strings.ReplaceAll(cmd, " ", "-"), statementTimeout, 1)
+	if err != nil {
+		fmt.Fprintf(stderr, "ovstream %s: %v\n", cmd, err)
+		return nil, exitError
+	}
+	if code := pipelineUnknown(stderr, cmd, store.CheckPipelineKnown(ctx, pool, o.pipeline)); code != exitOK {
+		pool.Close()
+		return nil, code
+	}
+	return pool, exitOK
+}
+
 // pipelineUnknown reports err, the result of Store.CheckPipelineKnown, on
 // stderr as cmd's error: exitUsage for a pipeline the database does not
 // know (a misspelt --pipeline: the message lists the known ones),
@@ -150,21 +175,11 @@ func cmdStatus(ctx context.Context, f *statusFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream status:", err)
 		return exitUsage
 	}
-	st, err := o.openChecked(ctx, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "ovstream status:", err)
-		return exitError
-	}
-	st.Close(context.Background()) // connected and checked: the reads run on a read pool of one session
-	pool, err := store.ReadPool(o.databaseURL, "ovstream-status", 0, 1)
-	if err != nil {
-		fmt.Fprintln(stderr, "ovstream status:", err)
-		return exitError
-	}
-	defer pool.Close()
-	if code := pipelineUnknown(stderr, "status", store.CheckPipelineKnown(ctx, pool, o.pipeline)); code != exitOK {
+	pool, code := o.readPool(ctx, stderr, "status", 0)
+	if code != exitOK {
 		return code
 	}
+	defer pool.Close()
 	dbs, err := store.ReadStatus(ctx, pool, o.pipeline)
 	if err != nil {
 		fmt.Fprintln(stderr, "ovstream status:", err)

@@ -14,7 +14,6 @@ package flinkpeer
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,13 +38,7 @@ var pom []byte
 var mainJava []byte
 
 // Version is the Flink version of the peer: the pom's flink.version.
-var Version = func() string {
-	m := regexp.MustCompile(`<flink\.version>([^<]+)</flink\.version>`).FindSubmatch(pom)
-	if m == nil {
-		panic("flinkpeer: pom.xml names no flink.version")
-	}
-	return string(m[1])
-}()
+var Version = realkafka.PomProperty("flinkpeer", pom, "flink.version")
 
 // Table is the table the peer upserts into.
 const Table = "flink_delay_aggregates"
@@ -72,10 +64,7 @@ const TableDDL = `CREATE TABLE ` + Table + ` (
 // of the SHA-256 of pom.xml and Main.java>, so that a change of either
 // makes a new one.
 func CacheDir() (string, error) {
-	h := sha256.New()
-	h.Write(pom)
-	h.Write(mainJava)
-	return realkafka.CacheFolder(fmt.Sprintf("flink-%s-%x", Version, h.Sum(nil)[:6]))
+	return realkafka.PeerCacheDir("flink", Version, pom, mainJava)
 }
 
 // Classpath returns the JVM class path of the peer (the compiled Main, then
@@ -89,7 +78,7 @@ func Classpath() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cp := filepath.Join(dir, "classes") + string(os.PathListSeparator) + filepath.Join(dir, "jars", "*")
+	cp := realkafka.PeerClasspath(dir)
 	if _, err := os.Stat(filepath.Join(dir, "classes", "Main.class")); err == nil {
 		return cp, nil
 	}
@@ -98,24 +87,11 @@ func Classpath() (string, error) {
 	}
 	err = realkafka.FillOnce(dir, func(work string) (string, error) {
 		began := time.Now()
-		for name, b := range map[string][]byte{"pom.xml": pom, "Main.java": mainJava} {
-			if err := os.WriteFile(filepath.Join(work, name), b, 0o644); err != nil {
-				return "", err
-			}
-		}
-		cmd := exec.Command("mvn", "-q", "-B", "-f", filepath.Join(work, "pom.xml"), "dependency:copy-dependencies",
-			"-DincludeScope=runtime", "-DoutputDirectory="+filepath.Join(work, "jars"))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("mvn dependency:copy-dependencies of Flink %s: %v\n%s", Version, err, b)
-		}
-		jars, _ := filepath.Glob(filepath.Join(work, "jars", "*.jar"))
-		if len(jars) == 0 {
-			return "", errors.New("mvn copied no jar")
-		}
-		cmd = exec.Command("javac", "-d", filepath.Join(work, "classes"), "-cp", filepath.Join(work, "jars", "*"),
-			filepath.Join(work, "Main.java"))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("javac Main.java: %v\n%s", err, b)
+		jars, err := realkafka.BuildJavaPeer(work, "javac", "Flink "+Version, pom, mainJava, func(jarsDir string) []string {
+			return []string{"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory=" + jarsDir}
+		})
+		if err != nil {
+			return "", err
 		}
 		return fmt.Sprintf("%d jars of Flink %s and Main in %v", len(jars), Version, time.Since(began).Round(time.Second)), nil
 	})

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"syscall"
 	"time"
 )
@@ -26,13 +25,7 @@ import (
 var pom []byte
 
 // Version is the Apache Kafka version the tier runs: the pom's kafka.version.
-var Version = func() string {
-	m := regexp.MustCompile(`<kafka\.version>([^<]+)</kafka\.version>`).FindSubmatch(pom)
-	if m == nil {
-		panic("realkafka: pom.xml names no kafka.version")
-	}
-	return string(m[1])
-}()
+var Version = PomProperty("realkafka", pom, "kafka.version")
 
 // InstallHint is the command that installs what the tier needs (Debian).
 const InstallHint = "apt-get install -y openjdk-17-jre-headless maven (.ci/run does)"
