@@ -89,8 +89,8 @@ func (l *loop) observeVisit(r *record, p *aggregate.Prediction) {
 func setLast(v *store.Visit, r *record, p *aggregate.Prediction) {
 	v.StopID, v.Line, v.Operator, v.DelayS = p.StopID, p.Line, p.Operator, p.DelayS
 	v.EventTime, v.Partition, v.Offset = p.EventTime, r.tp.Partition, r.offset
-	v.ArrivalTime = p.ArrivalTime
-	if v.ArrivalTime.IsZero() {
+	v.ArrivalTime, v.ArrivalGiven = p.ArrivalTime, !p.ArrivalTime.IsZero()
+	if !v.ArrivalGiven {
 		v.ArrivalTime = p.EventTime
 	}
 }

@@ -28,9 +28,11 @@ type Visit struct {
 	StopID          string // the last prediction's stop_id
 	Line, Operator  string // the last prediction's
 	// ArrivalTime is the last prediction's arrival_time, else its event
-	// time; DelayS its delay_s (seconds).
-	ArrivalTime time.Time
-	DelayS      float64
+	// time; ArrivalGiven tells which (stop_visits.arrival_predicted); DelayS
+	// its delay_s (seconds).
+	ArrivalTime  time.Time
+	ArrivalGiven bool
+	DelayS       float64
 	// EventTime, Partition and Offset name the last prediction: event time
 	// (UTC), then Kafka partition and offset break ties.
 	EventTime   time.Time
@@ -72,7 +74,7 @@ type NoStartDate struct {
 // arrays; every one but the key and predictions comes from the last
 // prediction.
 var visitColumns = []string{"line", "operator", "stop_id", "stop_sequence", "arrival_time", "delay_s",
-	"last_event_time", "last_partition", "last_offset"}
+	"last_event_time", "last_partition", "last_offset", "arrival_predicted"}
 
 // upsertVisitsSQL adds the predictions and keeps the later last prediction.
 var upsertVisitsSQL = func() string {
@@ -84,10 +86,10 @@ var upsertVisitsSQL = func() string {
 	return `
 INSERT INTO stop_visits AS v (pipeline, trip_id, start_date, stop_key, predictions, ` + strings.Join(visitColumns, ", ") + `)
 SELECT $1, u.trip, to_date(u.day, 'YYYYMMDD'), u.stop_key, u.n, u.line, u.operator, u.stop_id, u.seq, u.arrival, u.delay,
-    u.event_time, u.part, u.off
+    u.event_time, u.part, u.off, u.given
 FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bigint[],
-    $10::timestamptz[], $11::float8[], $12::timestamptz[], $13::integer[], $14::bigint[])
-    AS u(trip, day, stop_key, n, line, operator, stop_id, seq, arrival, delay, event_time, part, off)
+    $10::timestamptz[], $11::float8[], $12::timestamptz[], $13::integer[], $14::bigint[], $15::boolean[])
+    AS u(trip, day, stop_key, n, line, operator, stop_id, seq, arrival, delay, event_time, part, off, given)
 ON CONFLICT (pipeline, trip_id, start_date, stop_key) DO UPDATE SET ` + strings.Join(sets, ",\n    ")
 }()
 
@@ -103,6 +105,7 @@ func upsertVisits(ctx context.Context, tx pgx.Tx, pipeline string, vs []Visit, n
 		arrivals, events := make([]time.Time, n), make([]time.Time, n)
 		delays := make([]float64, n)
 		parts := make([]int32, n)
+		given := make([]bool, n)
 		for i := range vs {
 			v := &vs[i]
 			trips[i], days[i], keys[i], counts[i] = v.TripID, aggregate.ServiceDateString(v.StartDate), v.StopKey(), v.Predictions
@@ -111,9 +114,10 @@ func upsertVisits(ctx context.Context, tx pgx.Tx, pipeline string, vs []Visit, n
 				seqs[i] = &v.StopSequence
 			}
 			arrivals[i], delays[i], events[i], parts[i], offs[i] = v.ArrivalTime, v.DelayS, v.EventTime, v.Partition, v.Offset
+			given[i] = v.ArrivalGiven
 		}
 		if _, err := tx.Exec(ctx, upsertVisitsSQL, pipeline, trips, days, keys, counts, lines, ops, stops, seqs,
-			arrivals, delays, events, parts, offs); err != nil {
+			arrivals, delays, events, parts, offs, given); err != nil {
 			return fmt.Errorf("%d stop visits: %w", n, err)
 		}
 	}
