@@ -8,12 +8,14 @@
     delay: { title: "Network delay over time", render: renderDelay, form: delayForm },
     top: { title: "Most delayed lines and stations", render: renderTop, form: topForm },
     line: { title: "One line's delay by hour of day", render: renderLine, form: lineForm },
+    ontime: { title: "On-time performance of stop visits", render: renderOnTime, form: onTimeForm },
+    headway: { title: "Headways: gaps and excess wait", render: renderHeadway, form: headwayForm },
     health: { title: "Pipeline health", render: renderHealth, form: healthForm },
   };
   const seg = location.pathname.split("/").pop();
   const page = pages[seg] ? seg : "delay";
   const params = new URLSearchParams(location.search);
-  const colors = { p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
+  const colors = { ontime: "#2e7d5b", early: "#d68910", awt: "#1f5f99", excess: "#a04000", p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
   // window.ovs is read by the browser tests: the page, its charts (uPlot
   // instances by name) and the API answer it drew.
   const ovs = (window.ovs = { page, charts: {}, data: null });
@@ -64,11 +66,17 @@
     return el("td", { class: "n", "data-v": String(v), title: String(v) }, digits === 0 ? String(v) : v.toFixed(digits));
   }
 
+  // A share cell: a percentage to 0.1, the exact share (0 to 1) in data-v.
+  function pct(v) {
+    if (v == null) return el("td", { class: "n" }, "–");
+    return el("td", { class: "n", "data-v": String(v), title: String(v) }, (v * 100).toFixed(1));
+  }
+
   function table(id, cols, rows) {
     return el(
       "table",
       { id },
-      el("thead", {}, el("tr", {}, cols.map((c) => el("th", { class: c.num != null ? "n" : null }, c.title)))),
+      el("thead", {}, el("tr", {}, cols.map((c) => el("th", { class: c.num != null || c.pct ? "n" : null }, c.title)))),
       el(
         "tbody",
         {},
@@ -78,6 +86,7 @@
             {},
             cols.map((c) => {
               const v = c.get(r, i);
+              if (c.pct) return pct(v);
               if (c.num != null) return num(v, c.num);
               return el("td", { class: c.cls || null, "data-v": v == null ? null : String(v) }, v == null ? "–" : String(v));
             })
@@ -301,7 +310,7 @@
       scales: {
         // Horizontal: the first label on top.
         x: { time: false, range: [-0.6, n - 0.4], ori: horizontal ? 1 : 0, dir: horizontal ? -1 : 1 },
-        y: { range: [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: 1 },
+        y: { range: opts.yRange || [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: 1 },
       },
       series,
       hooks: horizontal ? { draw: [(u) => placeLabels(u, labels, labelWidth)] } : {},
@@ -583,6 +592,160 @@
     } else {
       c.append(noData("No instance is running."));
     }
+    return d;
+  }
+
+  // --- stop visits: on time and headways ----------------------------------
+
+  // definitions are the on-time definitions the form offers (the API also
+  // takes EARLY,LATE in seconds).
+  const definitions = [["na", "North American: 1 min early to 5 min late"], ["crow", "CROW (NL): 30 s early to 3 min late"]];
+
+  function visitsNote(d) {
+    const s = d && d.service_days;
+    if (!s || !s.first) return "The pipeline has no stop visits yet.";
+    return `Its stop visits are of the service days ${s.first} to ${s.last}.`;
+  }
+
+  const share100 = (v) => (v == null ? null : v * 100);
+  const pctText = (v) => (v == null ? "–" : `${(v * 100).toFixed(1)} %`);
+
+  const onTimeCols = [
+    { title: "visits", num: 0, get: (r) => r.visits },
+    { title: "early", num: 0, get: (r) => r.early },
+    { title: "on time", num: 0, get: (r) => r.on_time },
+    { title: "late", num: 0, get: (r) => r.late },
+    { title: "on time (%)", pct: true, get: (r) => r.on_time_share },
+  ];
+
+  function onTimeForm(meta, q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    const def = q.definition || "na";
+    const opts = definitions.some(([v]) => v === def) ? definitions : [[def, `${def} (s early, s late)`], ...definitions];
+    controls(meta, q, [
+      timeInput("from", "from", from),
+      timeInput("to", "to", to),
+      select("on time", "definition", def, opts),
+      input("min. visits", "min_visits", q.min_visits, { type: d ? "number" : "text", min: 1, style: "width:7em" }),
+      input("lines", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+    ]);
+  }
+
+  async function renderOnTime(meta) {
+    const d = await getJSON("api/ontime", params);
+    const q = d.query;
+    onTimeForm(meta, q, d);
+    const band = `${q.early_s} s early to ${q.late_s} s late`;
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
+      `on time = from ${band} (delay of the visit's last prediction, bounds included).`;
+    const c = $("content");
+    const t = d.total;
+    c.append(el("div", { class: "cards" },
+      card("ot-visits", "stop visits", String(t.visits), "arriving in the range", "", t.visits),
+      card("ot-share", "on time", pctText(t.on_time_share), `${t.on_time} visits, ${band}`, "", t.on_time_share),
+      card("ot-early", "early", String(t.early), `more than ${q.early_s} s early`, "", t.early),
+      card("ot-late", "late", String(t.late), `more than ${q.late_s} s late`, "", t.late)));
+    if (t.visits === 0) {
+      c.append(noData(`No stop visits arrive in this range. ${visitsNote(d)}`));
+      return d;
+    }
+    const pctAxis = { yLabel: "on time (%)", yRange: [0, 100] };
+    c.append(el("h2", {}, `Lines, least on time first (at least ${q.min_visits} visits)`));
+    if (d.lines.length > 0) {
+      const box = chartBox("ontime-lines-chart");
+      c.append(box);
+      barChart("ontime-lines", box, d.lines.map(labelOf),
+        { label: "on time (%)", color: colors.ontime, values: d.lines.map((r) => share100(r.on_time_share)) }, [],
+        Object.assign({ horizontal: true, xLabel: "line" }, pctAxis));
+      c.append(table("ontime-lines-table", [
+        { title: "#", get: (r, i) => i + 1 },
+        { title: "line", get: (r) => r.id, cls: "id" },
+        ...(d.lines.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
+        ...onTimeCols,
+      ], d.lines));
+    } else {
+      c.append(noData(`No line has ${q.min_visits} visits or more in this range.`));
+    }
+    const byHour = new Map(d.hours.map((h) => [h.hour, h]));
+    const hours = [...Array(24).keys()];
+    c.append(el("h2", {}, `By hour of day of arrival (${q.tz})`));
+    const hbox = chartBox("ontime-hours-chart");
+    c.append(hbox);
+    barChart("ontime-hours", hbox, hours.map((h) => String(h).padStart(2, "0")),
+      { label: "on time (%)", color: colors.ontime, values: hours.map((h) => (byHour.has(h) ? share100(byHour.get(h).on_time_share) : null)) }, [],
+      Object.assign({ horizontal: false, xLabel: `hour of day (${q.tz})` }, pctAxis));
+    c.append(table("ontime-hours-table", [{ title: "hour", get: (r) => String(r.hour).padStart(2, "0") + ":00" }, ...onTimeCols], d.hours));
+    c.append(el("h2", {}, "By service day"));
+    const dbox = chartBox("ontime-days-chart");
+    c.append(dbox);
+    barChart("ontime-days", dbox, d.days.map((r) => r.day),
+      { label: "on time (%)", color: colors.ontime, values: d.days.map((r) => share100(r.on_time_share)) }, [],
+      Object.assign({ horizontal: false, xLabel: "service day" }, pctAxis));
+    c.append(table("ontime-days-table", [{ title: "service day", get: (r) => r.day }, ...onTimeCols], d.days));
+    return d;
+  }
+
+  function headwayForm(meta, q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    controls(meta, q, [
+      timeInput("from", "from", from),
+      timeInput("to", "to", to),
+      select("per", "dimension", q.dimension || "line", [["line", "line (over its stops)"], ["station", "station (over its lines)"]]),
+      input("wait tolerance", "wait_tolerance", q.wait_tolerance, { type: d ? "number" : "text", min: 0, max: 10, step: 0.05, style: "width:6em",
+        title: "an observed gap up to the scheduled gap × (1 + tolerance) passes the wait assessment" }),
+      input("min. gaps", "min_gaps", q.min_gaps, { type: d ? "number" : "text", min: 1, style: "width:6em" }),
+      input("rows", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+    ]);
+  }
+
+  async function renderHeadway(meta) {
+    const d = await getJSON("api/headway", params);
+    const q = d.query;
+    headwayForm(meta, q, d);
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
+      `the gaps between consecutive visits of a line at a stop on a service day, observed (predicted arrivals) and scheduled ` +
+      `(arrival minus delay). Excess wait = average wait minus scheduled wait; wait assessment = the gaps at most ` +
+      `${(100 * (1 + q.wait_tolerance)).toFixed(0)} % of the scheduled gap.`;
+    const c = $("content");
+    const t = d.total;
+    const sec = (v) => (v == null ? "–" : `${v.toFixed(1)} s`);
+    c.append(el("div", { class: "cards" },
+      card("hw-gaps", "gaps", String(t.gaps), "observed, in the range", "", t.gaps),
+      card("hw-mean", "mean headway", sec(t.mean_headway_s), `scheduled ${sec(t.scheduled_mean_headway_s)}`, "", t.mean_headway_s),
+      card("hw-awt", "average wait", sec(t.awt_s), `scheduled ${sec(t.swt_s)}`, "", t.awt_s),
+      card("hw-excess", "excess wait", sec(t.excess_wait_s), "average minus scheduled wait", "", t.excess_wait_s),
+      card("hw-assessment", "wait assessment", pctText(t.wait_assessment), `${t.within_tolerance} of ${t.assessed} gaps`, "", t.wait_assessment)));
+    if (t.gaps === 0) {
+      c.append(noData(`No two visits of a line at a stop arrive in this range. ${visitsNote(d)}`));
+      return d;
+    }
+    const what = q.dimension === "station" ? "Stations" : "Lines";
+    c.append(el("h2", {}, `${what}, greatest excess wait first (at least ${q.min_gaps} gaps)`));
+    if (d.rows.length === 0) {
+      c.append(noData(`No ${q.dimension} has ${q.min_gaps} gaps or more in this range.`));
+      return d;
+    }
+    const box = chartBox("headway-chart");
+    c.append(box);
+    barChart("headway", box, d.rows.map(labelOf),
+      { label: "excess wait (s)", color: colors.excess, values: d.rows.map((r) => r.excess_wait_s) },
+      [{ label: "average wait (s)", color: colors.awt, values: d.rows.map((r) => r.awt_s) },
+       { label: "scheduled wait (s)", color: colors.ontime, values: d.rows.map((r) => r.swt_s) }],
+      { horizontal: true, xLabel: q.dimension, yLabel: "wait (s)" });
+    c.append(table("headway-table", [
+      { title: "#", get: (r, i) => i + 1 },
+      { title: q.dimension, get: (r) => r.id, cls: "id" },
+      ...(d.rows.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
+      { title: "gaps", num: 0, get: (r) => r.gaps },
+      { title: "mean headway (s)", num: 1, get: (r) => r.mean_headway_s },
+      { title: "avg. wait (s)", num: 1, get: (r) => r.awt_s },
+      { title: "sched. gaps", num: 0, get: (r) => r.scheduled_gaps },
+      { title: "sched. wait (s)", num: 1, get: (r) => r.swt_s },
+      { title: "excess wait (s)", num: 1, get: (r) => r.excess_wait_s },
+      { title: "assessed", num: 0, get: (r) => r.assessed },
+      { title: "within", num: 0, get: (r) => r.within_tolerance },
+      { title: "wait assessment (%)", pct: true, get: (r) => r.wait_assessment },
+    ], d.rows));
     return d;
   }
 
