@@ -74,7 +74,7 @@ $$;
 -- among the visits whose arrival_time is a predicted arrival
 -- (arrival_predicted): observed gaps in arrival_time order, scheduled gaps
 -- in scheduled-time order (arrival_time - delay_s); ties by trip_id, then
--- stop_key. A gap belongs to the later visit of its pair, whose
+-- stop_key (bytewise). A gap belongs to the later visit of its pair, whose
 -- arrival_time is in [since, until) and names the bucket and the id; the
 -- first visit of a line at a stop on a service day has none, and no gap
 -- spans two service days. Per group: the observed gaps, their mean and
@@ -107,9 +107,9 @@ v AS (
 g AS (
     SELECT v.*,
            extract(epoch FROM v.arrival_time - lag(v.arrival_time) OVER (PARTITION BY v.line, v.stop_id, v.start_date
-               ORDER BY v.arrival_time, v.trip_id, v.stop_key)) AS h,
+               ORDER BY v.arrival_time, v.trip_id COLLATE "C", v.stop_key COLLATE "C")) AS h,
            extract(epoch FROM v.scheduled - lag(v.scheduled) OVER (PARTITION BY v.line, v.stop_id, v.start_date
-               ORDER BY v.scheduled, v.trip_id, v.stop_key)) AS sh
+               ORDER BY v.scheduled, v.trip_id COLLATE "C", v.stop_key COLLATE "C")) AS sh
     FROM v
 ),
 x AS (

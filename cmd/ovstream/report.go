@@ -16,6 +16,7 @@ import (
 	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
+	"github.com/ovstream/ovstream/store/visitstats"
 )
 
 func init() { register(newReportCmd) }
@@ -37,6 +38,9 @@ are written as they are.`
 // reportFlags are the flags of report.
 type reportFlags struct {
 	ops                                      opsFlags
+	fs                                       *pflag.FlagSet
+	metric, onTime                           string
+	waitTolerance                            float64
 	dimension, ids, from, to, bucket, tz, by string
 	quantiles                                string
 	minEvents                                int64
@@ -47,11 +51,15 @@ type reportFlags struct {
 
 func (f *reportFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
+	f.fs = fs
+	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits)")
+	fs.StringVar(&f.onTime, "on-time", "na", "with --metric on-time, on time is `na` (60 s early to 300 s late), crow (30 s early to 180 s late) or EARLY,LATE seconds, bounds inclusive")
+	fs.Float64Var(&f.waitTolerance, "wait-tolerance", 0.25, "with --metric headway, the wait assessment's `share` above the scheduled gap")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
 	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
 	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
 	fs.StringVar(&f.to, "to", "", "end of the range, exclusive (`time`; required)")
-	fs.StringVar(&f.bucket, "bucket", "all", "`bucket`: all, hour, day, week, month, year, or a duration such as 15m")
+	fs.StringVar(&f.bucket, "bucket", "all", "`bucket`: all, hour, day, week, month, year, a duration such as 15m, or (on-time, headway) service-day")
 	fs.StringVar(&f.tz, "tz", "UTC", "IANA time `zone` of calendar buckets, local times and the output, e.g. Pacific/Auckland")
 	fs.StringVar(&f.quantiles, "quantiles", "0.5,0.9,0.99", "comma-separated `quantiles` in [0, 1]")
 	fs.Int64Var(&f.minEvents, "min-events", 1, "leave out groups with fewer than `N` events")
@@ -94,26 +102,30 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageErr(fmt.Errorf("--tz %q: %v", f.tz, err))
 	}
-	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc, MinEvents: f.minEvents, By: f.by, Top: f.top,
-		IncludeOpen: f.includeOpen}
+	var ids []string
 	for _, id := range strings.Split(f.ids, ",") {
 		if id = strings.TrimSpace(id); id != "" {
-			q.IDs = append(q.IDs, id)
+			ids = append(ids, id)
 		}
 	}
-	if q.From, err = rollup.ParseTime(f.from, loc); err != nil {
+	var from, to time.Time
+	if from, err = rollup.ParseTime(f.from, loc); err != nil {
 		return usageErr(fmt.Errorf("--from: %v", err))
 	}
-	if q.To, err = rollup.ParseTime(f.to, loc); err != nil {
+	if to, err = rollup.ParseTime(f.to, loc); err != nil {
 		return usageErr(fmt.Errorf("--to: %v", err))
 	}
-	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
-		return usageErr(fmt.Errorf("--bucket: %v", err))
+	// Each metric returns the query that reads its rows and writes them.
+	var report func(context.Context, rollup.Querier) (func(io.Writer) error, error)
+	switch f.metric {
+	case "delay":
+		report, err = delayReport(f, loc, ids, from, to)
+	case string(visitstats.OnTime), string(visitstats.Headway):
+		report, err = visitReport(f, loc, ids, from, to)
+	default:
+		err = fmt.Errorf("--metric %q: want delay, on-time or headway", f.metric)
 	}
-	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
-		return usageErr(fmt.Errorf("--quantiles: %v", err))
-	}
-	if err := q.Validate(); err != nil {
+	if err != nil {
 		return usageErr(err)
 	}
 	st, err := o.openChecked(ctx, stderr)
@@ -132,9 +144,9 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if store.IsUnknownPipeline(err) {
 		return pipelineUnknown(stderr, "report", err)
 	}
-	var res *rollup.Result
+	var write func(io.Writer) error
 	if err == nil {
-		res, err = rollup.Run(ctx, pool, q)
+		write, err = report(ctx, pool)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil {
@@ -144,16 +156,79 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
-	write := rollup.WriteTable
-	switch {
-	case f.json:
-		write = rollup.WriteJSON
-	case f.csv:
-		write = rollup.WriteCSV
-	}
-	if err := write(stdout, q, res); err != nil {
+	if err := write(stdout); err != nil {
 		fmt.Fprintln(stderr, "ovstream report:", err)
 		return exitError
 	}
 	return exitOK
+}
+
+// onlyFor returns an error naming the first of flags given on the command
+// line, which apply to --metric metric only.
+func (f *reportFlags) onlyFor(metric string, flags ...string) error {
+	for _, name := range flags {
+		if f.fs.Changed(name) {
+			return fmt.Errorf("--%s applies to --metric %s only", name, metric)
+		}
+	}
+	return nil
+}
+
+// pick returns the writer of the output format asked for.
+func pick[Q, R any](f *reportFlags, table, json, csv func(io.Writer, Q, R) error) func(io.Writer, Q, R) error {
+	switch {
+	case f.json:
+		return json
+	case f.csv:
+		return csv
+	}
+	return table
+}
+
+// delayReport is --metric delay: the rollups of the windows' distributions.
+func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	if err := f.onlyFor("on-time or headway", "on-time", "wait-tolerance"); err != nil {
+		return nil, err
+	}
+	q := rollup.Query{Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids, From: from, To: to, Location: loc,
+		MinEvents: f.minEvents, By: f.by, Top: f.top, IncludeOpen: f.includeOpen}
+	var err error
+	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
+		return nil, fmt.Errorf("--bucket: %v", err)
+	}
+	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
+		return nil, fmt.Errorf("--quantiles: %v", err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	write := pick(f, rollup.WriteTable, rollup.WriteJSON, rollup.WriteCSV)
+	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
+		res, err := rollup.Run(ctx, db, q)
+		return func(w io.Writer) error { return write(w, q, res) }, err
+	}, nil
+}
+
+// visitReport is --metric on-time and headway: the KPIs of the stop visits.
+func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	if err := f.onlyFor("delay", "quantiles", "min-events", "by", "top", "include-open"); err != nil {
+		return nil, err
+	}
+	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids,
+		From: from, To: to, Location: loc, WaitTolerance: f.waitTolerance}
+	var err error
+	if q.Bucket, q.ServiceDay, err = visitstats.ParseBucket(f.bucket); err != nil {
+		return nil, fmt.Errorf("--bucket: %v", err)
+	}
+	if q.OnTime, err = visitstats.ParseOnTime(f.onTime); err != nil {
+		return nil, fmt.Errorf("--on-time: %v", err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	write := pick(f, visitstats.WriteTable, visitstats.WriteJSON, visitstats.WriteCSV)
+	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
+		rows, err := visitstats.Run(ctx, db, q)
+		return func(w io.Writer) error { return write(w, q, rows) }, err
+	}, nil
 }

@@ -136,8 +136,9 @@ func visitRecords() []harness.Rec {
 // with `ovstream produce` (both give start_date); the Auckland peak sample,
 // ten snapshots with up to ten predictions per visit, with start_date
 // 20160519 (the service day of that morning; its converted feed has none);
-// visitRecords. 59,946 + 4,610 + 11 + 16,574 predictions.
-func produceVisitFeeds(t *testing.T, addr string) {
+// visitRecords, then extra. 59,946 + 4,610 + 11 + len(extra) + 16,574
+// predictions.
+func produceVisitFeeds(t *testing.T, addr string, extra ...harness.Rec) {
 	t.Helper()
 	harness.ProduceCLI(t, addr, "--gtfs-rt", "../../testdata/nl-ovapi-20141130")
 	res := harness.LoadFeeds(t, "AT", "../../testdata/auckland-20160519-peak10min")
@@ -145,7 +146,7 @@ func produceVisitFeeds(t *testing.T, addr string) {
 		res.Predictions[i].StartDate = 20160519
 	}
 	harness.ProduceFeeds(t, addr, res)
-	harness.ProduceRecords(t, addr, visitRecords()...)
+	harness.ProduceRecords(t, addr, append(visitRecords(), extra...)...)
 	harness.ProduceCLI(t, addr, "--operator", "HFX", "--gtfs-static", "../../testdata/halifax-20251106/google_transit_trimmed.zip",
 		"--gtfs-rt", "../../testdata/halifax-20251106")
 }

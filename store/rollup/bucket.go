@@ -62,8 +62,8 @@ func (b Bucket) String() string {
 	return b.name
 }
 
-// interval is the ovs_bucket argument: nil for the whole range.
-func (b Bucket) interval() any {
+// Interval is the ovs_bucket argument: nil for the whole range.
+func (b Bucket) Interval() any {
 	if b.sql == "" {
 		return nil
 	}

@@ -171,7 +171,7 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 	if err := db.QueryRow(ctx, fmt.Sprintf(withoutSQL, from), q.Pipeline, q.Dimension, q.From, q.To, ids).Scan(&res.WithoutDistribution); err != nil {
 		return nil, fmt.Errorf("rollup: rows without distribution: %w", err)
 	}
-	rows, err := db.Query(ctx, fmt.Sprintf(distributionsSQL, from), q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.interval(), loc.String(), ids)
+	rows, err := db.Query(ctx, fmt.Sprintf(distributionsSQL, from), q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.Interval(), loc.String(), ids)
 	if err != nil {
 		return nil, fmt.Errorf("rollup: %w", err)
 	}
