@@ -15,6 +15,7 @@ import (
 
 	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
+	"github.com/ovstream/ovstream/store/accuracy"
 	"github.com/ovstream/ovstream/store/rollup"
 )
 
@@ -32,12 +33,18 @@ and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T
 windows not yet final, with a column final (docs/windows.md "Provisional rows"). The table rounds to 0.1 s; --json and --csv are exact.
 In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
 leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
-are written as they are.`
+are written as they are.
+--metric accuracy prints instead the accuracy of the predictions by horizon (SQL:
+ovs_accuracy; docs/analysing.md "Prediction accuracy by horizon"): per id and horizon
+bucket of --bands (default: the ETA Accuracy Benchmark's), the predictions of the stop
+visits whose realized arrival is in [--from, --to), how many were accurate, the share, the
+mean and --quantiles of the error, and the mean of the buckets' shares per id.`
 
 // reportFlags are the flags of report.
 type reportFlags struct {
 	ops                                      opsFlags
 	dimension, ids, from, to, bucket, tz, by string
+	metric, bands                            string
 	quantiles                                string
 	minEvents                                int64
 	top                                      int
@@ -47,6 +54,8 @@ type reportFlags struct {
 
 func (f *reportFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
+	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' delays) or accuracy (the predictions' accuracy by horizon, docs/analysing.md)")
+	fs.StringVar(&f.bands, "bands", "", "--metric accuracy: horizon buckets and their accuracy `bands`, FROM-TO:EARLY..LATE comma-separated (default: the ETA Accuracy Benchmark's, 0-3m:-30s..90s,3m-6m:-1m..2m30s,6m-10m:-1m..3m30s,10m-15m:-1m30s..4m30s)")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
 	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
 	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
@@ -113,7 +122,11 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
 		return usageErr(fmt.Errorf("--quantiles: %v", err))
 	}
-	if err := q.Validate(); err != nil {
+	aq, err := accuracyQuery(f, q)
+	if err != nil {
+		return usageErr(err)
+	}
+	if err := q.Validate(); aq == nil && err != nil {
 		return usageErr(err)
 	}
 	st, err := o.openChecked(ctx, stderr)
@@ -133,7 +146,11 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		return pipelineUnknown(stderr, "report", err)
 	}
 	var res *rollup.Result
-	if err == nil {
+	var acc *accuracy.Result
+	switch {
+	case err == nil && aq != nil:
+		acc, err = accuracy.Run(ctx, pool, *aq)
+	case err == nil:
 		res, err = rollup.Run(ctx, pool, q)
 	}
 	var pgErr *pgconn.PgError
@@ -146,6 +163,8 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	}
 	write := rollup.WriteTable
 	switch {
+	case aq != nil:
+		write = func(w io.Writer, _ rollup.Query, _ *rollup.Result) error { return accuracy.Write(w, *aq, acc, f.json, f.csv) }
 	case f.json:
 		write = rollup.WriteJSON
 	case f.csv:
@@ -156,4 +175,27 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		return exitError
 	}
 	return exitOK
+}
+
+// accuracyQuery returns the query of --metric accuracy from f and the
+// delay report's q, nil for --metric delay; the flags of the delay report
+// alone are refused with it.
+func accuracyQuery(f *reportFlags, q rollup.Query) (*accuracy.Query, error) {
+	switch f.metric {
+	case "delay":
+		return nil, nil
+	case "accuracy":
+	default:
+		return nil, fmt.Errorf("--metric %q: want delay or accuracy", f.metric)
+	}
+	if f.bucket != "all" || f.by != "" || f.top != 0 || f.minEvents != 1 || f.includeOpen {
+		return nil, errors.New("--metric accuracy: --bucket, --by, --top, --min-events and --include-open are the delay report's")
+	}
+	bands, err := accuracy.ParseBands(f.bands)
+	if err != nil {
+		return nil, fmt.Errorf("--bands: %w", err)
+	}
+	aq := &accuracy.Query{Pipeline: q.Pipeline, Dimension: q.Dimension, IDs: q.IDs, From: q.From, To: q.To, Bands: bands,
+		Quantiles: q.Quantiles}
+	return aq, aq.Validate()
 }

@@ -25,14 +25,14 @@ func header(q Query) []string {
 	return h
 }
 
-// exact formats a statistic so that it reads back as the same float64.
-func exact(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+// Exact formats a statistic so that it reads back as the same float64.
+func Exact(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// csvText returns the text s (a dimension id or name, from the feeds) for one
+// CSVText returns the text s (a dimension id or name, from the feeds) for one
 // cell of WriteCSV: with a leading ' when it starts with =, +, -, @, a tab or
 // a carriage return, which a spreadsheet would run as a formula (OWASP "CSV
 // Injection"); else s as it is. Numbers never pass through it.
-func csvText(s string) string {
+func CSVText(s string) string {
 	if s != "" && strings.IndexByte("=+-@\t\r", s[0]) >= 0 {
 		return "'" + s
 	}
@@ -42,17 +42,17 @@ func csvText(s string) string {
 // WriteCSV writes res as CSV with a header line (header): bucket starts in
 // RFC 3339 with the time zone's offset, statistics in seconds, exact. An id
 // or name starting with =, +, -, @, a tab or a carriage return is written
-// with a leading ' (csvText), so that a spreadsheet shows it as text.
+// with a leading ' (CSVText), so that a spreadsheet shows it as text.
 func WriteCSV(w io.Writer, q Query, res *Result) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(header(q)); err != nil {
 		return err
 	}
 	for _, r := range res.Rows {
-		rec := []string{r.Bucket.Format(time.RFC3339), csvText(r.ID), csvText(r.Name), strconv.FormatInt(r.Count, 10),
-			exact(r.Mean), exact(r.Min), exact(r.Max)}
+		rec := []string{r.Bucket.Format(time.RFC3339), CSVText(r.ID), CSVText(r.Name), strconv.FormatInt(r.Count, 10),
+			Exact(r.Mean), Exact(r.Min), Exact(r.Max)}
 		for _, v := range r.Quantiles {
-			rec = append(rec, exact(v))
+			rec = append(rec, Exact(v))
 		}
 		if q.IncludeOpen {
 			rec = append(rec, strconv.FormatBool(r.Final))
@@ -119,9 +119,9 @@ func WriteJSON(w io.Writer, q Query, res *Result) error {
 	return err
 }
 
-// tableCell returns s for one cell of WriteTable: tabs and line breaks
+// TableCell returns s for one cell of WriteTable: tabs and line breaks
 // (which would break the columns) as spaces, and "-" for "".
-func tableCell(s string) string {
+func TableCell(s string) string {
 	if s == "" {
 		return "-"
 	}
@@ -150,7 +150,7 @@ func WriteTable(w io.Writer, q Query, res *Result) error {
 	}
 	fmt.Fprintln(tw)
 	for _, r := range res.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t", r.Bucket.Format("2006-01-02 15:04 -07:00"), r.ID, tableCell(r.Name),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t", r.Bucket.Format("2006-01-02 15:04 -07:00"), r.ID, TableCell(r.Name),
 			r.Count, r.Mean, r.Min, r.Max)
 		for _, v := range r.Quantiles {
 			fmt.Fprintf(tw, "%.1f\t", v)
