@@ -196,7 +196,7 @@ func TestStopVisitsEqualSQLOracleSplitAndKilled(t *testing.T) {
 		{`SELECT trip_id, stop_key, delay_s, predictions FROM stop_visits WHERE operator = 'HAND' ORDER BY 1`,
 			"[noseq stop_id:S9 4 2] [old 1 1 2] [tie-o 1 7 2] [tie-p 1 30 2]"},
 		{`SELECT trip_id, prediction_delays, to_char(prediction_times[1] AT TIME ZONE 'UTC', 'HH24:MI') FROM stop_visits
-			WHERE operator = 'HAND' ORDER BY 1`, "[noseq {3,4} 20:10] [old {99,1} 20:09] [tie-o {5,7} 20:10] [tie-p {10,30} 20:10]"},
+			WHERE operator = 'HAND' ORDER BY 1`, "[noseq [3 4] 20:10] [old [99 1] 20:09] [tie-o [5 7] 20:10] [tie-p [10 30] 20:10]"},
 	} {
 		if g := strings.Join(harness.Dump(t, db, w.query), " "); g != w.want {
 			t.Errorf("%s: %s, want %s", w.query, g, w.want)
