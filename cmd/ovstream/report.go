@@ -15,6 +15,7 @@ import (
 
 	"github.com/ovstream/ovstream/redact"
 	"github.com/ovstream/ovstream/store"
+	"github.com/ovstream/ovstream/store/accuracy"
 	"github.com/ovstream/ovstream/store/rollup"
 	"github.com/ovstream/ovstream/store/visitstats"
 )
@@ -33,13 +34,18 @@ and --to take RFC 3339 or a local date and time in --tz (2016-05-19, 2016-05-19T
 windows not yet final, with a column final (docs/windows.md "Provisional rows"). The table rounds to 0.1 s; --json and --csv are exact.
 In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
 leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
-are written as they are.`
+are written as they are.
+--metric accuracy prints instead the accuracy of the predictions by horizon (SQL:
+ovs_accuracy; docs/analysing.md "Prediction accuracy by horizon"): per id and horizon
+bucket of --bands (default: the ETA Accuracy Benchmark's), the predictions of the stop
+visits whose realized arrival is in [--from, --to), how many were accurate, the share, the
+mean and --quantiles of the error, and the mean of the buckets' shares per id.`
 
 // reportFlags are the flags of report.
 type reportFlags struct {
 	ops                                      opsFlags
 	fs                                       *pflag.FlagSet
-	metric, onTime                           string
+	metric, onTime, bands                    string
 	waitTolerance                            float64
 	dimension, ids, from, to, bucket, tz, by string
 	quantiles                                string
@@ -52,9 +58,10 @@ type reportFlags struct {
 func (f *reportFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
 	f.fs = fs
-	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits)")
+	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits), or accuracy (the predictions' accuracy by horizon, docs/analysing.md)")
 	fs.StringVar(&f.onTime, "on-time", "na", "with --metric on-time, on time is `na` (60 s early to 300 s late), crow (30 s early to 180 s late) or EARLY,LATE seconds, bounds inclusive")
 	fs.Float64Var(&f.waitTolerance, "wait-tolerance", 0.25, "with --metric headway, the wait assessment's `share` above the scheduled gap")
+	fs.StringVar(&f.bands, "bands", "", "--metric accuracy: horizon buckets and their accuracy `bands`, FROM-TO:EARLY..LATE comma-separated (default: the ETA Accuracy Benchmark's, 0-3m:-30s..90s,3m-6m:-1m..2m30s,6m-10m:-1m..3m30s,10m-15m:-1m30s..4m30s)")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
 	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
 	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
@@ -122,8 +129,10 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		report, err = delayReport(f, loc, ids, from, to)
 	case string(visitstats.OnTime), string(visitstats.Headway):
 		report, err = visitReport(f, loc, ids, from, to)
+	case "accuracy":
+		report, err = accuracyReport(f, ids, from, to)
 	default:
-		err = fmt.Errorf("--metric %q: want delay, on-time or headway", f.metric)
+		err = fmt.Errorf("--metric %q: want delay, on-time, headway or accuracy", f.metric)
 	}
 	if err != nil {
 		return usageErr(err)
@@ -190,6 +199,9 @@ func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	if err := f.onlyFor("on-time or headway", "on-time", "wait-tolerance"); err != nil {
 		return nil, err
 	}
+	if err := f.onlyFor("accuracy", "bands"); err != nil {
+		return nil, err
+	}
 	q := rollup.Query{Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids, From: from, To: to, Location: loc,
 		MinEvents: f.minEvents, By: f.by, Top: f.top, IncludeOpen: f.includeOpen}
 	var err error
@@ -214,6 +226,9 @@ func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	if err := f.onlyFor("delay", "quantiles", "min-events", "by", "top", "include-open"); err != nil {
 		return nil, err
 	}
+	if err := f.onlyFor("accuracy", "bands"); err != nil {
+		return nil, err
+	}
 	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids,
 		From: from, To: to, Location: loc, WaitTolerance: f.waitTolerance}
 	var err error
@@ -230,5 +245,30 @@ func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		rows, err := visitstats.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, rows) }, err
+	}, nil
+}
+
+// accuracyReport is --metric accuracy: the predictions' accuracy by horizon.
+func accuracyReport(f *reportFlags, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	if err := f.onlyFor("delay", "bucket", "min-events", "by", "top", "include-open"); err != nil {
+		return nil, err
+	}
+	if err := f.onlyFor("on-time or headway", "on-time", "wait-tolerance"); err != nil {
+		return nil, err
+	}
+	bands, err := accuracy.ParseBands(f.bands)
+	if err != nil {
+		return nil, fmt.Errorf("--bands: %w", err)
+	}
+	q := accuracy.Query{Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids, From: from, To: to, Bands: bands}
+	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
+		return nil, fmt.Errorf("--quantiles: %v", err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
+		res, err := accuracy.Run(ctx, db, q)
+		return func(w io.Writer) error { return accuracy.Write(w, q, res, f.json, f.csv) }, err
 	}, nil
 }
