@@ -117,15 +117,8 @@ func (h *Handler) headway(ctx context.Context, r *http.Request) (any, error) {
 			return err
 		}
 		out.Rows = rankHeadways(rows, minGaps, int(top))
-		ids := make([]string, len(out.Rows))
-		for i, r := range out.Rows {
-			ids[i] = r.ID
-		}
-		nm, err := lookupNames(ctx, c, p.pipeline, dim, ids)
-		for i := range out.Rows {
-			out.Rows[i].Named = nm.of(out.Rows[i].ID)
-		}
-		return err
+		return nameEach(ctx, c, p.pipeline, dim, len(out.Rows), func(i int) string { return out.Rows[i].ID },
+			func(i int, nm Named) { out.Rows[i].Named = nm })
 	})
 	return out, err
 }

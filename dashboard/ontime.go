@@ -119,7 +119,8 @@ func (h *Handler) onTime(ctx context.Context, r *http.Request) (any, error) {
 			return err
 		}
 		out.Lines = rankOnTime(lines, minVisits, int(top))
-		if err := nameOnTimeLines(ctx, c, p.pipeline, out.Lines); err != nil {
+		if err := nameEach(ctx, c, p.pipeline, aggregate.DimLine, len(out.Lines), func(i int) string { return out.Lines[i].ID },
+			func(i int, nm Named) { out.Lines[i].Named = nm }); err != nil {
 			return err
 		}
 		q.Dimension, q.Bucket = aggregate.DimNetwork, rollup.Hour
@@ -154,19 +155,6 @@ func rankOnTime(rows []visitstats.Row, minVisits int64, top int) []OnTimeLine {
 		return cmp.Or(cmp.Compare(*a.OnTimeShare, *b.OnTimeShare), cmp.Compare(b.Visits, a.Visits), strings.Compare(a.ID, b.ID))
 	})
 	return out[:min(top, len(out))]
-}
-
-// nameOnTimeLines sets the names of lines (one query for all).
-func nameOnTimeLines(ctx context.Context, c *pgx.Conn, pipeline string, lines []OnTimeLine) error {
-	ids := make([]string, len(lines))
-	for i, l := range lines {
-		ids[i] = l.ID
-	}
-	nm, err := lookupNames(ctx, c, pipeline, aggregate.DimLine, ids)
-	for i := range lines {
-		lines[i].Named = nm.of(lines[i].ID)
-	}
-	return err
 }
 
 // byHourOfDay sums hourly buckets by their hour of day in loc: counts add

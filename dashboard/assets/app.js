@@ -10,6 +10,7 @@
     line: { title: "One line's delay by hour of day", render: renderLine, form: lineForm },
     ontime: { title: "On-time performance of stop visits", render: renderOnTime, form: onTimeForm },
     headway: { title: "Headways: gaps and excess wait", render: renderHeadway, form: headwayForm },
+    accuracy: { title: "Prediction accuracy by horizon", render: renderAccuracy, form: accuracyForm },
     health: { title: "Pipeline health", render: renderHealth, form: healthForm },
   };
   const seg = location.pathname.split("/").pop();
@@ -637,7 +638,7 @@
     onTimeForm(meta, q, d);
     const band = `${q.early_s} s early to ${q.late_s} s late`;
     $("subtitle").textContent = `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
-      `on time = from ${band} (delay of the visit's last prediction, bounds included).`;
+      `a visit is on time from ${band}, bounds included (the delay of its last prediction).`;
     const c = $("content");
     const t = d.total;
     c.append(el("div", { class: "cards" },
@@ -659,7 +660,7 @@
         Object.assign({ horizontal: true, xLabel: "line" }, pctAxis));
       c.append(table("ontime-lines-table", [
         { title: "#", get: (r, i) => i + 1 },
-        { title: "line", get: (r) => r.id, cls: "id" },
+        { title: "line", get: (r) => r.id },
         ...(d.lines.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
         ...onTimeCols,
       ], d.lines));
@@ -734,18 +735,90 @@
       { horizontal: true, xLabel: q.dimension, yLabel: "wait (s)" });
     c.append(table("headway-table", [
       { title: "#", get: (r, i) => i + 1 },
-      { title: q.dimension, get: (r) => r.id, cls: "id" },
+      { title: q.dimension, get: (r) => r.id },
       ...(d.rows.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
       { title: "gaps", num: 0, get: (r) => r.gaps },
-      { title: "mean headway (s)", num: 1, get: (r) => r.mean_headway_s },
+      { title: "mean gap (s)", num: 1, get: (r) => r.mean_headway_s },
       { title: "avg. wait (s)", num: 1, get: (r) => r.awt_s },
       { title: "sched. gaps", num: 0, get: (r) => r.scheduled_gaps },
       { title: "sched. wait (s)", num: 1, get: (r) => r.swt_s },
       { title: "excess wait (s)", num: 1, get: (r) => r.excess_wait_s },
       { title: "assessed", num: 0, get: (r) => r.assessed },
       { title: "within", num: 0, get: (r) => r.within_tolerance },
-      { title: "wait assessment (%)", pct: true, get: (r) => r.wait_assessment },
+      { title: "wait assess. (%)", pct: true, get: (r) => r.wait_assessment },
     ], d.rows));
+    return d;
+  }
+
+  // --- prediction accuracy ---------------------------------------------------
+
+  // minSec writes seconds as minutes where whole ("3 min"), else seconds.
+  const minSec = (s) => (s % 60 === 0 ? `${s / 60} min` : `${s} s`);
+  const bucketName = (b) => `${minSec(b.horizon_from_s)}–${minSec(b.horizon_to_s)}`;
+  const bandName = (b) => `${b.early_s} s to +${b.late_s} s`;
+
+  function accuracyForm(meta, q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    controls(meta, q, [
+      timeInput("from", "from", from),
+      timeInput("to", "to", to),
+      input("bands (FROM-TO:EARLY..LATE, …; empty: the benchmark's)", "bands", q.bands, { size: 30, placeholder: "0-3m:-30s..90s,3m-6m:-1m..2m30s" }),
+      input("min. predictions", "min_predictions", q.min_predictions, { type: d ? "number" : "text", min: 1, style: "width:7em" }),
+      input("lines", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+    ]);
+  }
+
+  async function renderAccuracy(meta) {
+    const d = await getJSON("api/accuracy", params);
+    const q = d.query;
+    accuracyForm(meta, q, d);
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, predictions of the stop visits arriving ${localTime(q.from)} to ` +
+      `${localTime(q.to)} ${q.tz}, scored against each visit's last prediction: horizon = arrival − time of the prediction, ` +
+      `error = realized − predicted arrival (positive: the vehicle came later than predicted); accurate within the band of ` +
+      `its horizon bucket (${q.bands ? "bands as given" : "the ETA Accuracy Benchmark's"}).`;
+    const c = $("content");
+    const predictions = d.buckets.reduce((s, b) => s + b.predictions, 0);
+    c.append(el("div", { class: "cards" },
+      card("acc-overall", "accuracy", pctText(d.overall), "mean of the buckets' shares", "", d.overall),
+      card("acc-predictions", "predictions scored", String(predictions), "in the horizon buckets", "", predictions)));
+    if (d.buckets.length === 0) {
+      c.append(noData(`No prediction before a visit arriving in this range falls in a horizon bucket. ${visitsNote(d)}`));
+      return d;
+    }
+    c.append(el("h2", {}, "By horizon bucket (the network)"));
+    const box = chartBox("accuracy-chart");
+    c.append(box);
+    barChart("accuracy", box, d.buckets.map(bucketName),
+      { label: "accurate (%)", color: colors.ontime, values: d.buckets.map((b) => share100(b.accuracy)) }, [],
+      { horizontal: false, xLabel: "horizon: time before the arrival", yLabel: "accurate (%)", yRange: [0, 100] });
+    c.append(table("accuracy-table", [
+      { title: "horizon", get: (b) => bucketName(b) },
+      { title: "accurate when the error is", get: (b) => bandName(b) },
+      { title: "predictions", num: 0, get: (b) => b.predictions },
+      { title: "accurate", num: 0, get: (b) => b.accurate },
+      { title: "accurate (%)", pct: true, get: (b) => b.accuracy },
+      { title: "mean error (s)", num: 1, get: (b) => b.mean_error_s },
+      { title: "P50 error (s)", num: 1, get: (b) => b.p50_error_s },
+      { title: "P90 error (s)", num: 1, get: (b) => b.p90_error_s },
+    ], d.buckets));
+    c.append(el("h2", {}, `Lines, least accurate first (at least ${q.min_predictions} predictions)`));
+    if (d.lines.length === 0) {
+      c.append(noData(`No line has ${q.min_predictions} predictions or more in the buckets.`));
+      return d;
+    }
+    const lbox = chartBox("accuracy-lines-chart");
+    c.append(lbox);
+    barChart("accuracy-lines", lbox, d.lines.map(labelOf),
+      { label: "accuracy (%)", color: colors.ontime, values: d.lines.map((r) => share100(r.accuracy)) }, [],
+      { horizontal: true, xLabel: "line", yLabel: "accuracy (%): mean of the buckets' shares", yRange: [0, 100] });
+    c.append(table("accuracy-lines-table", [
+      { title: "#", get: (r, i) => i + 1 },
+      { title: "line", get: (r) => r.id },
+      ...(d.lines.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
+      { title: "predictions", num: 0, get: (r) => r.predictions },
+      { title: "buckets", num: 0, get: (r) => r.buckets },
+      { title: "accuracy (%)", pct: true, get: (r) => r.accuracy },
+    ], d.lines));
     return d;
   }
 
