@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // --tz works where the system has no zoneinfo
@@ -35,6 +36,12 @@ windows not yet final, with a column final (docs/windows.md "Provisional rows").
 In CSV, an id or name starting with =, +, -, @, a tab or a carriage return is written with a
 leading ' so that a spreadsheet shows it as text and never runs it as a formula; numbers
 are written as they are.
+--metric on-time and headway read the stop visits instead, by arrival_time in [--from, --to)
+(--bucket service-day: by start_date): per id, the visits early, on time and late (--on-time
+na: 60 s early to 300 s late, crow: 30 s early to 180 s late, or EARLY,LATE seconds; bounds
+inclusive), or the gaps between a line's visits at a stop on one service day against the
+scheduled ones: average and excess wait, and the wait assessment (docs/analysing.md "On-time
+performance and headways"; SQL: ovs_on_time, ovs_headways).
 --metric accuracy prints instead the accuracy of the predictions by horizon (SQL:
 ovs_accuracy; docs/analysing.md "Prediction accuracy by horizon"): per id and horizon
 bucket of --bands (default: the ETA Accuracy Benchmark's), the predictions of the stop
@@ -59,9 +66,9 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
 	f.fs = fs
 	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits), or accuracy (the predictions' accuracy by horizon, docs/analysing.md)")
+	fs.StringVar(&f.bands, "bands", "", "--metric accuracy: horizon buckets and their accuracy `bands`, FROM-TO:EARLY..LATE comma-separated (default: the ETA Accuracy Benchmark's, 0-3m:-30s..90s,3m-6m:-1m..2m30s,6m-10m:-1m..3m30s,10m-15m:-1m30s..4m30s)")
 	fs.StringVar(&f.onTime, "on-time", "na", "with --metric on-time, on time is `na` (60 s early to 300 s late), crow (30 s early to 180 s late) or EARLY,LATE seconds, bounds inclusive")
 	fs.Float64Var(&f.waitTolerance, "wait-tolerance", 0.25, "with --metric headway, the wait assessment's `share` above the scheduled gap")
-	fs.StringVar(&f.bands, "bands", "", "--metric accuracy: horizon buckets and their accuracy `bands`, FROM-TO:EARLY..LATE comma-separated (default: the ETA Accuracy Benchmark's, 0-3m:-30s..90s,3m-6m:-1m..2m30s,6m-10m:-1m..3m30s,10m-15m:-1m30s..4m30s)")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
 	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
 	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
@@ -83,7 +90,7 @@ func newReportCmd() *cobra.Command {
 	var f reportFlags
 	c := &cobra.Command{Use: "report --from T1 --to T2", Short: "exact rollups of the stored distributions: count, mean, min, max, quantiles per bucket",
 		Long: reportLong, Args: noArgs,
-		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5"}
+		Example: "  ovstream report --from 2016-05-19 --to 2016-05-20 --tz Pacific/Auckland --bucket hour --dimension line --by p90 --top 5\n  ovstream report --metric on-time --on-time crow --from 2025-11-06 --to 2025-11-07 --tz America/Halifax --bucket hour --dimension line --json"}
 	f.register(c.Flags())
 	c.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
 		return cmdReport(ctx, &f, stdout, stderr)
@@ -109,28 +116,35 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageErr(fmt.Errorf("--tz %q: %v", f.tz, err))
 	}
-	var ids []string
+	q := rollup.Query{Pipeline: o.pipeline, Dimension: f.dimension, Location: loc} // what every metric shares
 	for _, id := range strings.Split(f.ids, ",") {
 		if id = strings.TrimSpace(id); id != "" {
-			ids = append(ids, id)
+			q.IDs = append(q.IDs, id)
 		}
 	}
-	var from, to time.Time
-	if from, err = rollup.ParseTime(f.from, loc); err != nil {
+	if q.From, err = rollup.ParseTime(f.from, loc); err != nil {
 		return usageErr(fmt.Errorf("--from: %v", err))
 	}
-	if to, err = rollup.ParseTime(f.to, loc); err != nil {
+	if q.To, err = rollup.ParseTime(f.to, loc); err != nil {
 		return usageErr(fmt.Errorf("--to: %v", err))
+	}
+	f.fs.Visit(func(fl *pflag.Flag) {
+		if ms := metricOnly[fl.Name]; ms != nil && !slices.Contains(ms, f.metric) && err == nil {
+			err = fmt.Errorf("--%s applies to --metric %s only", fl.Name, strings.Join(ms, " or "))
+		}
+	})
+	if err != nil {
+		return usageErr(err)
 	}
 	// Each metric returns the query that reads its rows and writes them.
 	var report func(context.Context, rollup.Querier) (func(io.Writer) error, error)
 	switch f.metric {
 	case "delay":
-		report, err = delayReport(f, loc, ids, from, to)
+		report, err = delayReport(f, q)
 	case string(visitstats.OnTime), string(visitstats.Headway):
-		report, err = visitReport(f, loc, ids, from, to)
+		report, err = visitReport(f, q)
 	case "accuracy":
-		report, err = accuracyReport(f, ids, from, to)
+		report, err = accuracyReport(f, q)
 	default:
 		err = fmt.Errorf("--metric %q: want delay, on-time, headway or accuracy", f.metric)
 	}
@@ -172,38 +186,14 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-// onlyFor returns an error naming the first of flags given on the command
-// line, which apply to --metric metric only.
-func (f *reportFlags) onlyFor(metric string, flags ...string) error {
-	for _, name := range flags {
-		if f.fs.Changed(name) {
-			return fmt.Errorf("--%s applies to --metric %s only", name, metric)
-		}
-	}
-	return nil
-}
-
-// pick returns the writer of the output format asked for.
-func pick[Q, R any](f *reportFlags, table, json, csv func(io.Writer, Q, R) error) func(io.Writer, Q, R) error {
-	switch {
-	case f.json:
-		return json
-	case f.csv:
-		return csv
-	}
-	return table
-}
+// metricOnly names the metrics of each flag that applies to some only.
+var metricOnly = map[string][]string{"quantiles": {"delay", "accuracy"}, "min-events": {"delay"}, "by": {"delay"},
+	"top": {"delay"}, "include-open": {"delay"}, "on-time": {"on-time"}, "wait-tolerance": {"headway"},
+	"bucket": {"delay", "on-time", "headway"}, "bands": {"accuracy"}}
 
 // delayReport is --metric delay: the rollups of the windows' distributions.
-func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
-	if err := f.onlyFor("on-time or headway", "on-time", "wait-tolerance"); err != nil {
-		return nil, err
-	}
-	if err := f.onlyFor("accuracy", "bands"); err != nil {
-		return nil, err
-	}
-	q := rollup.Query{Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids, From: from, To: to, Location: loc,
-		MinEvents: f.minEvents, By: f.by, Top: f.top, IncludeOpen: f.includeOpen}
+func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	q.MinEvents, q.By, q.Top, q.IncludeOpen = f.minEvents, f.by, f.top, f.includeOpen
 	var err error
 	if q.Bucket, err = rollup.ParseBucket(f.bucket); err != nil {
 		return nil, fmt.Errorf("--bucket: %v", err)
@@ -214,7 +204,7 @@ func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	write := pick(f, rollup.WriteTable, rollup.WriteJSON, rollup.WriteCSV)
+	write := rollup.Writer(f.json, f.csv)
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		res, err := rollup.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, res) }, err
@@ -222,15 +212,9 @@ func delayReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 }
 
 // visitReport is --metric on-time and headway: the KPIs of the stop visits.
-func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
-	if err := f.onlyFor("delay", "quantiles", "min-events", "by", "top", "include-open"); err != nil {
-		return nil, err
-	}
-	if err := f.onlyFor("accuracy", "bands"); err != nil {
-		return nil, err
-	}
-	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids,
-		From: from, To: to, Location: loc, WaitTolerance: f.waitTolerance}
+func visitReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs,
+		From: r.From, To: r.To, Location: r.Location, WaitTolerance: f.waitTolerance}
 	var err error
 	if q.Bucket, q.ServiceDay, err = visitstats.ParseBucket(f.bucket); err != nil {
 		return nil, fmt.Errorf("--bucket: %v", err)
@@ -241,7 +225,7 @@ func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	write := pick(f, visitstats.WriteTable, visitstats.WriteJSON, visitstats.WriteCSV)
+	write := visitstats.Writer(f.json, f.csv)
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		rows, err := visitstats.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, rows) }, err
@@ -249,18 +233,12 @@ func visitReport(f *reportFlags, loc *time.Location, ids []string, from, to time
 }
 
 // accuracyReport is --metric accuracy: the predictions' accuracy by horizon.
-func accuracyReport(f *reportFlags, ids []string, from, to time.Time) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
-	if err := f.onlyFor("delay", "bucket", "min-events", "by", "top", "include-open"); err != nil {
-		return nil, err
-	}
-	if err := f.onlyFor("on-time or headway", "on-time", "wait-tolerance"); err != nil {
-		return nil, err
-	}
+func accuracyReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
 	bands, err := accuracy.ParseBands(f.bands)
 	if err != nil {
 		return nil, fmt.Errorf("--bands: %w", err)
 	}
-	q := accuracy.Query{Pipeline: f.ops.pipeline, Dimension: f.dimension, IDs: ids, From: from, To: to, Bands: bands}
+	q := accuracy.Query{Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs, From: r.From, To: r.To, Bands: bands}
 	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
 		return nil, fmt.Errorf("--quantiles: %v", err)
 	}

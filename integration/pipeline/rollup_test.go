@@ -229,8 +229,10 @@ func compareRollups(t *testing.T, what string, got, want map[harness.GroupKey]ha
 const readmeNow = `'2016-05-19 10:30:00+12'::timestamptz`
 
 // checkDocQueries runs every SQL example of docs/analysing.md ("Analysing
-// the numbers") on db, with now() replaced by readmeNow, and requires each
-// to return rows.
+// the numbers", up to "On-time performance and headways": those read stop
+// visits, which the Auckland samples have none of; docVisitQueries checks
+// them) on db, with now() replaced by readmeNow, and requires each to
+// return rows.
 func checkDocQueries(t *testing.T, db string) {
 	t.Helper()
 	b, err := os.ReadFile("../../docs/analysing.md")
@@ -241,9 +243,11 @@ func checkDocQueries(t *testing.T, db string) {
 	if !ok {
 		t.Fatal(`docs/analysing.md has no "# Analysing the numbers" heading`)
 	}
-	// The accuracy section's examples read stop visits, which this
-	// sample has none of: TestAccuracyEqualsPythonOracle runs them.
+	// The sections of accuracy and of on-time performance read stop
+	// visits, which this sample has none of: TestAccuracyEqualsPythonOracle
+	// and the visit KPI tests run their examples.
 	section, _, _ = strings.Cut(section, accuracyHeading)
+	section, _, _ = strings.Cut(section, visitKPIHeading)
 	var queries []string
 	for _, block := range strings.Split(section, "```sql\n")[1:] {
 		sql, _, _ := strings.Cut(block, "```")
@@ -262,7 +266,8 @@ func checkDocQueries(t *testing.T, db string) {
 	}
 }
 
-// `report` exits 2 on bad flags (before it connects), 0 on --help.
+// `report` exits 2 on bad flags (before it connects), of every metric,
+// with a message naming the flag; 0 on --help.
 func TestReportFlags(t *testing.T) {
 	base := []string{"report", "--database-url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1",
 		"--from", "2016-05-19", "--to", "2016-05-20"}
@@ -278,7 +283,7 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--quantiles", "0.5,1.5"), 2, "--quantiles"},
 		{append(base, "--metric", "speed"), 2, `--metric "speed": want delay, on-time, headway or accuracy`},
 		{append(base, "--metric", "accuracy", "--bands", "0-3m:-30s..90s,4m-6m:-1m..1m"), 2, "--bands: band 2 starts at 240s"},
-		{append(base, "--metric", "accuracy", "--bucket", "hour"), 2, "--bucket applies to --metric delay only"},
+		{append(base, "--metric", "accuracy", "--bucket", "hour"), 2, "--bucket applies to --metric delay or on-time or headway only"},
 		{append(base, "--tz", "Mars/Olympus"), 2, "--tz"},
 		{append(base, "--by", "p95"), 2, `by "p95"`},
 		{append(base, "--top", "3"), 2, "top needs by"},
@@ -286,7 +291,19 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--from", "yesterday"), 2, "--from"},
 		{append(base, "--to", "2016-05-18"), 2, "want from < to"},
 		{append(base, "--no-such-flag"), 2, "unknown flag: --no-such-flag"},
+		{append(base, "--metric", "punctuality"), 2, `--metric "punctuality": want delay, on-time or headway`},
+		{append(base, "--metric", "on-time", "--on-time", "swiss"), 2, `--on-time: on-time definition "swiss"`},
+		{append(base, "--metric", "on-time", "--on-time", "-30,180"), 2, "EARLY,LATE in seconds"},
+		{append(base, "--metric", "on-time", "--quantiles", "0.9"), 2, "--quantiles applies to --metric delay or accuracy only"},
+		{append(base, "--metric", "headway", "--include-open"), 2, "--include-open applies to --metric delay only"},
+		{append(base, "--metric", "headway", "--wait-tolerance", "-0.1"), 2, "wait tolerance -0.1"},
+		{append(base, "--metric", "headway", "--bucket", "fortnight"), 2, "or service-day"},
+		{append(base, "--metric", "on-time", "--dimension", "route"), 2, `dimension "route"`},
+		{append(base, "--on-time", "crow"), 2, "--on-time applies to --metric on-time only"},
+		{append(base, "--metric", "on-time", "--wait-tolerance", "0.5"), 2, "--wait-tolerance applies to --metric headway only"},
+		{append(base, "--bucket", "service-day"), 2, "--bucket"},
 		{base, 1, "ovstream report:"}, // good flags, no database there
+		{append(base, "--metric", "headway", "--bucket", "service-day"), 1, "ovstream report:"},
 	} {
 		p := harness.StartOvstream(t, nil, tc.args...)
 		if code := p.Wait(t, time.Minute); code != tc.code || !strings.Contains(p.Output(), tc.says) {

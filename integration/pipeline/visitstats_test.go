@@ -247,14 +247,23 @@ func TestVisitKPIsEqualPythonOracle(t *testing.T) {
 	queries := []kpiQuery{
 		with(na, func(q *kpiQuery) { q.Dim = "line" }),
 		with(crow, func(q *kpiQuery) { q.Dim = "line"; q.IDs = []string{"HW", "H"} }),
-		with(crow, func(q *kpiQuery) { q.Dim = "station"; q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1 }),
+		with(crow, func(q *kpiQuery) {
+			q.Dim = "station"
+			q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1
+		}),
 		with(na, func(q *kpiQuery) {
 			q.Dim, q.Bucket, q.TZ, q.OnTime, q.Early, q.Late = "operator", "service-day", "Europe/Amsterdam", "45,120", 45, 120
 		}),
 		with(na, func(q *kpiQuery) { q.Dim = "network"; q.Bucket, q.TZ = "hour", "Pacific/Auckland" }),
 		with(hw, func(q *kpiQuery) { q.Dim = "line" }),
-		with(hw, func(q *kpiQuery) { q.Dim = "station"; q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1 }),
-		with(hw, func(q *kpiQuery) { q.Dim = "operator"; q.Bucket, q.TZ, q.Tolerance = "service-day", "Europe/Amsterdam", 0.5 }),
+		with(hw, func(q *kpiQuery) {
+			q.Dim = "station"
+			q.Bucket, q.TZ, q.From, q.To = "hour", "America/Halifax", hfx0, hfx1
+		}),
+		with(hw, func(q *kpiQuery) {
+			q.Dim = "operator"
+			q.Bucket, q.TZ, q.Tolerance = "service-day", "Europe/Amsterdam", 0.5
+		}),
 		with(hw, func(q *kpiQuery) { q.Dim = "network"; q.Bucket = "hour" }),
 	}
 	want := visitKPIOracle(t, db, addr, queries)
@@ -284,6 +293,7 @@ func TestVisitKPIsEqualPythonOracle(t *testing.T) {
 		}
 		harness.SameRows(t, q.String()+": the SQL function vs the Python oracle", sqlKPILines(t, db, q), want[i])
 	}
+	checkDocVisitQueries(t, db)
 	for i, w := range map[int][]string{
 		0: {strconv.FormatInt(all0, 10) + " HW 6 0 5 1 0.8333333333333334"},
 		1: {strconv.FormatInt(all0, 10) + " HW 6 1 3 2 0.5"},
@@ -463,4 +473,32 @@ func sqlKPILines(t *testing.T, db string, q kpiQuery) []string {
 		lines = append(lines, kpiLine(q.Metric, b, id, vals))
 	}
 	return lines
+}
+
+// visitKPIHeading starts the section of docs/analysing.md on the stop
+// visits' figures.
+const visitKPIHeading = "\n## On-time performance and headways\n"
+
+// checkDocVisitQueries runs every SQL example of that section on db and
+// requires each to return rows.
+func checkDocVisitQueries(t *testing.T, db string) {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/analysing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), visitKPIHeading)
+	if !ok {
+		t.Fatalf("docs/analysing.md has no heading %q", strings.TrimSpace(visitKPIHeading))
+	}
+	blocks := strings.Split(section, "```sql\n")[1:]
+	if len(blocks) < 2 {
+		t.Fatalf("docs/analysing.md %q: %d SQL examples, want 2", strings.TrimSpace(visitKPIHeading), len(blocks))
+	}
+	for i, block := range blocks {
+		sql, _, _ := strings.Cut(block, "```")
+		if rows := harness.Dump(t, db, sql); len(rows) == 0 {
+			t.Errorf("docs/analysing.md on-time and headway example %d returns no rows:\n%s", i+1, sql)
+		}
+	}
 }

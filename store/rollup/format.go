@@ -172,3 +172,15 @@ func WriteTable(w io.Writer, q Query, res *Result) error {
 	}
 	return nil
 }
+
+// Writer returns WriteJSON with json, else WriteCSV with csv, else
+// WriteTable.
+func Writer(json, csv bool) func(io.Writer, Query, *Result) error {
+	switch {
+	case json:
+		return WriteJSON
+	case csv:
+		return WriteCSV
+	}
+	return WriteTable
+}

@@ -148,3 +148,15 @@ func WriteTable(w io.Writer, q Query, rows []Row) error {
 	}
 	return nil
 }
+
+// Writer returns WriteJSON with json, else WriteCSV with csv, else
+// WriteTable.
+func Writer(json, csv bool) func(io.Writer, Query, []Row) error {
+	switch {
+	case json:
+		return WriteJSON
+	case csv:
+		return WriteCSV
+	}
+	return WriteTable
+}

@@ -23,7 +23,7 @@ type Definition struct {
 	Early, Late float64
 }
 
-// The bundled definitions (docs/analysing.md "On-time performance").
+// The bundled definitions (docs/analysing.md "On-time performance and headways").
 var (
 	// NorthAmerica: at most 1 minute early, at most 5 minutes late.
 	NorthAmerica = Definition{"na", 60, 300}
