@@ -13,10 +13,10 @@ import (
 // batch starts empty.
 func TestTakeVisitsSortsEachHistory(t *testing.T) {
 	var l loop
-	at := func(min int) time.Time { return time.Date(2016, 5, 19, 7, min, 0, 0, time.UTC) }
-	add := func(trip string, off int64, min int, delay float64) {
+	at := func(minute int) time.Time { return time.Date(2016, 5, 19, 7, minute, 0, 0, time.UTC) }
+	add := func(trip string, off int64, minute int, delay float64) {
 		p := aggregate.Prediction{TripID: trip, StopID: "S", StartDate: 20160519, StopSequence: 1, HasStopSequence: true,
-			EventTime: at(min), DelayS: delay}
+			EventTime: at(minute), DelayS: delay}
 		l.observeVisit(&record{tp: aggregate.PartitionID{Topic: "t", Partition: 0}, offset: off}, &p)
 	}
 	add("b", 0, 5, 10)

@@ -12,11 +12,15 @@ ALTER TABLE stop_visits
     ADD COLUMN prediction_delays double precision[] NOT NULL DEFAULT '{}';
 
 -- ovs_accuracy(pipeline, dimension, since, until, horizon_bounds_s,
--- early_limits_s, late_limits_s, quantiles, ids): per dimension id and
--- horizon bucket, the accuracy of the predictions of the visits of one
--- pipeline whose realized arrival (stop_visits.arrival_time, the last
--- prediction's) is in [since, until), the last prediction itself excepted
--- (it is the reference). For a prediction made at event time t with delay
+-- early_limits_s, late_limits_s, quantiles, ids, realized_within_s): per
+-- dimension id and horizon bucket, the accuracy of the predictions of the
+-- visits of one pipeline whose realized arrival (stop_visits.arrival_time,
+-- the last prediction's) is in [since, until), the last prediction itself
+-- excepted (it is the reference). A visit has arrived, so its last
+-- prediction stands for the arrival, when that prediction was made at most
+-- realized_within_s before the arrival it predicts (or after it); the
+-- others (a trip the feed stopped predicting early, one still under way)
+-- are left out. For a prediction made at event time t with delay
 -- d: horizon = arrival_time - t (seconds), error = delay_s - d (seconds:
 -- the realized arrival minus the predicted one, positive when the vehicle
 -- came later than predicted). Bucket i holds the horizons in
@@ -31,7 +35,8 @@ CREATE FUNCTION ovs_accuracy(pipeline text, dimension text, since timestamptz, u
                              early_limits_s double precision[] DEFAULT '{-30,-60,-60,-90}',
                              late_limits_s double precision[] DEFAULT '{90,150,210,270}',
                              quantiles double precision[] DEFAULT '{0.5,0.9}',
-                             ids text[] DEFAULT NULL)
+                             ids text[] DEFAULT NULL,
+                             realized_within_s double precision DEFAULT 120)
 RETURNS TABLE (dimension_id text, bucket integer, horizon_from_s double precision, horizon_to_s double precision,
                early_s double precision, late_s double precision, predictions bigint, accurate bigint,
                accuracy double precision, mean_error_s double precision, error_quantiles double precision[])
@@ -54,6 +59,7 @@ WITH b AS (
       -- (pipeline, start_date) narrow the scan
       AND v.start_date >= ($3 AT TIME ZONE 'UTC')::date - 2 AND v.start_date <= ($4 AT TIME ZONE 'UTC')::date + 1
       AND cardinality(v.prediction_times) = v.predictions AND h.i <> ref.i
+      AND extract(epoch FROM v.arrival_time - v.last_event_time) <= $10
 )
 SELECT p.id, b.bucket, b.lo, b.hi, b.early, b.late, count(*),
        count(*) FILTER (WHERE p.err >= b.early AND p.err <= b.late),

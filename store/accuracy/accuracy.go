@@ -8,7 +8,9 @@
 //
 // Definitions (docs/analysing.md "Prediction accuracy by horizon"): a
 // visit's realized arrival is its last prediction's arrival_time (else its
-// event time) and its realized delay that prediction's delay_s; every other
+// event time) and its realized delay that prediction's delay_s, for the
+// visits whose last prediction was made at most Query.RealizedWithinS
+// before that arrival (the vehicle arrived); every other
 // prediction, made at event time t with delay d, has the horizon realized
 // arrival - t and the error realized delay - d (the realized arrival minus
 // the predicted one: positive when the vehicle came later than predicted).
@@ -25,6 +27,7 @@
 package accuracy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +113,16 @@ type Query struct {
 	From, To  time.Time
 	Bands     []Band    // nil: Benchmark
 	Quantiles []float64 // of the error, each in [0, 1]
+	// RealizedWithinS: a visit counts when its last prediction was made
+	// at most this many seconds before the arrival it predicts (or after
+	// it): the vehicle arrived, the last prediction stands for the
+	// arrival. 0: DefaultRealizedWithinS.
+	RealizedWithinS float64
 }
+
+// DefaultRealizedWithinS is Query.RealizedWithinS when not set: two
+// minutes, two polls of a feed that updates every minute.
+const DefaultRealizedWithinS = 120
 
 // Validate checks q, and says what is wrong in terms of the flags of
 // `ovstream report`.
@@ -130,6 +142,9 @@ func (q *Query) Validate() error {
 		if err := validateBands(q.Bands); err != nil {
 			return fmt.Errorf("--bands: %w", err)
 		}
+	}
+	if q.RealizedWithinS < 0 {
+		return fmt.Errorf("realized within %gs: not positive", q.RealizedWithinS)
 	}
 	for _, p := range q.Quantiles {
 		if !(p >= 0 && p <= 1) {
@@ -190,7 +205,8 @@ func Run(ctx context.Context, db rollup.Querier, q Query) (*Result, error) {
 	rows, err := db.Query(ctx, `
 SELECT dimension_id, bucket, horizon_from_s, horizon_to_s, early_s, late_s, predictions, accurate, accuracy,
        mean_error_s, error_quantiles
-FROM ovs_accuracy($1, $2, $3, $4, $5, $6, $7, $8, $9)`, q.Pipeline, q.Dimension, q.From, q.To, bounds, early, late, quantiles, ids)
+FROM ovs_accuracy($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, q.Pipeline, q.Dimension, q.From, q.To, bounds, early, late, quantiles, ids,
+		cmp.Or(q.RealizedWithinS, DefaultRealizedWithinS))
 	if err != nil {
 		return nil, fmt.Errorf("accuracy: %w", err)
 	}
