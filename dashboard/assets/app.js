@@ -773,7 +773,8 @@
     const q = d.query;
     accuracyForm(meta, q, d);
     $("subtitle").textContent = `Pipeline ${q.pipeline}, predictions of the stop visits arriving ${localTime(q.from)} to ` +
-      `${localTime(q.to)} ${q.tz}, scored against each visit's last prediction: horizon = arrival − time of the prediction, ` +
+      `${localTime(q.to)} ${q.tz} that arrived (their last prediction made at most 2 min before the arrival it gives), ` +
+      `scored against that last prediction: horizon = arrival − time of the prediction, ` +
       `error = realized − predicted arrival (positive: the vehicle came later than predicted); accurate within the band of ` +
       `its horizon bucket (${q.bands ? "bands as given" : "the ETA Accuracy Benchmark's"}).`;
     const c = $("content");

@@ -24,7 +24,9 @@ import (
 // or else stop_id) the last record by event time, then partition, then
 // offset, is the reference; every other record of the visit has horizon =
 // the reference's arrival_time (else event time) - its event time and
-// error = the reference's delay - its delay. Per key (%s: the reference's
+// error = the reference's delay - its delay; a visit counts only when it
+// arrived: its reference was made at most 120 s before the arrival it
+// gives (or after it). Per key (%s: the reference's
 // line, or 'all') and benchmark bucket, of the visits arriving in [$1, $2):
 // predictions, accurate (the band's bounds included), the mean error and
 // its P50 and P90.
@@ -36,12 +38,13 @@ const accuracyOracle = `WITH p AS (
 		WHERE NOT EXISTS (SELECT 1 FROM dead_letters x WHERE x.topic = m.topic AND x.partition = m.partition AND x."offset" = m."offset")) AS ok
 	WHERE j ? 'start_date'
 ), ref AS (
-	SELECT DISTINCT ON (trip, day, sk) trip, day, sk, coalesce(arr, et) AS arrival, d AS realized, line, partition, "offset"
+	SELECT DISTINCT ON (trip, day, sk) trip, day, sk, coalesce(arr, et) AS arrival, et, d AS realized, line, partition, "offset"
 	FROM p ORDER BY trip, day, sk, et DESC, partition DESC, "offset" DESC
 ), s AS (
 	SELECT r.line, extract(epoch FROM r.arrival - p.et)::float8 AS horizon, r.realized - p.d AS err
 	FROM p JOIN ref r USING (trip, day, sk)
 	WHERE (p.partition, p."offset") <> (r.partition, r."offset") AND r.arrival >= $1 AND r.arrival < $2
+		AND r.arrival <= r.et + interval '120 seconds'
 ), b(i, lo, hi, early, late) AS (VALUES (1, 0, 180, -30, 90), (2, 180, 360, -60, 150), (3, 360, 600, -60, 210), (4, 600, 900, -90, 270))
 SELECT %s, b.i, count(*), count(*) FILTER (WHERE s.err >= b.early AND s.err <= b.late), avg(s.err),
 	percentile_cont('{0.5,0.9}'::float8[]) WITHIN GROUP (ORDER BY s.err)
