@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -130,14 +129,11 @@ func rankAccuracy(res *accuracy.Result, minPredictions int64, top int) []Accurac
 	for _, row := range res.Rows {
 		predictions[row.ID] += row.Predictions
 	}
-	out := []AccuracyLine{}
-	for _, o := range res.Overall {
-		if n := predictions[o.ID]; n >= minPredictions {
-			out = append(out, AccuracyLine{ID: o.ID, Accuracy: o.Accuracy, Buckets: o.Buckets, Predictions: n})
-		}
+	out := make([]AccuracyLine, len(res.Overall))
+	for i, o := range res.Overall {
+		out[i] = AccuracyLine{ID: o.ID, Accuracy: o.Accuracy, Buckets: o.Buckets, Predictions: predictions[o.ID]}
 	}
-	slices.SortFunc(out, func(a, b AccuracyLine) int {
+	return ranked(out, func(l AccuracyLine) bool { return l.Predictions >= minPredictions }, func(a, b AccuracyLine) int {
 		return cmp.Or(cmp.Compare(a.Accuracy, b.Accuracy), cmp.Compare(b.Predictions, a.Predictions), strings.Compare(a.ID, b.ID))
-	})
-	return out[:min(top, len(out))]
+	}, top)
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -103,18 +102,12 @@ func (h *Handler) headway(ctx context.Context, r *http.Request) (any, error) {
 		if p.pipeline == "" {
 			return nil
 		}
-		q := visitstats.Query{Metric: visitstats.Headway, Dimension: aggregate.DimNetwork, WaitTolerance: tol}
-		total, err := visitRows(ctx, c, p, q)
+		network, rows, err := networkAndIDs(ctx, c, p, visitstats.Query{Metric: visitstats.Headway, WaitTolerance: tol}, dim)
 		if err != nil {
 			return err
 		}
-		for _, row := range total {
-			out.Total = headwayOf(row.Values)
-		}
-		q.Dimension = dim
-		rows, err := visitRows(ctx, c, p, q)
-		if err != nil {
-			return err
+		if network != nil {
+			out.Total = headwayOf(network)
 		}
 		out.Rows = rankHeadways(rows, minGaps, int(top))
 		return nameEach(ctx, c, p.pipeline, dim, len(out.Rows), func(i int) string { return out.Rows[i].ID },
@@ -126,13 +119,11 @@ func (h *Handler) headway(ctx context.Context, r *http.Request) (any, error) {
 // rankHeadways keeps the ids with at least minGaps gaps, the greatest excess
 // wait first (null last; ties: more gaps first, then id), at most top.
 func rankHeadways(rows []visitstats.Row, minGaps int64, top int) []HeadwayRow {
-	out := []HeadwayRow{}
-	for _, row := range rows {
-		if s := headwayOf(row.Values); s.Gaps >= minGaps {
-			out = append(out, HeadwayRow{ID: row.ID, HeadwayStats: s})
-		}
+	out := make([]HeadwayRow, len(rows))
+	for i, row := range rows {
+		out[i] = HeadwayRow{ID: row.ID, HeadwayStats: headwayOf(row.Values)}
 	}
-	slices.SortFunc(out, func(a, b HeadwayRow) int {
+	return ranked(out, func(r HeadwayRow) bool { return r.Gaps >= minGaps }, func(a, b HeadwayRow) int {
 		ea, eb := a.ExcessWaitS, b.ExcessWaitS
 		var byExcess int
 		switch {
@@ -145,6 +136,5 @@ func rankHeadways(rows []visitstats.Row, minGaps int64, top int) []HeadwayRow {
 			byExcess = cmp.Compare(*eb, *ea)
 		}
 		return cmp.Or(byExcess, cmp.Compare(b.Gaps, a.Gaps), strings.Compare(a.ID, b.ID))
-	})
-	return out[:min(top, len(out))]
+	}, top)
 }

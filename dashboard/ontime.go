@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -105,18 +104,13 @@ func (h *Handler) onTime(ctx context.Context, r *http.Request) (any, error) {
 		if p.pipeline == "" {
 			return nil
 		}
-		q := visitstats.Query{Metric: visitstats.OnTime, Dimension: aggregate.DimNetwork, OnTime: def}
-		total, err := visitRows(ctx, c, p, q)
+		q := visitstats.Query{Metric: visitstats.OnTime, OnTime: def}
+		network, lines, err := networkAndIDs(ctx, c, p, q, aggregate.DimLine)
 		if err != nil {
 			return err
 		}
-		for _, row := range total {
-			out.Total = onTimeOf(row.Values)
-		}
-		q.Dimension = aggregate.DimLine
-		lines, err := visitRows(ctx, c, p, q)
-		if err != nil {
-			return err
+		if network != nil {
+			out.Total = onTimeOf(network)
 		}
 		out.Lines = rankOnTime(lines, minVisits, int(top))
 		if err := nameEach(ctx, c, p.pipeline, aggregate.DimLine, len(out.Lines), func(i int) string { return out.Lines[i].ID },
@@ -145,16 +139,13 @@ func (h *Handler) onTime(ctx context.Context, r *http.Request) (any, error) {
 // rankOnTime keeps the lines with at least minVisits visits, the least on
 // time first (ties: more visits first, then id), at most top.
 func rankOnTime(rows []visitstats.Row, minVisits int64, top int) []OnTimeLine {
-	out := []OnTimeLine{}
-	for _, row := range rows {
-		if c := onTimeOf(row.Values); c.Visits >= minVisits {
-			out = append(out, OnTimeLine{ID: row.ID, OnTimeCounts: c})
-		}
+	lines := make([]OnTimeLine, len(rows))
+	for i, row := range rows {
+		lines[i] = OnTimeLine{ID: row.ID, OnTimeCounts: onTimeOf(row.Values)}
 	}
-	slices.SortFunc(out, func(a, b OnTimeLine) int {
+	return ranked(lines, func(l OnTimeLine) bool { return l.Visits >= minVisits }, func(a, b OnTimeLine) int {
 		return cmp.Or(cmp.Compare(*a.OnTimeShare, *b.OnTimeShare), cmp.Compare(b.Visits, a.Visits), strings.Compare(a.ID, b.ID))
-	})
-	return out[:min(top, len(out))]
+	}, top)
 }
 
 // byHourOfDay sums hourly buckets by their hour of day in loc: counts add

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/store/visitstats"
 )
 
@@ -103,6 +105,31 @@ func share(v any) *float64 {
 		return nil
 	}
 	return &f
+}
+
+// ranked keeps the rows keep accepts, in order, at most top: the rankings
+// of the pages of the stop visits.
+func ranked[T any](rows []T, keep func(T) bool, order func(a, b T) int, top int) []T {
+	out := slices.DeleteFunc(rows, func(r T) bool { return !keep(r) })
+	slices.SortFunc(out, order)
+	return out[:min(top, len(out))]
+}
+
+// networkAndIDs reads q for the whole network (the values of its one row;
+// nil when no visit counts) and per id of dimension.
+func networkAndIDs(ctx context.Context, c *pgx.Conn, p visitsPage, q visitstats.Query, dimension string) ([]any, []visitstats.Row, error) {
+	q.Dimension = aggregate.DimNetwork
+	total, err := visitRows(ctx, c, p, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	var network []any
+	for _, row := range total {
+		network = row.Values
+	}
+	q.Dimension = dimension
+	rows, err := visitRows(ctx, c, p, q)
+	return network, rows, err
 }
 
 // visitRows runs q on c with the page's range and time zone.

@@ -148,6 +148,19 @@
         pattern: "\\d{4}-\\d{2}-\\d{2}([ T]\\d{2}:\\d{2}(:\\d{2})?)?", title: "a date and a 24-hour time, e.g. 2016-05-19 17:30" }));
   }
 
+  // rangeInputs are the from and to fields of a page's range: as the API
+  // gave them (d), or as the URL holds them after an error.
+  function rangeInputs(q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    return [timeInput("from", "from", from), timeInput("to", "to", to)];
+  }
+
+  // countInput is a field of a whole number from 1 (text after an error,
+  // so that a wrong value shows as given).
+  function countInput(label, name, value, d, attrs) {
+    return input(label, name, value, Object.assign({ type: d ? "number" : "text", min: 1 }, attrs));
+  }
+
   function select(label, name, value, options, attrs) {
     return el(
       "label",
@@ -343,10 +356,8 @@
   }
 
   function delayForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     controls(meta, q, [
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
       select("bucket", "bucket", params.get("bucket") || "auto",
         [["auto", d ? `auto (${q.bucket})` : "auto"], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
       select("line", "line", q.line || "", [["", "all lines (network)"], ...lineOptions(q, d)], { class: "wide" }),
@@ -438,11 +449,9 @@
   }
 
   function lineForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     controls(meta, q, [
       select("line", "line", q.line, lineOptions(q, d), { class: "wide", title: d && q.line ? labelOf(d.line) : null }),
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
     ]);
   }
 
@@ -608,6 +617,9 @@
     return `Its stop visits are of the service days ${s.first} to ${s.last}.`;
   }
 
+  // arriving says which stop visits a page counts.
+  const arriving = (q) => `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}`;
+
   const share100 = (v) => (v == null ? null : v * 100);
   const pctText = (v) => (v == null ? "–" : `${(v * 100).toFixed(1)} %`);
 
@@ -620,15 +632,13 @@
   ];
 
   function onTimeForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     const def = q.definition || "na";
     const opts = definitions.some(([v]) => v === def) ? definitions : [[def, `${def} (s early, s late)`], ...definitions];
     controls(meta, q, [
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
       select("on time", "definition", def, opts),
-      input("min. visits", "min_visits", q.min_visits, { type: d ? "number" : "text", min: 1, style: "width:7em" }),
-      input("lines", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+      countInput("min. visits", "min_visits", q.min_visits, d, { style: "width:7em" }),
+      countInput("lines", "top", q.top, d, { max: 500, style: "width:5em" }),
     ]);
   }
 
@@ -637,8 +647,7 @@
     const q = d.query;
     onTimeForm(meta, q, d);
     const band = `${q.early_s} s early to ${q.late_s} s late`;
-    $("subtitle").textContent = `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
-      `a visit is on time from ${band}, bounds included (the delay of its last prediction).`;
+    $("subtitle").textContent = `${arriving(q)}: a visit is on time from ${band}, bounds included (the delay of its last prediction).`;
     const c = $("content");
     const t = d.total;
     c.append(el("div", { class: "cards" },
@@ -687,15 +696,13 @@
   }
 
   function headwayForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     controls(meta, q, [
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
       select("per", "dimension", q.dimension || "line", [["line", "line (over its stops)"], ["station", "station (over its lines)"]]),
       input("wait tolerance", "wait_tolerance", q.wait_tolerance, { type: d ? "number" : "text", min: 0, max: 10, step: 0.05, style: "width:6em",
         title: "an observed gap up to the scheduled gap × (1 + tolerance) passes the wait assessment" }),
-      input("min. gaps", "min_gaps", q.min_gaps, { type: d ? "number" : "text", min: 1, style: "width:6em" }),
-      input("rows", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+      countInput("min. gaps", "min_gaps", q.min_gaps, d, { style: "width:6em" }),
+      countInput("rows", "top", q.top, d, { max: 500, style: "width:5em" }),
     ]);
   }
 
@@ -703,7 +710,7 @@
     const d = await getJSON("api/headway", params);
     const q = d.query;
     headwayForm(meta, q, d);
-    $("subtitle").textContent = `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}: ` +
+    $("subtitle").textContent = `${arriving(q)}: ` +
       `the gaps between consecutive visits of a line at a stop on a service day, observed (predicted arrivals) and scheduled ` +
       `(arrival minus delay). Excess wait = average wait minus scheduled wait; wait assessment = the gaps at most ` +
       `${(100 * (1 + q.wait_tolerance)).toFixed(0)} % of the scheduled gap.`;
@@ -758,13 +765,11 @@
   const bandName = (b) => `${b.early_s} s to +${b.late_s} s`;
 
   function accuracyForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     controls(meta, q, [
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
       input("bands (FROM-TO:EARLY..LATE, …; empty: the benchmark's)", "bands", q.bands, { size: 30, placeholder: "0-3m:-30s..90s,3m-6m:-1m..2m30s" }),
-      input("min. predictions", "min_predictions", q.min_predictions, { type: d ? "number" : "text", min: 1, style: "width:7em" }),
-      input("lines", "top", q.top, { type: d ? "number" : "text", min: 1, max: 500, style: "width:5em" }),
+      countInput("min. predictions", "min_predictions", q.min_predictions, d, { style: "width:7em" }),
+      countInput("lines", "top", q.top, d, { max: 500, style: "width:5em" }),
     ]);
   }
 
