@@ -291,7 +291,7 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--from", "yesterday"), 2, "--from"},
 		{append(base, "--to", "2016-05-18"), 2, "want from < to"},
 		{append(base, "--no-such-flag"), 2, "unknown flag: --no-such-flag"},
-		{append(base, "--metric", "punctuality"), 2, `--metric "punctuality": want delay, on-time or headway`},
+		{append(base, "--metric", "punctuality"), 2, `--metric "punctuality": want delay, on-time, headway or accuracy`},
 		{append(base, "--metric", "on-time", "--on-time", "swiss"), 2, `--on-time: on-time definition "swiss"`},
 		{append(base, "--metric", "on-time", "--on-time", "-30,180"), 2, "EARLY,LATE in seconds"},
 		{append(base, "--metric", "on-time", "--quantiles", "0.9"), 2, "--quantiles applies to --metric delay or accuracy only"},
