@@ -204,7 +204,7 @@ func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Q
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	write := rollup.Writer(f.json, f.csv)
+	write := rollup.Pick(f.json, f.csv, rollup.WriteTable, rollup.WriteJSON, rollup.WriteCSV)
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		res, err := rollup.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, res) }, err
@@ -225,7 +225,7 @@ func visitReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Q
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	write := visitstats.Writer(f.json, f.csv)
+	write := rollup.Pick(f.json, f.csv, visitstats.WriteTable, visitstats.WriteJSON, visitstats.WriteCSV)
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		rows, err := visitstats.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, rows) }, err

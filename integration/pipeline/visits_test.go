@@ -44,16 +44,24 @@ while left:
 c.close()
 `
 
-// loadPyOracle reads the predictions topic with confluent-kafka into table
-// py_msgs(topic, partition, offset, value jsonb) of db and returns how many
-// records it holds.
-func loadPyOracle(t *testing.T, db, addr string) int {
+// readTopicWithPy returns the predictions topic as readTopicPy prints it
+// (6 partitions): JSON lines [partition, offset, value].
+func readTopicWithPy(t *testing.T, addr string) []byte {
 	t.Helper()
 	py := harness.PythonWithConfluentKafka(t)
 	out, err := exec.Command(py, "-c", readTopicPy, addr, harness.PredictionsTopic, "6").Output()
 	if err != nil {
 		t.Fatalf("confluent-kafka reader: %v", err)
 	}
+	return out
+}
+
+// loadPyOracle reads the predictions topic with confluent-kafka into table
+// py_msgs(topic, partition, offset, value jsonb) of db and returns how many
+// records it holds.
+func loadPyOracle(t *testing.T, db, addr string) int {
+	t.Helper()
+	out := readTopicWithPy(t, addr)
 	var rows [][]any
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
@@ -79,8 +87,9 @@ func loadPyOracle(t *testing.T, db, addr string) int {
 // oracleVisits computes stop_visits from py_msgs with SQL alone: the
 // records not dead-lettered that have a start_date, per (trip, service day,
 // stop_sequence or else stop_id), the last by event time, then partition,
-// then offset, how many there were, and every one's event time and delay
-// in (event time, delay) order: the prediction history.
+// then offset (whether it gave an arrival_time: arrival_predicted), how
+// many there were, and every one's event time and delay in (event time,
+// delay) order: the prediction history.
 const oracleVisits = `
 WITH ok AS (
 	SELECT m.partition, m."offset", m.value AS j FROM py_msgs m
@@ -94,16 +103,16 @@ WITH ok AS (
 		(j->>'delay_s')::float8 AS delay, partition, "offset"
 	FROM ok
 )
-SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), delay,
-	count(*) OVER w, array_agg(et) OVER h, array_agg(delay) OVER h
+SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), arrival IS NOT NULL,
+	delay, count(*) OVER w, array_agg(et) OVER h, array_agg(delay) OVER h
 FROM v
 WINDOW w AS (PARTITION BY trip, day, stop_key),
 	h AS (w ORDER BY et, delay ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
 ORDER BY trip, day, stop_key, et DESC, partition DESC, "offset" DESC`
 
 // dumpVisits reads stop_visits with the prediction history of each visit.
-const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, delay_s, predictions,
-	prediction_times, prediction_delays FROM stop_visits`
+const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, arrival_predicted,
+	delay_s, predictions, prediction_times, prediction_delays FROM stop_visits`
 
 // oracleNoStartDate counts the records not dead-lettered without start_date.
 const oracleNoStartDate = `SELECT count(*) FROM py_msgs m WHERE NOT m.value ? 'start_date' AND NOT EXISTS (SELECT 1 FROM dead_letters d

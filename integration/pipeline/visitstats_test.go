@@ -16,14 +16,15 @@ import (
 	"github.com/ovstream/ovstream/integration/harness"
 )
 
-// visitKPIsPy reads the predictions topic as confluent-kafka (librdkafka)
-// does, forms the stop visits in Python (the records that are not dead
-// letters and have a start_date; per trip, service day and stop_sequence,
-// else stop_id, the last by event time, then partition, then offset) and
+// visitKPIsPy reads the predictions topic as readTopicPy printed it
+// (confluent-kafka, librdkafka), forms the stop visits in Python (the
+// records that are not dead letters and have a start_date; per trip,
+// service day and stop_sequence, else stop_id, the last by event time,
+// then partition, then offset) and
 // computes, for each query, the on-time counts or the headways per bucket
 // and dimension id, with Python's own arithmetic (exact fractions, then
-// one float division). Arguments: bootstrap servers, topic, partitions, a
-// file of the dead letters' [partition, offset], a file of the queries.
+// one float division). Arguments: a file of readTopicPy's lines, a file of
+// the dead letters' [partition, offset], a file of the queries.
 // Prints one JSON list of rows [bucket start (Unix s), id, values...] per
 // query.
 const visitKPIsPy = `
@@ -31,36 +32,23 @@ import json, sys
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from zoneinfo import ZoneInfo
-from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
-servers, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-dead = {tuple(x) for x in json.load(open(sys.argv[4]))}
-queries = json.load(open(sys.argv[5]))
-c = Consumer({"bootstrap.servers": servers, "group.id": "kpi-oracle", "enable.auto.commit": False,
-              "enable.partition.eof": True, "isolation.level": "read_committed"})
-c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(n)])
+records, dead = sys.argv[1], {tuple(x) for x in json.load(open(sys.argv[2]))}
+queries = json.load(open(sys.argv[3]))
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def micros(s):
     return (datetime.fromisoformat(s) - EPOCH) // timedelta(microseconds=1)
 visits = {}
-left = set(range(n))
-while left:
-    m = c.poll(20)
-    if m is None:
-        sys.exit("no record nor end of partition in 20 s")
-    if m.error():
-        if m.error().code() == -191:
-            left.discard(m.partition())
-            continue
-        sys.exit(str(m.error()))
-    if (m.partition(), m.offset()) in dead:
+for line in open(records):
+    part, off, value = json.loads(line)
+    if (part, off) in dead:
         continue
-    j = json.loads(m.value())
+    j = json.loads(value)
     if j.get("start_date") is None:
         continue
     seq = j.get("stop_sequence")
     key = (j["trip_id"], j["start_date"], str(seq) if seq is not None else "stop_id:" + j["stop_id"])
     et = micros(j["event_time"])
-    rank = (et, m.partition(), m.offset())
+    rank = (et, part, off)
     v = visits.get(key)
     if v is None or rank > v["rank"]:
         arr = j.get("arrival_time")
@@ -69,7 +57,6 @@ while left:
                        "delay": float(j["delay_s"]), "arrival": micros(arr) if arr is not None else et,
                        "given": arr is not None}
     visits[key]["n"] += 1
-c.close()
 
 def bucket(q, v):
     tz = ZoneInfo(q["tz"])
@@ -324,6 +311,9 @@ func visitKPIOracle(t *testing.T, db, addr string, queries []kpiQuery) [][]strin
 		}
 		dead = append(dead, po)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "records.json"), readTopicWithPy(t, addr), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for name, v := range map[string]any{"dead.json": dead, "queries.json": queries} {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -334,7 +324,7 @@ func visitKPIOracle(t *testing.T, db, addr string, queries []kpiQuery) [][]strin
 		}
 	}
 	py := harness.PythonWithConfluentKafka(t)
-	cmd := exec.Command(py, "-c", visitKPIsPy, addr, harness.PredictionsTopic, "6", filepath.Join(dir, "dead.json"),
+	cmd := exec.Command(py, "-c", visitKPIsPy, filepath.Join(dir, "records.json"), filepath.Join(dir, "dead.json"),
 		filepath.Join(dir, "queries.json"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

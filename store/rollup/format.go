@@ -173,14 +173,14 @@ func WriteTable(w io.Writer, q Query, res *Result) error {
 	return nil
 }
 
-// Writer returns WriteJSON with json, else WriteCSV with csv, else
-// WriteTable.
-func Writer(json, csv bool) func(io.Writer, Query, *Result) error {
+// Pick returns jsonW with json, else csvW with csv, else table: the writer
+// of the output format asked for, of any report.
+func Pick[W any](json, csv bool, table, jsonW, csvW W) W {
 	switch {
 	case json:
-		return WriteJSON
+		return jsonW
 	case csv:
-		return WriteCSV
+		return csvW
 	}
-	return WriteTable
+	return table
 }

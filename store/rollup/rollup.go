@@ -51,16 +51,8 @@ type Query struct {
 // Validate checks q, and says what is wrong in terms of the flags of
 // `ovstream report`.
 func (q *Query) Validate() error {
-	switch q.Dimension {
-	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
-	default:
-		return fmt.Errorf("dimension %q: want line, station, operator or network", q.Dimension)
-	}
-	if q.Pipeline == "" {
-		return errors.New("no pipeline")
-	}
-	if !q.From.Before(q.To) { // not IsZero: 0001-01-01T00:00:00Z is a bound like any other
-		return fmt.Errorf("time range [%s, %s): want from < to", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
+	if err := CheckScope(q.Pipeline, q.Dimension, q.From, q.To); err != nil {
+		return err
 	}
 	for _, p := range q.Quantiles {
 		if !(p >= 0 && p <= 1) {
@@ -75,6 +67,24 @@ func (q *Query) Validate() error {
 	}
 	if _, err := q.metric(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// CheckScope checks what every report names: a pipeline, a dimension
+// (line, station, operator or network) and a time range [from, to) with
+// from < to.
+func CheckScope(pipeline, dimension string, from, to time.Time) error {
+	switch dimension {
+	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
+	default:
+		return fmt.Errorf("dimension %q: want line, station, operator or network", dimension)
+	}
+	if pipeline == "" {
+		return errors.New("no pipeline")
+	}
+	if !from.Before(to) { // not IsZero: 0001-01-01T00:00:00Z is a bound like any other
+		return fmt.Errorf("time range [%s, %s): want from < to", from.Format(time.RFC3339), to.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -229,22 +239,27 @@ func Run(ctx context.Context, db Querier, q Query) (*Result, error) {
 // addNames sets the Name and ShortName of rows from the names table: each id LEFT JOIN
 // names, so an id without a name keeps "". One query for all ids.
 func addNames(ctx context.Context, db Querier, q Query, rows []Row) error {
-	if len(rows) == 0 || (q.Dimension != aggregate.DimLine && q.Dimension != aggregate.DimStation) {
-		return nil
-	}
 	ids := make([]string, 0, len(rows))
 	for _, r := range rows {
 		ids = append(ids, r.ID)
 	}
-	slices.Sort(ids)
-	names, err := store.Names(ctx, db, q.Pipeline, q.Dimension, slices.Compact(ids))
-	if err != nil {
-		return err
-	}
+	names, err := NamesOf(ctx, db, q.Pipeline, q.Dimension, ids)
 	for i := range rows {
 		rows[i].Name, rows[i].ShortName = names[rows[i].ID].Name, names[rows[i].ID].ShortName
 	}
-	return nil
+	return err
+}
+
+// NamesOf returns the names of ids (in any order, repeated or not) of a
+// line or station dimension from the names table, in one query; nil for
+// other dimensions and for no ids.
+func NamesOf(ctx context.Context, db Querier, pipeline, dimension string, ids []string) (map[string]store.Name, error) {
+	if len(ids) == 0 || (dimension != aggregate.DimLine && dimension != aggregate.DimStation) {
+		return nil, nil
+	}
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	return store.Names(ctx, db, pipeline, dimension, slices.Compact(ids))
 }
 
 // rank orders rows[from:] (one bucket) by metric, greatest first, ties by

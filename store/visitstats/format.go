@@ -93,18 +93,33 @@ func WriteJSON(w io.Writer, q Query, rows []Row) error {
 	if q.ServiceDay {
 		bucket = "service-day"
 	}
-	head := map[string]any{"metric": q.Metric, "pipeline": q.Pipeline, "dimension": q.Dimension, "ids": q.IDs,
-		"from": q.From.In(loc), "to": q.To.In(loc), "bucket": bucket, "tz": loc.String()}
+	type onTime struct {
+		Definition string  `json:"definition"`
+		Early      float64 `json:"early_s"`
+		Late       float64 `json:"late_s"`
+	}
+	head := struct {
+		Metric        Metric    `json:"metric"`
+		Pipeline      string    `json:"pipeline"`
+		Dimension     string    `json:"dimension"`
+		IDs           []string  `json:"ids"`
+		From          time.Time `json:"from"`
+		To            time.Time `json:"to"`
+		Bucket        string    `json:"bucket"`
+		TZ            string    `json:"tz"`
+		OnTime        *onTime   `json:"on_time,omitempty"`
+		WaitTolerance *float64  `json:"wait_tolerance,omitempty"`
+		Rows          []jsonRow `json:"rows"`
+	}{Metric: q.Metric, Pipeline: q.Pipeline, Dimension: q.Dimension, IDs: q.IDs, From: q.From.In(loc), To: q.To.In(loc),
+		Bucket: bucket, TZ: loc.String(), Rows: make([]jsonRow, len(rows))}
 	if q.Metric == OnTime {
-		head["on_time"] = map[string]any{"definition": q.OnTime.String(), "early_s": q.OnTime.Early, "late_s": q.OnTime.Late}
+		head.OnTime = &onTime{q.OnTime.String(), q.OnTime.Early, q.OnTime.Late}
 	} else {
-		head["wait_tolerance"] = q.WaitTolerance
+		head.WaitTolerance = &q.WaitTolerance
 	}
-	js := make([]jsonRow, len(rows))
 	for i, r := range rows {
-		js[i] = jsonRow{q, r}
+		head.Rows[i] = jsonRow{q, r}
 	}
-	head["rows"] = js
 	b, err := json.Marshal(head)
 	if err != nil {
 		return err
@@ -147,16 +162,4 @@ func WriteTable(w io.Writer, q Query, rows []Row) error {
 		fmt.Fprintln(w, "(no rows)")
 	}
 	return nil
-}
-
-// Writer returns WriteJSON with json, else WriteCSV with csv, else
-// WriteTable.
-func Writer(json, csv bool) func(io.Writer, Query, []Row) error {
-	switch {
-	case json:
-		return WriteJSON
-	case csv:
-		return WriteCSV
-	}
-	return WriteTable
 }

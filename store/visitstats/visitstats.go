@@ -2,16 +2,12 @@ package visitstats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/store"
 	"github.com/ovstream/ovstream/store/rollup"
 )
 
@@ -106,16 +102,8 @@ func (q *Query) Validate() error {
 	default:
 		return fmt.Errorf("metric %q: want on-time or headway", q.Metric)
 	}
-	switch q.Dimension {
-	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
-	default:
-		return fmt.Errorf("dimension %q: want line, station, operator or network", q.Dimension)
-	}
-	if q.Pipeline == "" {
-		return errors.New("no pipeline")
-	}
-	if !q.From.Before(q.To) {
-		return fmt.Errorf("time range [%s, %s): want from < to", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
+	if err := rollup.CheckScope(q.Pipeline, q.Dimension, q.From, q.To); err != nil {
+		return err
 	}
 	if !(q.OnTime.Early >= 0 && q.OnTime.Late >= 0) || math.IsInf(q.OnTime.Early, 0) || math.IsInf(q.OnTime.Late, 0) {
 		return fmt.Errorf("on-time bounds %v: want finite numbers >= 0", q.OnTime)
@@ -220,20 +208,13 @@ func Run(ctx context.Context, db rollup.Querier, q Query) ([]Row, error) {
 
 // addNames sets the Name of rows of lines and stations from the names table.
 func addNames(ctx context.Context, db rollup.Querier, q Query, rows []Row) error {
-	if len(rows) == 0 || (q.Dimension != aggregate.DimLine && q.Dimension != aggregate.DimStation) {
-		return nil
-	}
 	ids := make([]string, 0, len(rows))
 	for _, r := range rows {
 		ids = append(ids, r.ID)
 	}
-	slices.Sort(ids)
-	names, err := store.Names(ctx, db, q.Pipeline, q.Dimension, slices.Compact(ids))
-	if err != nil {
-		return err
-	}
+	names, err := rollup.NamesOf(ctx, db, q.Pipeline, q.Dimension, ids)
 	for i := range rows {
 		rows[i].Name = names[rows[i].ID].Name
 	}
-	return nil
+	return err
 }
