@@ -51,21 +51,8 @@ type Query struct {
 // Validate checks q, and says what is wrong in terms of the flags of
 // `ovstream report`.
 func (q *Query) Validate() error {
-	switch q.Dimension {
-	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
-	default:
-		return fmt.Errorf("dimension %q: want line, station, operator or network", q.Dimension)
-	}
-	if q.Pipeline == "" {
-		return errors.New("no pipeline")
-	}
-	if !q.From.Before(q.To) { // not IsZero: 0001-01-01T00:00:00Z is a bound like any other
-		return fmt.Errorf("time range [%s, %s): want from < to", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
-	}
-	for _, p := range q.Quantiles {
-		if !(p >= 0 && p <= 1) {
-			return fmt.Errorf("quantile %v: want 0 <= q <= 1", p)
-		}
+	if err := ValidateSelection(q.Pipeline, q.Dimension, q.From, q.To, q.Quantiles); err != nil {
+		return err
 	}
 	if q.Top < 0 {
 		return fmt.Errorf("top %d: want >= 0", q.Top)
@@ -75,6 +62,29 @@ func (q *Query) Validate() error {
 	}
 	if _, err := q.metric(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// ValidateSelection checks what every report selects: a pipeline, a
+// dimension (line, station, operator or network), a time range [from, to)
+// and quantiles in [0, 1].
+func ValidateSelection(pipeline, dimension string, from, to time.Time, quantiles []float64) error {
+	switch dimension {
+	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
+	default:
+		return fmt.Errorf("dimension %q: want line, station, operator or network", dimension)
+	}
+	if pipeline == "" {
+		return errors.New("no pipeline")
+	}
+	if !from.Before(to) { // not IsZero: 0001-01-01T00:00:00Z is a bound like any other
+		return fmt.Errorf("time range [%s, %s): want from < to", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	for _, p := range quantiles {
+		if !(p >= 0 && p <= 1) {
+			return fmt.Errorf("quantile %v: want 0 <= q <= 1", p)
+		}
 	}
 	return nil
 }
