@@ -35,7 +35,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/store/rollup"
 )
 
@@ -127,16 +126,8 @@ const DefaultRealizedWithinS = 120
 // Validate checks q, and says what is wrong in terms of the flags of
 // `ovstream report`.
 func (q *Query) Validate() error {
-	switch q.Dimension {
-	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
-	default:
-		return fmt.Errorf("dimension %q: want line, station, operator or network", q.Dimension)
-	}
-	if q.Pipeline == "" {
-		return errors.New("no pipeline")
-	}
-	if !q.From.Before(q.To) {
-		return fmt.Errorf("--from %s is not before --to %s", q.From.Format(time.RFC3339), q.To.Format(time.RFC3339))
+	if err := rollup.ValidateSelection(q.Pipeline, q.Dimension, q.From, q.To, q.Quantiles); err != nil {
+		return err
 	}
 	if q.Bands != nil {
 		if err := validateBands(q.Bands); err != nil {
@@ -145,11 +136,6 @@ func (q *Query) Validate() error {
 	}
 	if q.RealizedWithinS < 0 {
 		return fmt.Errorf("realized within %gs: not positive", q.RealizedWithinS)
-	}
-	for _, p := range q.Quantiles {
-		if !(p >= 0 && p <= 1) {
-			return fmt.Errorf("quantile %g not in [0, 1]", p)
-		}
 	}
 	return nil
 }

@@ -62,3 +62,40 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteFormats(t *testing.T) {
+	from := time.Date(2016, 5, 19, 0, 0, 0, 0, time.UTC)
+	q := Query{Pipeline: "p", Dimension: "line", From: from, To: from.Add(24 * time.Hour), Quantiles: []float64{0.5}}
+	res := &Result{Rows: []Row{
+		{ID: "=L1", Bucket: 1, Band: Benchmark[0], Predictions: 4, Accurate: 3, Accuracy: 0.75, MeanErrorS: 12.5, ErrorQuantiles: []float64{10}},
+		{ID: "=L1", Bucket: 3, Band: Benchmark[2], Predictions: 2, Accurate: 1, Accuracy: 0.5, MeanErrorS: -30, ErrorQuantiles: []float64{-30}},
+	}}
+	res.Overall = overall(res.Rows)
+	var b strings.Builder
+	if err := WriteCSV(&b, q, res); err != nil {
+		t.Fatal(err)
+	}
+	wantCSV := "line,bucket,horizon_from_s,horizon_to_s,early_s,late_s,predictions,accurate,accuracy,mean_error_s,p50\n" +
+		"'=L1,0m-3m,0,180,-30,90,4,3,0.75,12.5,10\n'=L1,6m-10m,360,600,-60,210,2,1,0.5,-30,-30\n"
+	if b.String() != wantCSV {
+		t.Errorf("CSV:\n%s\nwant\n%s", b.String(), wantCSV)
+	}
+	b.Reset()
+	if err := WriteTable(&b, q, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"0m-3m     -30..+90", " 75.0 ", "6m-10m    -60..+210", "overall  (mean of 2)", " 62.5 "} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table without %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := WriteJSON(&b, q, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"bucket": "6m-10m"`, `"error_quantiles_s": {`, `"p50": -30`, `"accuracy": 0.625`, `"buckets": 2`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("JSON without %q:\n%s", want, b.String())
+		}
+	}
+}
