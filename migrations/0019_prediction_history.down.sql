@@ -1,4 +1,4 @@
--- Back to version 17: the accuracy function and the prediction history go.
+-- Back to version 18: the accuracy function and the prediction history go.
 DROP FUNCTION IF EXISTS ovs_accuracy(text, text, timestamptz, timestamptz, double precision[], double precision[],
     double precision[], double precision[], text[], double precision);
 ALTER TABLE stop_visits
