@@ -203,11 +203,7 @@ func TestDashboardAccuracyPage(t *testing.T) {
 		{"bands=0-3m:-30s..90s,4m-6m:-1m..1m", `bands: band 2 starts at 240s, not where band 1 ends (180s)`},
 		{"min_predictions=-1", `min_predictions: "-1": want a whole number from 1 to`},
 	} {
-		code, body := harness.HttpGet(t, base+"api/accuracy?"+bad.query)
-		var doc struct{ Error string }
-		if code != 400 || json.Unmarshal([]byte(body), &doc) != nil || !strings.HasPrefix(doc.Error, bad.prefix) {
-			t.Errorf("api/accuracy?%s: %d %s; want 400 %q...", bad.query, code, body, bad.prefix)
-		}
+		check400(t, base, "api/accuracy?"+bad.query, bad.prefix)
 	}
 	t.Logf("done in %v", time.Since(started).Round(time.Millisecond))
 }

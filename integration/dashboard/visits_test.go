@@ -430,11 +430,7 @@ func TestDashboardOnTimeAndHeadwayPages(t *testing.T) {
 		{"headway", "min_gaps=x", `min_gaps: "x": want a whole number from 1 to`},
 		{"headway", "to=2025-13-01", `to: `},
 	} {
-		code, body := harness.HttpGet(t, base+"api/"+bad.api+"?"+bad.query)
-		var doc struct{ Error string }
-		if code != 400 || json.Unmarshal([]byte(body), &doc) != nil || !strings.HasPrefix(doc.Error, bad.prefix) {
-			t.Errorf("api/%s?%s: %d %s; want 400 %q...", bad.api, bad.query, code, body, bad.prefix)
-		}
+		check400(t, base, "api/"+bad.api+"?"+bad.query, bad.prefix)
 	}
 	if state := bro.Load(t, base+"ontime?definition=fast"); state != "error" {
 		t.Errorf("ontime page with a bad definition: state %q, want error", state)
@@ -446,4 +442,14 @@ func TestDashboardOnTimeAndHeadwayPages(t *testing.T) {
 		t.Errorf("ontime page with a bad definition: the form holds %q", v)
 	}
 	t.Logf("done in %v", time.Since(started).Round(time.Millisecond))
+}
+
+// check400 requires target to answer 400 with an error starting with prefix.
+func check400(t *testing.T, base, target, prefix string) {
+	t.Helper()
+	code, body := harness.HttpGet(t, base+target)
+	var doc struct{ Error string }
+	if code != 400 || json.Unmarshal([]byte(body), &doc) != nil || !strings.HasPrefix(doc.Error, prefix) {
+		t.Errorf("%s: %d %s; want 400 %q...", target, code, body, prefix)
+	}
 }
