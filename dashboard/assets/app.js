@@ -832,6 +832,11 @@
 
   async function main() {
     document.title = `${pages[page].title} · ovstream`;
+    if (["ontime", "headway", "accuracy"].includes(page)) {
+      $("footer").textContent = "Every number comes from the stop visits (table stop_visits) through the SQL functions of " +
+        "ovstream report: counts are exact and shares their quotients; seconds rounded to 0.1 s, shares to 0.1 % here " +
+        "(hover a cell for the exact value).";
+    }
     $("title").textContent = pages[page].title;
     let meta = null;
     try {
