@@ -67,10 +67,10 @@ realkafka:
 	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestRealKafka' ./integration/realkafka/
 
 # A PNG of each dashboard page (docs/dashboard.md "Dashboard") in screenshots/ (not committed), taken by
-# the browser test (headless Chromium, Debian's chromium) on the Auckland and Halifax samples.
+# the browser tests (headless Chromium, Debian's chromium) on the Auckland and Halifax samples.
 screenshots:
 	@bash .ci/postgres.sh
-	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestDashboard$$' ./integration/dashboard/ \
+	$(PGENV) $(GO) test -count=1 -tags integration -timeout 10m -run '^TestDashboard(|OnTimeAndHeadwayPages|AccuracyPage)$$' ./integration/dashboard/ \
 	  -args -dashboard.screenshots $(CURDIR)/screenshots
 	@ls -1 screenshots/*.png
 

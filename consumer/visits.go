@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ovstream/ovstream/aggregate"
 	"github.com/ovstream/ovstream/store"
@@ -50,7 +51,17 @@ type visitBuffer struct {
 	// each one; the index is kept across batches.
 	index  map[visitKey]int
 	visits []store.Visit
-	none   map[aggregate.PartitionID]int64
+	// history holds every prediction added since the last batch, with the
+	// index of its visit in visits; takeVisits sorts it and hands each
+	// visit its part.
+	history []visitPrediction
+	none    map[aggregate.PartitionID]int64
+}
+
+// visitPrediction is one prediction of visits[visit].
+type visitPrediction struct {
+	visit int
+	store.Predicted
 }
 
 // observeVisit adds p, read from r and counted in its window, to its
@@ -83,6 +94,10 @@ func (l *loop) observeVisit(r *record, p *aggregate.Prediction) {
 		setLast(v, r, p)
 	}
 	b.visits[i].Predictions++
+	// PostgreSQL keeps microseconds: the history is sorted as it will be
+	// stored.
+	b.history = append(b.history, visitPrediction{visit: i,
+		Predicted: store.Predicted{EventTime: p.EventTime.Truncate(time.Microsecond), DelayS: p.DelayS}})
 }
 
 // setLast makes p, read from r, the last prediction of v.
@@ -101,6 +116,21 @@ func setLast(v *store.Visit, r *record, p *aggregate.Prediction) {
 func (l *loop) takeVisits() ([]store.Visit, []store.NoStartDate) {
 	b := &l.visits
 	vs := b.visits
+	if len(b.history) > 0 {
+		slices.SortFunc(b.history, func(x, y visitPrediction) int {
+			return cmp.Or(cmp.Compare(x.visit, y.visit), store.ComparePredicted(x.Predicted, y.Predicted))
+		})
+		flat := make([]store.Predicted, len(b.history))
+		for j, h := range b.history {
+			flat[j] = h.Predicted
+		}
+		for lo := 0; lo < len(flat); {
+			i, hi := b.history[lo].visit, lo+int(vs[b.history[lo].visit].Predictions)
+			vs[i].History = flat[lo:hi:hi]
+			lo = hi
+		}
+		b.history = b.history[:0]
+	}
 	if len(vs) > 0 {
 		slices.SortFunc(vs, func(x, y store.Visit) int {
 			return cmp.Or(strings.Compare(x.TripID, y.TripID), cmp.Compare(x.StartDate, y.StartDate),

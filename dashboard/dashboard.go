@@ -114,7 +114,7 @@ func New(cfg Config) (*Handler, error) {
 		}
 		http.ServeFileFS(w, r, static, "index.html")
 	}
-	for _, p := range []string{"/{$}", "/delay", "/top", "/line", "/health"} {
+	for _, p := range []string{"/{$}", "/delay", "/top", "/line", "/ontime", "/headway", "/accuracy", "/health"} {
 		h.mux.HandleFunc("GET "+p, page)
 	}
 	files := http.StripPrefix("/assets", http.FileServerFS(static))
@@ -131,6 +131,9 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /api/delay", h.api(h.delay))
 	h.mux.HandleFunc("GET /api/top", h.api(h.top))
 	h.mux.HandleFunc("GET /api/line", h.api(h.line))
+	h.mux.HandleFunc("GET /api/ontime", h.api(h.onTime))
+	h.mux.HandleFunc("GET /api/headway", h.api(h.headway))
+	h.mux.HandleFunc("GET /api/accuracy", h.api(h.accuracy))
 	h.mux.HandleFunc("GET /api/health", h.api(h.health))
 	return h, nil
 }
@@ -157,7 +160,7 @@ func (h *Handler) pageUnknown(r *http.Request) bool {
 	return store.IsUnknownPipeline(err)
 }
 
-// ServeHTTP serves the pages (/, /delay, /top, /line, /health), the assets
+// ServeHTTP serves the pages (/, /delay, /top, /line, /ontime, /headway, /accuracy, /health), the assets
 // (/assets/...) and the API (/api/...). Every response forbids loading
 // anything from another origin (Content-Security-Policy).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

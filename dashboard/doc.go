@@ -1,6 +1,7 @@
 // Package dashboard serves ovstream's web UI: per pipeline, the network
 // delay over time, the most delayed lines and stations of a day, one line's
-// delay by hour of day, and the pipeline's health. `ovstream serve` serves it
+// delay by hour of day, the on-time performance, headways and prediction
+// accuracy of the stop visits, and the pipeline's health. `ovstream serve` serves it
 // alone; `ovstream run` serves it under /dashboard/ of --metrics-addr.
 //
 // Guarantees:
@@ -9,6 +10,11 @@
 //     store/rollup (the code of `ovstream report`), the hour-of-day profile
 //     from the SQL function ovs_summary. Each equals PostgreSQL's
 //     percentile_cont, avg, min and max over the events themselves. The
+//     pages of the stop visits read the SQL functions ovs_on_time,
+//     ovs_headways and ovs_accuracy through store/visitstats and
+//     store/accuracy (the code of `ovstream report --metric
+//     on-time|headway|accuracy`); only the on-time share by hour of day
+//     is added up here, from the exact counts of the hourly buckets. The
 //     browser computes no statistic: it draws and formats the numbers of the
 //     JSON API (api/...), which carries them exactly (shortest round-trip
 //     decimal); the pages show them rounded to 0.1 s, each cell holding the

@@ -51,3 +51,17 @@ func namedOf(nm store.Name) Named {
 	}
 	return out
 }
+
+// nameEach names n rows of dimension with one query: id(i) is row i's id,
+// set(i, nm) gives it its names.
+func nameEach(ctx context.Context, c *pgx.Conn, pipeline, dimension string, n int, id func(int) string, set func(int, Named)) error {
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = id(i)
+	}
+	nm, err := lookupNames(ctx, c, pipeline, dimension, ids)
+	for i := range n {
+		set(i, nm.of(ids[i]))
+	}
+	return err
+}

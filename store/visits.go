@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -39,6 +40,27 @@ type Visit struct {
 	Partition   int32
 	Offset      int64
 	Predictions int64 // predictions read since the last commit, at least 1
+	// History holds every one of those predictions (Predictions of them),
+	// sorted by (EventTime, DelayS): the commit merges them into the row's
+	// prediction history, which stays sorted the same way.
+	History []Predicted
+}
+
+// Predicted is one prediction of a visit's history: when it was made
+// (event time, UTC, whole microseconds as PostgreSQL keeps them) and the
+// delay it predicted (delay_s, seconds).
+type Predicted struct {
+	EventTime time.Time
+	DelayS    float64
+}
+
+// ComparePredicted orders predictions as the history keeps them: by event
+// time, then delay.
+func ComparePredicted(a, b Predicted) int {
+	if c := a.EventTime.Compare(b.EventTime); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.DelayS, b.DelayS)
 }
 
 // StopKey returns the stop part of v's key in stop_visits.stop_key: the
@@ -77,19 +99,31 @@ var visitColumns = []string{"line", "operator", "stop_id", "stop_sequence", "arr
 	"last_event_time", "last_partition", "last_offset", "arrival_predicted"}
 
 // upsertVisitsSQL adds the predictions and keeps the later last prediction.
+// The history arrives as two flat arrays ($16, $17), visit i's predictions
+// at [$18[i], $19[i]], each visit's sorted; a history that goes on after the
+// stored one is appended (the usual case: a visit's predictions come in
+// time order), otherwise the two are merged and sorted again.
 var upsertVisitsSQL = func() string {
 	later := `(EXCLUDED.last_event_time, EXCLUDED.last_partition, EXCLUDED.last_offset) > (v.last_event_time, v.last_partition, v.last_offset)`
 	sets := []string{"predictions = v.predictions + EXCLUDED.predictions", "updated_at = now()"}
 	for _, c := range visitColumns {
 		sets = append(sets, fmt.Sprintf("%s = CASE WHEN %s THEN EXCLUDED.%s ELSE v.%s END", c, later, c, c))
 	}
+	after := `(EXCLUDED.prediction_times[1], EXCLUDED.prediction_delays[1]) >=
+        (v.prediction_times[cardinality(v.prediction_times)], v.prediction_delays[cardinality(v.prediction_delays)])`
+	for _, h := range []struct{ col, elem string }{{"prediction_times", "t"}, {"prediction_delays", "d"}} {
+		sets = append(sets, fmt.Sprintf(`%s = CASE WHEN %s THEN v.%s || EXCLUDED.%s
+        ELSE (SELECT array_agg(m.%s ORDER BY m.t, m.d) FROM unnest(v.prediction_times || EXCLUDED.prediction_times,
+            v.prediction_delays || EXCLUDED.prediction_delays) AS m(t, d)) END`, h.col, after, h.col, h.col, h.elem))
+	}
 	return `
-INSERT INTO stop_visits AS v (pipeline, trip_id, start_date, stop_key, predictions, ` + strings.Join(visitColumns, ", ") + `)
+INSERT INTO stop_visits AS v (pipeline, trip_id, start_date, stop_key, predictions, ` + strings.Join(visitColumns, ", ") + `,
+    prediction_times, prediction_delays)
 SELECT $1, u.trip, to_date(u.day, 'YYYYMMDD'), u.stop_key, u.n, u.line, u.operator, u.stop_id, u.seq, u.arrival, u.delay,
-    u.event_time, u.part, u.off, u.given
+    u.event_time, u.part, u.off, u.given, ($16::timestamptz[])[u.lo:u.hi], ($17::float8[])[u.lo:u.hi]
 FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bigint[],
-    $10::timestamptz[], $11::float8[], $12::timestamptz[], $13::integer[], $14::bigint[], $15::boolean[])
-    AS u(trip, day, stop_key, n, line, operator, stop_id, seq, arrival, delay, event_time, part, off, given)
+    $10::timestamptz[], $11::float8[], $12::timestamptz[], $13::integer[], $14::bigint[], $15::boolean[], $18::integer[], $19::integer[])
+    AS u(trip, day, stop_key, n, line, operator, stop_id, seq, arrival, delay, event_time, part, off, given, lo, hi)
 ON CONFLICT (pipeline, trip_id, start_date, stop_key) DO UPDATE SET ` + strings.Join(sets, ",\n    ")
 }()
 
@@ -106,6 +140,9 @@ func upsertVisits(ctx context.Context, tx pgx.Tx, pipeline string, vs []Visit, n
 		delays := make([]float64, n)
 		parts := make([]int32, n)
 		given := make([]bool, n)
+		var times []time.Time
+		var hdelays []float64
+		los, his := make([]int32, n), make([]int32, n)
 		for i := range vs {
 			v := &vs[i]
 			trips[i], days[i], keys[i], counts[i] = v.TripID, aggregate.ServiceDateString(v.StartDate), v.StopKey(), v.Predictions
@@ -115,9 +152,14 @@ func upsertVisits(ctx context.Context, tx pgx.Tx, pipeline string, vs []Visit, n
 			}
 			arrivals[i], delays[i], events[i], parts[i], offs[i] = v.ArrivalTime, v.DelayS, v.EventTime, v.Partition, v.Offset
 			given[i] = v.ArrivalGiven
+			los[i] = int32(len(times) + 1)
+			for _, h := range v.History {
+				times, hdelays = append(times, h.EventTime), append(hdelays, h.DelayS)
+			}
+			his[i] = int32(len(times))
 		}
 		if _, err := tx.Exec(ctx, upsertVisitsSQL, pipeline, trips, days, keys, counts, lines, ops, stops, seqs,
-			arrivals, delays, events, parts, offs, given); err != nil {
+			arrivals, delays, events, parts, offs, given, times, hdelays, los, his); err != nil {
 			return fmt.Errorf("%d stop visits: %w", n, err)
 		}
 	}

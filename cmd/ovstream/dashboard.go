@@ -171,7 +171,7 @@ func printDashboardHint(w io.Writer, binary, databaseURL string) {
 	if len(redact.DatabaseSecrets(databaseURL)) > 0 {
 		fmt.Fprintln(w, "  (the URL without its password: add it, or set DATABASE_URL and leave out --database-url)")
 	}
-	fmt.Fprintf(w, "then open in a browser (pages: delay, top, line, health):\n")
+	fmt.Fprintf(w, "then open in a browser (pages: delay, top, line, ontime, headway, accuracy, health):\n")
 	for _, feed := range demo.Feeds {
 		q := url.Values{"pipeline": {feed.Pipeline}, "tz": {feed.TZ}}
 		fmt.Fprintf(w, "  %-28s http://127.0.0.1:8080/?%s\n", feed.Dir, q.Encode())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // --tz works where the system has no zoneinfo
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/redact"
+	"github.com/ovstream/ovstream/store/accuracy"
 	"github.com/ovstream/ovstream/store/rollup"
 	"github.com/ovstream/ovstream/store/visitstats"
 )
@@ -38,13 +40,18 @@ are written as they are.
 na: 60 s early to 300 s late, crow: 30 s early to 180 s late, or EARLY,LATE seconds; bounds
 inclusive), or the gaps between a line's visits at a stop on one service day against the
 scheduled ones: average and excess wait, and the wait assessment (docs/analysing.md "On-time
-performance and headways"; SQL: ovs_on_time, ovs_headways).`
+performance and headways"; SQL: ovs_on_time, ovs_headways).
+--metric accuracy prints instead the accuracy of the predictions by horizon (SQL:
+ovs_accuracy; docs/analysing.md "Prediction accuracy by horizon"): per id and horizon
+bucket of --bands (default: the ETA Accuracy Benchmark's), the predictions of the stop
+visits whose realized arrival is in [--from, --to), how many were accurate, the share, the
+mean and --quantiles of the error, and the mean of the buckets' shares per id.`
 
 // reportFlags are the flags of report.
 type reportFlags struct {
 	ops                                      opsFlags
 	fs                                       *pflag.FlagSet
-	metric, onTime                           string
+	metric, onTime, bands                    string
 	waitTolerance                            float64
 	dimension, ids, from, to, bucket, tz, by string
 	quantiles                                string
@@ -57,7 +64,8 @@ type reportFlags struct {
 func (f *reportFlags) register(fs *pflag.FlagSet) {
 	f.ops.register(fs, false)
 	f.fs = fs
-	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits)")
+	fs.StringVar(&f.metric, "metric", "delay", "`metric`: delay (the windows' distributions), on-time or headway (the stop visits), or accuracy (the predictions' accuracy by horizon, docs/analysing.md)")
+	fs.StringVar(&f.bands, "bands", "", "--metric accuracy: horizon buckets and their accuracy `bands`, FROM-TO:EARLY..LATE comma-separated (default: the ETA Accuracy Benchmark's, 0-3m:-30s..90s,3m-6m:-1m..2m30s,6m-10m:-1m..3m30s,10m-15m:-1m30s..4m30s)")
 	fs.StringVar(&f.onTime, "on-time", "na", "with --metric on-time, on time is `na` (60 s early to 300 s late), crow (30 s early to 180 s late) or EARLY,LATE seconds, bounds inclusive")
 	fs.Float64Var(&f.waitTolerance, "wait-tolerance", 0.25, "with --metric headway, the wait assessment's `share` above the scheduled gap")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
@@ -120,8 +128,8 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		return usageErr(fmt.Errorf("--to: %v", err))
 	}
 	f.fs.Visit(func(fl *pflag.Flag) {
-		if m := metricOnly[fl.Name]; m != "" && m != f.metric && err == nil {
-			err = fmt.Errorf("--%s applies to --metric %s only", fl.Name, m)
+		if ms := metricOnly[fl.Name]; ms != nil && !slices.Contains(ms, f.metric) && err == nil {
+			err = fmt.Errorf("--%s applies to --metric %s only", fl.Name, strings.Join(ms, " or "))
 		}
 	})
 	if err != nil {
@@ -134,8 +142,10 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 		report, err = delayReport(f, q)
 	case string(visitstats.OnTime), string(visitstats.Headway):
 		report, err = visitReport(f, q)
+	case "accuracy":
+		report, err = accuracyReport(f, q)
 	default:
-		err = fmt.Errorf("--metric %q: want delay, on-time or headway", f.metric)
+		err = fmt.Errorf("--metric %q: want delay, on-time, headway or accuracy", f.metric)
 	}
 	if err != nil {
 		return usageErr(err)
@@ -161,9 +171,10 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-// metricOnly names the metric of each flag that applies to one metric only.
-var metricOnly = map[string]string{"quantiles": "delay", "min-events": "delay", "by": "delay", "top": "delay",
-	"include-open": "delay", "on-time": "on-time", "wait-tolerance": "headway"}
+// metricOnly names the metrics of each flag that applies to some only.
+var metricOnly = map[string][]string{"quantiles": {"delay", "accuracy"}, "min-events": {"delay"}, "by": {"delay"},
+	"top": {"delay"}, "include-open": {"delay"}, "on-time": {"on-time"}, "wait-tolerance": {"headway"},
+	"bucket": {"delay", "on-time", "headway"}, "bands": {"accuracy"}}
 
 // delayReport is --metric delay: the rollups of the windows' distributions.
 func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
@@ -203,5 +214,24 @@ func visitReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Q
 	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
 		rows, err := visitstats.Run(ctx, db, q)
 		return func(w io.Writer) error { return write(w, q, rows) }, err
+	}, nil
+}
+
+// accuracyReport is --metric accuracy: the predictions' accuracy by horizon.
+func accuracyReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
+	bands, err := accuracy.ParseBands(f.bands)
+	if err != nil {
+		return nil, fmt.Errorf("--bands: %w", err)
+	}
+	q := accuracy.Query{Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs, From: r.From, To: r.To, Bands: bands}
+	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
+		return nil, fmt.Errorf("--quantiles: %v", err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, db rollup.Querier) (func(io.Writer) error, error) {
+		res, err := accuracy.Run(ctx, db, q)
+		return func(w io.Writer) error { return accuracy.Write(w, q, res, f.json, f.csv) }, err
 	}, nil
 }

@@ -8,12 +8,15 @@
     delay: { title: "Network delay over time", render: renderDelay, form: delayForm },
     top: { title: "Most delayed lines and stations", render: renderTop, form: topForm },
     line: { title: "One line's delay by hour of day", render: renderLine, form: lineForm },
+    ontime: { title: "On-time performance of stop visits", render: renderOnTime, form: onTimeForm },
+    headway: { title: "Headways: gaps and excess wait", render: renderHeadway, form: headwayForm },
+    accuracy: { title: "Prediction accuracy by horizon", render: renderAccuracy, form: accuracyForm },
     health: { title: "Pipeline health", render: renderHealth, form: healthForm },
   };
   const seg = location.pathname.split("/").pop();
   const page = pages[seg] ? seg : "delay";
   const params = new URLSearchParams(location.search);
-  const colors = { p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
+  const colors = { ontime: "#2e7d5b", early: "#d68910", awt: "#1f5f99", excess: "#a04000", p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
   // window.ovs is read by the browser tests: the page, its charts (uPlot
   // instances by name) and the API answer it drew.
   const ovs = (window.ovs = { page, charts: {}, data: null });
@@ -64,11 +67,17 @@
     return el("td", { class: "n", "data-v": String(v), title: String(v) }, digits === 0 ? String(v) : v.toFixed(digits));
   }
 
+  // A share cell: a percentage to 0.1, the exact share (0 to 1) in data-v.
+  function pct(v) {
+    if (v == null) return el("td", { class: "n" }, "–");
+    return el("td", { class: "n", "data-v": String(v), title: String(v) }, (v * 100).toFixed(1));
+  }
+
   function table(id, cols, rows) {
     return el(
       "table",
       { id },
-      el("thead", {}, el("tr", {}, cols.map((c) => el("th", { class: c.num != null ? "n" : null }, c.title)))),
+      el("thead", {}, el("tr", {}, cols.map((c) => el("th", { class: c.num != null || c.pct ? "n" : null }, c.title)))),
       el(
         "tbody",
         {},
@@ -78,6 +87,7 @@
             {},
             cols.map((c) => {
               const v = c.get(r, i);
+              if (c.pct) return pct(v);
               if (c.num != null) return num(v, c.num);
               return el("td", { class: c.cls || null, "data-v": v == null ? null : String(v) }, v == null ? "–" : String(v));
             })
@@ -136,6 +146,19 @@
     return el("label", {}, `${label} (YYYY-MM-DD HH:MM, 24 h)`,
       el("input", { name, value: value == null ? "" : value, type: "text", size: 16, placeholder: "YYYY-MM-DD HH:MM",
         pattern: "\\d{4}-\\d{2}-\\d{2}([ T]\\d{2}:\\d{2}(:\\d{2})?)?", title: "a date and a 24-hour time, e.g. 2016-05-19 17:30" }));
+  }
+
+  // rangeInputs are the from and to fields of a page's range: as the API
+  // gave them (d), or as the URL holds them after an error.
+  function rangeInputs(q, d) {
+    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
+    return [timeInput("from", "from", from), timeInput("to", "to", to)];
+  }
+
+  // countInput is a field of a whole number from 1 (text after an error,
+  // so that a wrong value shows as given).
+  function countInput(label, name, value, d, attrs) {
+    return input(label, name, value, Object.assign({ type: d ? "number" : "text", min: 1 }, attrs));
   }
 
   function select(label, name, value, options, attrs) {
@@ -301,7 +324,7 @@
       scales: {
         // Horizontal: the first label on top.
         x: { time: false, range: [-0.6, n - 0.4], ori: horizontal ? 1 : 0, dir: horizontal ? -1 : 1 },
-        y: { range: [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: 1 },
+        y: { range: opts.yRange || [lo < 0 ? lo - pad : 0, hi + pad], ori: horizontal ? 0 : 1, dir: 1 },
       },
       series,
       hooks: horizontal ? { draw: [(u) => placeLabels(u, labels, labelWidth)] } : {},
@@ -333,10 +356,8 @@
   }
 
   function delayForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     controls(meta, q, [
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
       select("bucket", "bucket", params.get("bucket") || "auto",
         [["auto", d ? `auto (${q.bucket})` : "auto"], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
       select("line", "line", q.line || "", [["", "all lines (network)"], ...lineOptions(q, d)], { class: "wide" }),
@@ -428,11 +449,9 @@
   }
 
   function lineForm(meta, q, d) {
-    const from = d ? inputTime(q.from) : q.from, to = d ? inputTime(q.to) : q.to;
     controls(meta, q, [
       select("line", "line", q.line, lineOptions(q, d), { class: "wide", title: d && q.line ? labelOf(d.line) : null }),
-      timeInput("from", "from", from),
-      timeInput("to", "to", to),
+      ...rangeInputs(q, d),
     ]);
   }
 
@@ -586,10 +605,238 @@
     return d;
   }
 
+  // --- stop visits: on time and headways ----------------------------------
+
+  // definitions are the on-time definitions the form offers (the API also
+  // takes EARLY,LATE in seconds).
+  const definitions = [["na", "North American: 1 min early to 5 min late"], ["crow", "CROW (NL): 30 s early to 3 min late"]];
+
+  function visitsNote(d) {
+    const s = d && d.service_days;
+    if (!s || !s.first) return "The pipeline has no stop visits yet.";
+    return `Its stop visits are of the service days ${s.first} to ${s.last}.`;
+  }
+
+  // arriving says which stop visits a page counts.
+  const arriving = (q) => `Pipeline ${q.pipeline}, stop visits arriving ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}`;
+
+  const share100 = (v) => (v == null ? null : v * 100);
+  const pctText = (v) => (v == null ? "–" : `${(v * 100).toFixed(1)} %`);
+
+  const onTimeCols = [
+    { title: "visits", num: 0, get: (r) => r.visits },
+    { title: "early", num: 0, get: (r) => r.early },
+    { title: "on time", num: 0, get: (r) => r.on_time },
+    { title: "late", num: 0, get: (r) => r.late },
+    { title: "on time (%)", pct: true, get: (r) => r.on_time_share },
+  ];
+
+  function onTimeForm(meta, q, d) {
+    const def = q.definition || "na";
+    const opts = definitions.some(([v]) => v === def) ? definitions : [[def, `${def} (s early, s late)`], ...definitions];
+    controls(meta, q, [
+      ...rangeInputs(q, d),
+      select("on time", "definition", def, opts),
+      countInput("min. visits", "min_visits", q.min_visits, d, { style: "width:7em" }),
+      countInput("lines", "top", q.top, d, { max: 500, style: "width:5em" }),
+    ]);
+  }
+
+  async function renderOnTime(meta) {
+    const d = await getJSON("api/ontime", params);
+    const q = d.query;
+    onTimeForm(meta, q, d);
+    const band = `${q.early_s} s early to ${q.late_s} s late`;
+    $("subtitle").textContent = `${arriving(q)}: a visit is on time from ${band}, bounds included (the delay of its last prediction).`;
+    const c = $("content");
+    const t = d.total;
+    c.append(el("div", { class: "cards" },
+      card("ot-visits", "stop visits", String(t.visits), "arriving in the range", "", t.visits),
+      card("ot-share", "on time", pctText(t.on_time_share), `${t.on_time} visits, ${band}`, "", t.on_time_share),
+      card("ot-early", "early", String(t.early), `more than ${q.early_s} s early`, "", t.early),
+      card("ot-late", "late", String(t.late), `more than ${q.late_s} s late`, "", t.late)));
+    if (t.visits === 0) {
+      c.append(noData(`No stop visits arrive in this range. ${visitsNote(d)}`));
+      return d;
+    }
+    const pctAxis = { yLabel: "on time (%)", yRange: [0, 100] };
+    c.append(el("h2", {}, `Lines, least on time first (at least ${q.min_visits} visits)`));
+    if (d.lines.length > 0) {
+      const box = chartBox("ontime-lines-chart");
+      c.append(box);
+      barChart("ontime-lines", box, d.lines.map(labelOf),
+        { label: "on time (%)", color: colors.ontime, values: d.lines.map((r) => share100(r.on_time_share)) }, [],
+        Object.assign({ horizontal: true, xLabel: "line" }, pctAxis));
+      c.append(table("ontime-lines-table", [
+        { title: "#", get: (r, i) => i + 1 },
+        { title: "line", get: (r) => r.id },
+        ...(d.lines.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
+        ...onTimeCols,
+      ], d.lines));
+    } else {
+      c.append(noData(`No line has ${q.min_visits} visits or more in this range.`));
+    }
+    const byHour = new Map(d.hours.map((h) => [h.hour, h]));
+    const hours = [...Array(24).keys()];
+    c.append(el("h2", {}, `By hour of day of arrival (${q.tz})`));
+    const hbox = chartBox("ontime-hours-chart");
+    c.append(hbox);
+    barChart("ontime-hours", hbox, hours.map((h) => String(h).padStart(2, "0")),
+      { label: "on time (%)", color: colors.ontime, values: hours.map((h) => (byHour.has(h) ? share100(byHour.get(h).on_time_share) : null)) }, [],
+      Object.assign({ horizontal: false, xLabel: `hour of day (${q.tz})` }, pctAxis));
+    c.append(table("ontime-hours-table", [{ title: "hour", get: (r) => String(r.hour).padStart(2, "0") + ":00" }, ...onTimeCols], d.hours));
+    c.append(el("h2", {}, "By service day"));
+    const dbox = chartBox("ontime-days-chart");
+    c.append(dbox);
+    barChart("ontime-days", dbox, d.days.map((r) => r.day),
+      { label: "on time (%)", color: colors.ontime, values: d.days.map((r) => share100(r.on_time_share)) }, [],
+      Object.assign({ horizontal: false, xLabel: "service day" }, pctAxis));
+    c.append(table("ontime-days-table", [{ title: "service day", get: (r) => r.day }, ...onTimeCols], d.days));
+    return d;
+  }
+
+  function headwayForm(meta, q, d) {
+    controls(meta, q, [
+      ...rangeInputs(q, d),
+      select("per", "dimension", q.dimension || "line", [["line", "line (over its stops)"], ["station", "station (over its lines)"]]),
+      input("wait tolerance", "wait_tolerance", q.wait_tolerance, { type: d ? "number" : "text", min: 0, max: 10, step: 0.05, style: "width:6em",
+        title: "an observed gap up to the scheduled gap × (1 + tolerance) passes the wait assessment" }),
+      countInput("min. gaps", "min_gaps", q.min_gaps, d, { style: "width:6em" }),
+      countInput("rows", "top", q.top, d, { max: 500, style: "width:5em" }),
+    ]);
+  }
+
+  async function renderHeadway(meta) {
+    const d = await getJSON("api/headway", params);
+    const q = d.query;
+    headwayForm(meta, q, d);
+    $("subtitle").textContent = `${arriving(q)}: ` +
+      `the gaps between consecutive visits of a line at a stop on a service day, observed (predicted arrivals) and scheduled ` +
+      `(arrival minus delay). Excess wait = average wait minus scheduled wait; wait assessment = the gaps at most ` +
+      `${(100 * (1 + q.wait_tolerance)).toFixed(0)} % of the scheduled gap.`;
+    const c = $("content");
+    const t = d.total;
+    const sec = (v) => (v == null ? "–" : `${v.toFixed(1)} s`);
+    c.append(el("div", { class: "cards" },
+      card("hw-gaps", "gaps", String(t.gaps), "observed, in the range", "", t.gaps),
+      card("hw-mean", "mean headway", sec(t.mean_headway_s), `scheduled ${sec(t.scheduled_mean_headway_s)}`, "", t.mean_headway_s),
+      card("hw-awt", "average wait", sec(t.awt_s), `scheduled ${sec(t.swt_s)}`, "", t.awt_s),
+      card("hw-excess", "excess wait", sec(t.excess_wait_s), "average minus scheduled wait", "", t.excess_wait_s),
+      card("hw-assessment", "wait assessment", pctText(t.wait_assessment), `${t.within_tolerance} of ${t.assessed} gaps`, "", t.wait_assessment)));
+    if (t.gaps === 0) {
+      c.append(noData(`No two visits of a line at a stop arrive in this range. ${visitsNote(d)}`));
+      return d;
+    }
+    const what = q.dimension === "station" ? "Stations" : "Lines";
+    c.append(el("h2", {}, `${what}, greatest excess wait first (at least ${q.min_gaps} gaps)`));
+    if (d.rows.length === 0) {
+      c.append(noData(`No ${q.dimension} has ${q.min_gaps} gaps or more in this range.`));
+      return d;
+    }
+    const box = chartBox("headway-chart");
+    c.append(box);
+    barChart("headway", box, d.rows.map(labelOf),
+      { label: "excess wait (s)", color: colors.excess, values: d.rows.map((r) => r.excess_wait_s) },
+      [{ label: "average wait (s)", color: colors.awt, values: d.rows.map((r) => r.awt_s) },
+       { label: "scheduled wait (s)", color: colors.ontime, values: d.rows.map((r) => r.swt_s) }],
+      { horizontal: true, xLabel: q.dimension, yLabel: "wait (s)" });
+    c.append(table("headway-table", [
+      { title: "#", get: (r, i) => i + 1 },
+      { title: q.dimension, get: (r) => r.id },
+      ...(d.rows.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
+      { title: "gaps", num: 0, get: (r) => r.gaps },
+      { title: "mean gap (s)", num: 1, get: (r) => r.mean_headway_s },
+      { title: "avg. wait (s)", num: 1, get: (r) => r.awt_s },
+      { title: "sched. gaps", num: 0, get: (r) => r.scheduled_gaps },
+      { title: "sched. wait (s)", num: 1, get: (r) => r.swt_s },
+      { title: "excess wait (s)", num: 1, get: (r) => r.excess_wait_s },
+      { title: "assessed", num: 0, get: (r) => r.assessed },
+      { title: "within", num: 0, get: (r) => r.within_tolerance },
+      { title: "wait assess. (%)", pct: true, get: (r) => r.wait_assessment },
+    ], d.rows));
+    return d;
+  }
+
+  // --- prediction accuracy ---------------------------------------------------
+
+  // minSec writes seconds as minutes where whole ("3 min"), else seconds.
+  const minSec = (s) => (s % 60 === 0 ? `${s / 60} min` : `${s} s`);
+  const bucketName = (b) => `${minSec(b.horizon_from_s)}–${minSec(b.horizon_to_s)}`;
+  const bandName = (b) => `${b.early_s} s to +${b.late_s} s`;
+
+  function accuracyForm(meta, q, d) {
+    controls(meta, q, [
+      ...rangeInputs(q, d),
+      input("bands (FROM-TO:EARLY..LATE, …; empty: the benchmark's)", "bands", q.bands, { size: 30, placeholder: "0-3m:-30s..90s,3m-6m:-1m..2m30s" }),
+      countInput("min. predictions", "min_predictions", q.min_predictions, d, { style: "width:7em" }),
+      countInput("lines", "top", q.top, d, { max: 500, style: "width:5em" }),
+    ]);
+  }
+
+  async function renderAccuracy(meta) {
+    const d = await getJSON("api/accuracy", params);
+    const q = d.query;
+    accuracyForm(meta, q, d);
+    $("subtitle").textContent = `Pipeline ${q.pipeline}, predictions of the stop visits arriving ${localTime(q.from)} to ` +
+      `${localTime(q.to)} ${q.tz} that arrived (their last prediction made at most 2 min before the arrival it gives), ` +
+      `scored against that last prediction: horizon = arrival − time of the prediction, ` +
+      `error = realized − predicted arrival (positive: the vehicle came later than predicted); accurate within the band of ` +
+      `its horizon bucket (${q.bands ? "bands as given" : "the ETA Accuracy Benchmark's"}).`;
+    const c = $("content");
+    const predictions = d.buckets.reduce((s, b) => s + b.predictions, 0);
+    c.append(el("div", { class: "cards" },
+      card("acc-overall", "accuracy", pctText(d.overall), "mean of the buckets' shares", "", d.overall),
+      card("acc-predictions", "predictions scored", String(predictions), "in the horizon buckets", "", predictions)));
+    if (d.buckets.length === 0) {
+      c.append(noData(`No prediction before a visit arriving in this range falls in a horizon bucket. ${visitsNote(d)}`));
+      return d;
+    }
+    c.append(el("h2", {}, "By horizon bucket (the network)"));
+    const box = chartBox("accuracy-chart");
+    c.append(box);
+    barChart("accuracy", box, d.buckets.map(bucketName),
+      { label: "accurate (%)", color: colors.ontime, values: d.buckets.map((b) => share100(b.accuracy)) }, [],
+      { horizontal: false, xLabel: "horizon: time before the arrival", yLabel: "accurate (%)", yRange: [0, 100] });
+    c.append(table("accuracy-table", [
+      { title: "horizon", get: (b) => bucketName(b) },
+      { title: "accurate when the error is", get: (b) => bandName(b) },
+      { title: "predictions", num: 0, get: (b) => b.predictions },
+      { title: "accurate", num: 0, get: (b) => b.accurate },
+      { title: "accurate (%)", pct: true, get: (b) => b.accuracy },
+      { title: "mean error (s)", num: 1, get: (b) => b.mean_error_s },
+      { title: "P50 error (s)", num: 1, get: (b) => b.p50_error_s },
+      { title: "P90 error (s)", num: 1, get: (b) => b.p90_error_s },
+    ], d.buckets));
+    c.append(el("h2", {}, `Lines, least accurate first (at least ${q.min_predictions} predictions)`));
+    if (d.lines.length === 0) {
+      c.append(noData(`No line has ${q.min_predictions} predictions or more in the buckets.`));
+      return d;
+    }
+    const lbox = chartBox("accuracy-lines-chart");
+    c.append(lbox);
+    barChart("accuracy-lines", lbox, d.lines.map(labelOf),
+      { label: "accuracy (%)", color: colors.ontime, values: d.lines.map((r) => share100(r.accuracy)) }, [],
+      { horizontal: true, xLabel: "line", yLabel: "accuracy (%): mean of the buckets' shares", yRange: [0, 100] });
+    c.append(table("accuracy-lines-table", [
+      { title: "#", get: (r, i) => i + 1 },
+      { title: "line", get: (r) => r.id },
+      ...(d.lines.some(nameOf) ? [{ title: "name", get: (r) => nameOf(r) || null, cls: "name" }] : []),
+      { title: "predictions", num: 0, get: (r) => r.predictions },
+      { title: "buckets", num: 0, get: (r) => r.buckets },
+      { title: "accuracy (%)", pct: true, get: (r) => r.accuracy },
+    ], d.lines));
+    return d;
+  }
+
   // --- start ---------------------------------------------------------------
 
   async function main() {
     document.title = `${pages[page].title} · ovstream`;
+    if (["ontime", "headway", "accuracy"].includes(page)) {
+      $("footer").textContent = "Every number comes from the stop visits (table stop_visits) through the SQL functions of " +
+        "ovstream report: counts are exact and shares their quotients; seconds rounded to 0.1 s, shares to 0.1 % here " +
+        "(hover a cell for the exact value).";
+    }
     $("title").textContent = pages[page].title;
     let meta = null;
     try {

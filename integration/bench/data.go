@@ -24,6 +24,27 @@ type dataset struct {
 	predictions []aggregate.Prediction
 	positions   []aggregate.Position
 	files       int
+	// serviceDays gives each prediction a start_date (serviceDay), so that
+	// the predictions form stop visits: the archive's trip updates have
+	// none.
+	serviceDays bool
+}
+
+// auckland is the time zone of the archive's service days.
+var auckland = func() *time.Location {
+	loc, err := time.LoadLocation("Pacific/Auckland")
+	if err != nil {
+		panic(err)
+	}
+	return loc
+}()
+
+// serviceDay is the service day, YYYYMMDD, of a prediction made at t in
+// Auckland: the local date of t four hours earlier, so that the trips
+// after midnight keep the day before, as GTFS service days do.
+func serviceDay(t time.Time) int32 {
+	y, m, d := t.Add(-4 * time.Hour).In(auckland).Date()
+	return int32(y*10000 + int(m)*100 + d)
 }
 
 // extractArchive unpacks the .tar.xz archive into cacheDir (once; an existing
@@ -157,6 +178,12 @@ func (g *generator) next() (produce.Message, bool) {
 		p := preds[g.i]
 		g.i++
 		p.EventTime = p.EventTime.Add(shift)
+		if g.d.serviceDays && p.StartDate == 0 {
+			p.StartDate = serviceDay(p.EventTime)
+			if !p.ArrivalTime.IsZero() {
+				p.ArrivalTime = p.ArrivalTime.Add(shift)
+			}
+		}
 		g.emitted++
 		v := produce.EncodePrediction(p)
 		g.bytes += int64(len(v))

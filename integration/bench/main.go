@@ -73,6 +73,7 @@ const (
 type options struct {
 	predictions   int
 	base          int
+	serviceDays   bool
 	scales        []int
 	archive       string
 	cache         string
@@ -112,6 +113,7 @@ func main() {
 	flag.DurationVar(&o.positionEvery, "position-every", 5*time.Minute, "one synthesized position per vehicle per this much time it reported (0 = none)")
 	flag.StringVar(&runArgs, "run-args", "", "extra arguments for `ovstream run`, space-separated (e.g. \"--flush-interval 2s\")")
 	flag.StringVar(&wrap, "wrap", "", "run ovstream under this command, space-separated (e.g. \"perf record -g -o perf.data --\"); peak RSS is then the wrapper's")
+	flag.BoolVar(&o.serviceDays, "service-days", false, "give every prediction a start_date (its Auckland service day; the archive has none), so that the predictions form stop visits and their prediction history")
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
@@ -245,6 +247,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	d.serviceDays = o.serviceDays
 	logf("archive: %d files, %d predictions, %d synthesized positions per 48 h copy (%v)",
 		d.files, len(d.predictions), len(d.positions), time.Since(t0).Round(time.Millisecond))
 

@@ -51,6 +51,9 @@ type trial struct {
 	// aggBytes is pg_total_relation_size of delay_aggregates after (b):
 	// heap, TOAST and indexes.
 	aggBytes int64
+	// visitBytes is the same of stop_visits (with --service-days: the
+	// stop visits and their prediction history).
+	visitBytes int64
 }
 
 func (t *trial) ratio() float64 { return (t.read + t.write).Seconds() / t.run.elapsed.Seconds() }
@@ -238,6 +241,9 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 	if t.aggBytes, err = relationSize(ctx, runDB, "delay_aggregates"); err != nil {
 		return nil, fmt.Errorf("size of delay_aggregates: %w", err)
 	}
+	if t.visitBytes, err = relationSize(ctx, runDB, "stop_visits"); err != nil {
+		return nil, fmt.Errorf("size of stop_visits: %w", err)
+	}
 
 	// (c) T_write
 	tables, err := readTables(ctx, runDB)
@@ -324,6 +330,9 @@ func (m *measurement) print(w io.Writer) {
 	if n := t.tableRows["delay_aggregates"]; n > 0 {
 		fmt.Fprintf(w, "delay_aggregates after (b): %.1f MB with indexes and TOAST, %.0f bytes per row\n",
 			float64(t.aggBytes)/1e6, float64(t.aggBytes)/float64(n))
+	}
+	if t.visitBytes > 0 {
+		fmt.Fprintf(w, "stop_visits after (b): %.1f MB with indexes and TOAST\n", float64(t.visitBytes)/1e6)
 	}
 	fmt.Fprintf(w, "allocations per message, hot path (go test -bench BenchmarkHotPath ./aggregate/): %s\n", m.allocs)
 	fmt.Fprintf(w, "T_read + T_write = %.2fs; T_ovstream = %.2fs; ratio %.2f; limit_ratio %.2f\n",

@@ -5,9 +5,11 @@ package dashboard
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,9 @@ var dashboardParams = map[string][]string{
 	"delay":     {"pipeline", "tz", "from", "to", "bucket", "line"},
 	"top":       {"pipeline", "tz", "day", "dimension", "min_events", "top"},
 	"line":      {"pipeline", "tz", "from", "to", "line"},
+	"ontime":    {"pipeline", "tz", "from", "to", "definition", "min_visits", "top"},
+	"headway":   {"pipeline", "tz", "from", "to", "dimension", "wait_tolerance", "min_gaps", "top"},
+	"accuracy":  {"pipeline", "tz", "from", "to", "bands", "min_predictions", "top"},
 	"health":    {"pipeline", "tz"},
 }
 
@@ -36,7 +41,9 @@ var nastyValues = []string{
 	"1e400", "NaN", "infinity", "-infinity", "epoch", "now", "today", "allballs", "2026-02-30", "0000-01-01",
 	"9999-12-31", "10000-01-01", "0001-01-01T00:00:00+24:00", "2026-05-04T10:00:00Z", "2026-05-04T10:00:00+14:00",
 	"2026-05-04T10:00", "2026-05-04T25:00", "1h", "0s", "-5m", "1ns", "2562047h", "P1D", "month", "year", "auto", "all",
-	"line", "station", "operator", "network", "",
+	"line", "station", "operator", "network", "na", "crow", "NA", "60,300", "-1,300", "1e308,1e308", "Inf,0", "0.25", "-0.1",
+	"1e-320", "10.000001", "0-3m:-30s..90s", "0-3m:-30s..90s,3m-6m:-1m..2m30s", "0-3m:30s..90s", "0-1h:-5m..5m,1h-2h:-5m..5m",
+	"0-2562047h:-1s..1s", "",
 }
 
 // dbText are words of PostgreSQL's or the driver's messages, which no
@@ -119,7 +126,8 @@ func TestDashboardBadInputIsA400(t *testing.T) {
 		return string(b)
 	}
 	for range 400 {
-		api := []string{"pipelines", "delay", "top", "line", "health"}[rng.IntN(5)]
+		apis := slices.Sorted(maps.Keys(dashboardParams))
+		api := apis[rng.IntN(len(apis))]
 		q := url.Values{}
 		for _, name := range dashboardParams[api] {
 			if rng.IntN(2) == 0 {

@@ -24,7 +24,8 @@ import (
 // cancelled request cancels its statement on the server. A request that
 // waits is answered 503 after serve's --statement-timeout, naming it; so is
 // report's --statement-timeout an error within its bound. With the lock gone
-// the same serve answers as before.
+// the same serve answers as before. The pages of the stop visits too:
+// behind a lock on stop_visits, each answers 503 naming the timeout.
 func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 	db := harness.ThreeEventsDrained(t)
 	ctx := harness.OpsCtx(t)
@@ -38,13 +39,13 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watcher.Close(context.Background())
-	lock := func() pgx.Tx {
+	lock := func(tables string) pgx.Tx {
 		t.Helper()
 		tx, err := locker.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE delay_aggregates IN ACCESS EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+tables+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			t.Fatal(err)
 		}
 		return tx
@@ -73,12 +74,12 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 		all, _ := sessions()
 		t.Fatalf("serve holds %d sessions after its start, want the 1 it pinged on", all)
 	}
-	tx := lock()
+	tx := lock("delay_aggregates, stop_visits")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {
-			paths := []string{"api/delay", "api/top", "api/line", "api/health"}
+			paths := []string{"api/delay", "api/top", "api/line", "api/health", "api/ontime", "api/headway", "api/accuracy"}
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -157,7 +158,7 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 	srv2 := harness.StartOvstream(t, harness.CliEnv(), "serve", "--database-url", db, "--addr", "127.0.0.1:0", "--pipeline", "ovstream",
 		"--statement-timeout", "1s")
 	base2 := harness.Printed(t, srv2, regexp.MustCompile(`dashboard of pipeline ovstream: (http://[0-9.:]+/)`))
-	tx = lock()
+	tx = lock("delay_aggregates")
 	began := time.Now()
 	code, body := harness.HttpGet(t, base2+"api/delay")
 	took := time.Since(began)
@@ -177,5 +178,27 @@ func TestDashboardPoolBoundAndStatementTimeout(t *testing.T) {
 	}
 	if code, body := harness.HttpGet(t, base2+"api/delay"); code != 200 || !strings.Contains(body, `"events":3`) {
 		t.Errorf("api/delay without the lock: %d %s", code, body)
+	}
+
+	// The pages of the stop visits, behind a lock on stop_visits alone.
+	tx = lock("stop_visits")
+	for _, api := range []string{"api/ontime", "api/headway", "api/accuracy"} {
+		began := time.Now()
+		code, body := harness.HttpGet(t, base2+api)
+		took := time.Since(began)
+		var doc map[string]string
+		_ = json.Unmarshal([]byte(body), &doc)
+		if code != 503 || !strings.Contains(doc["error"], "statement timeout (1s)") || took > 4*time.Second || dbText.MatchString(body) {
+			t.Errorf("%s behind a lock on stop_visits with --statement-timeout 1s: %d %s after %v; want 503 naming the timeout within about 1 s",
+				api, code, body, took)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, api := range []string{"api/ontime", "api/headway", "api/accuracy"} {
+		if code, body := harness.HttpGet(t, base2+api); code != 200 {
+			t.Errorf("%s without the lock: %d %s", api, code, body)
+		}
 	}
 }

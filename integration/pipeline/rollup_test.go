@@ -243,6 +243,10 @@ func checkDocQueries(t *testing.T, db string) {
 	if !ok {
 		t.Fatal(`docs/analysing.md has no "# Analysing the numbers" heading`)
 	}
+	// The sections of accuracy and of on-time performance read stop
+	// visits, which this sample has none of: TestAccuracyEqualsPythonOracle
+	// and the visit KPI tests run their examples.
+	section, _, _ = strings.Cut(section, accuracyHeading)
 	section, _, _ = strings.Cut(section, visitKPIHeading)
 	var queries []string
 	for _, block := range strings.Split(section, "```sql\n")[1:] {
@@ -277,6 +281,9 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--dimension", "route"), 2, `dimension "route"`},
 		{append(base, "--bucket", "fortnight"), 2, "--bucket"},
 		{append(base, "--quantiles", "0.5,1.5"), 2, "--quantiles"},
+		{append(base, "--metric", "speed"), 2, `--metric "speed": want delay, on-time, headway or accuracy`},
+		{append(base, "--metric", "accuracy", "--bands", "0-3m:-30s..90s,4m-6m:-1m..1m"), 2, "--bands: band 2 starts at 240s"},
+		{append(base, "--metric", "accuracy", "--bucket", "hour"), 2, "--bucket applies to --metric delay or on-time or headway only"},
 		{append(base, "--tz", "Mars/Olympus"), 2, "--tz"},
 		{append(base, "--by", "p95"), 2, `by "p95"`},
 		{append(base, "--top", "3"), 2, "top needs by"},
@@ -284,10 +291,10 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--from", "yesterday"), 2, "--from"},
 		{append(base, "--to", "2016-05-18"), 2, "want from < to"},
 		{append(base, "--no-such-flag"), 2, "unknown flag: --no-such-flag"},
-		{append(base, "--metric", "punctuality"), 2, `--metric "punctuality": want delay, on-time or headway`},
+		{append(base, "--metric", "punctuality"), 2, `--metric "punctuality": want delay, on-time, headway or accuracy`},
 		{append(base, "--metric", "on-time", "--on-time", "swiss"), 2, `--on-time: on-time definition "swiss"`},
 		{append(base, "--metric", "on-time", "--on-time", "-30,180"), 2, "EARLY,LATE in seconds"},
-		{append(base, "--metric", "on-time", "--quantiles", "0.9"), 2, "--quantiles applies to --metric delay only"},
+		{append(base, "--metric", "on-time", "--quantiles", "0.9"), 2, "--quantiles applies to --metric delay or accuracy only"},
 		{append(base, "--metric", "headway", "--include-open"), 2, "--include-open applies to --metric delay only"},
 		{append(base, "--metric", "headway", "--wait-tolerance", "-0.1"), 2, "wait tolerance -0.1"},
 		{append(base, "--metric", "headway", "--bucket", "fortnight"), 2, "or service-day"},

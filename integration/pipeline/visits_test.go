@@ -87,8 +87,9 @@ func loadPyOracle(t *testing.T, db, addr string) int {
 // oracleVisits computes stop_visits from py_msgs with SQL alone: the
 // records not dead-lettered that have a start_date, per (trip, service day,
 // stop_sequence or else stop_id), the last by event time, then partition,
-// then offset (whether it gave an arrival_time: arrival_predicted), and how
-// many there were.
+// then offset (whether it gave an arrival_time: arrival_predicted), how
+// many there were, and every one's event time and delay in (event time,
+// delay) order: the prediction history.
 const oracleVisits = `
 WITH ok AS (
 	SELECT m.partition, m."offset", m.value AS j FROM py_msgs m
@@ -103,11 +104,15 @@ WITH ok AS (
 	FROM ok
 )
 SELECT DISTINCT ON (trip, day, stop_key) trip, day, stop_key, line, op, stop, seq, coalesce(arrival, et), arrival IS NOT NULL,
-	delay, count(*) OVER (PARTITION BY trip, day, stop_key)
-FROM v ORDER BY trip, day, stop_key, et DESC, partition DESC, "offset" DESC`
+	delay, count(*) OVER w, array_agg(et) OVER h, array_agg(delay) OVER h
+FROM v
+WINDOW w AS (PARTITION BY trip, day, stop_key),
+	h AS (w ORDER BY et, delay ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+ORDER BY trip, day, stop_key, et DESC, partition DESC, "offset" DESC`
 
+// dumpVisits reads stop_visits with the prediction history of each visit.
 const dumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time, arrival_predicted,
-	delay_s, predictions FROM stop_visits`
+	delay_s, predictions, prediction_times, prediction_delays FROM stop_visits`
 
 // oracleNoStartDate counts the records not dead-lettered without start_date.
 const oracleNoStartDate = `SELECT count(*) FROM py_msgs m WHERE NOT m.value ? 'start_date' AND NOT EXISTS (SELECT 1 FROM dead_letters d
@@ -180,8 +185,9 @@ func checkVisits(t *testing.T, db, addr, when string) []string {
 
 // Stop visits equal the SQL oracle over the topic as a client we did not
 // write reads it (confluent-kafka): the last prediction of each (trip,
-// start_date, stop), by event time then partition then offset, and the
-// number of predictions, row for row; the predictions without start_date
+// start_date, stop), by event time then partition then offset, the
+// number of predictions and the prediction history (every prediction's
+// event time and delay, exactly once, in order), row for row; the predictions without start_date
 // form no visit and are counted. Once after an uninterrupted drain; once in
 // another database after a run SIGKILLed after reading 40,000 records (at
 // most 10,000 of them not yet committed), one SIGKILLed in its second
@@ -199,6 +205,8 @@ func TestStopVisitsEqualSQLOracleSplitAndKilled(t *testing.T) {
 		{`SELECT sum(without_start_date)::bigint FROM stop_visit_counts`, "[3]"},
 		{`SELECT trip_id, stop_key, delay_s, predictions FROM stop_visits WHERE operator = 'HAND' ORDER BY 1`,
 			"[noseq stop_id:S9 4 2] [old 1 1 2] [tie-o 1 7 2] [tie-p 1 30 2]"},
+		{`SELECT trip_id, prediction_delays, to_char(prediction_times[1] AT TIME ZONE 'UTC', 'HH24:MI') FROM stop_visits
+			WHERE operator = 'HAND' ORDER BY 1`, "[noseq [3 4] 20:10] [old [99 1] 20:09] [tie-o [5 7] 20:10] [tie-p [10 30] 20:10]"},
 	} {
 		if g := strings.Join(harness.Dump(t, db, w.query), " "); g != w.want {
 			t.Errorf("%s: %s, want %s", w.query, g, w.want)

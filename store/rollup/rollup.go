@@ -51,13 +51,8 @@ type Query struct {
 // Validate checks q, and says what is wrong in terms of the flags of
 // `ovstream report`.
 func (q *Query) Validate() error {
-	if err := CheckScope(q.Pipeline, q.Dimension, q.From, q.To); err != nil {
+	if err := ValidateSelection(q.Pipeline, q.Dimension, q.From, q.To, q.Quantiles); err != nil {
 		return err
-	}
-	for _, p := range q.Quantiles {
-		if !(p >= 0 && p <= 1) {
-			return fmt.Errorf("quantile %v: want 0 <= q <= 1", p)
-		}
 	}
 	if q.Top < 0 {
 		return fmt.Errorf("top %d: want >= 0", q.Top)
@@ -71,10 +66,10 @@ func (q *Query) Validate() error {
 	return nil
 }
 
-// CheckScope checks what every report names: a pipeline, a dimension
-// (line, station, operator or network) and a time range [from, to) with
-// from < to.
-func CheckScope(pipeline, dimension string, from, to time.Time) error {
+// ValidateSelection checks what every report selects: a pipeline, a
+// dimension (line, station, operator or network), a time range [from, to)
+// and quantiles in [0, 1].
+func ValidateSelection(pipeline, dimension string, from, to time.Time, quantiles []float64) error {
 	switch dimension {
 	case aggregate.DimLine, aggregate.DimStation, aggregate.DimOperator, aggregate.DimNetwork:
 	default:
@@ -85,6 +80,11 @@ func CheckScope(pipeline, dimension string, from, to time.Time) error {
 	}
 	if !from.Before(to) { // not IsZero: 0001-01-01T00:00:00Z is a bound like any other
 		return fmt.Errorf("time range [%s, %s): want from < to", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	for _, p := range quantiles {
+		if !(p >= 0 && p <= 1) {
+			return fmt.Errorf("quantile %v: want 0 <= q <= 1", p)
+		}
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (q *Query) Validate() error {
 	default:
 		return fmt.Errorf("metric %q: want on-time or headway", q.Metric)
 	}
-	if err := rollup.CheckScope(q.Pipeline, q.Dimension, q.From, q.To); err != nil {
+	if err := rollup.ValidateSelection(q.Pipeline, q.Dimension, q.From, q.To, nil); err != nil {
 		return err
 	}
 	if !(q.OnTime.Early >= 0 && q.OnTime.Late >= 0) || math.IsInf(q.OnTime.Early, 0) || math.IsInf(q.OnTime.Late, 0) {
