@@ -222,6 +222,9 @@ func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayL
 		if _, err := tx.Exec(ctx, `UPDATE pipelines SET merged_until = $2 WHERE name = $1`, pipeline, *f.at); err != nil {
 			return fmt.Errorf("store merged_until: %w", err)
 		}
+		if err := clearMergedProvisional(ctx, tx, pipeline, *f.at); err != nil {
+			return err
+		}
 		f.until = f.at
 	}
 	if f.allDrained {
