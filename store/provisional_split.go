@@ -67,22 +67,14 @@ RETURNING window_start`)
 	}
 	var affected []time.Time
 	for _, q := range qs {
-		rows, err := tx.Query(ctx, q, b.Pipeline, b.Split.Topic, mine)
-		if err != nil {
-			return fmt.Errorf("provisional partials of the partitions: %w", err)
-		}
-		starts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+		starts, err := queryStarts(ctx, tx, q, b.Pipeline, b.Split.Topic, mine)
 		if err != nil {
 			return fmt.Errorf("provisional partials of the partitions: %w", err)
 		}
 		affected = append(affected, starts...)
 	}
 	if p.All {
-		rows, err := tx.Query(ctx, `SELECT DISTINCT window_start FROM delay_aggregates_provisional WHERE pipeline = $1`, b.Pipeline)
-		if err != nil {
-			return fmt.Errorf("provisional windows: %w", err)
-		}
-		starts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+		starts, err := queryStarts(ctx, tx, `SELECT DISTINCT window_start FROM delay_aggregates_provisional WHERE pipeline = $1`, b.Pipeline)
 		if err != nil {
 			return fmt.Errorf("provisional windows: %w", err)
 		}
@@ -159,13 +151,8 @@ WHERE pipeline = $1 AND window_start = ANY($2)`, pipeline, starts)
 	if err != nil {
 		return fmt.Errorf("read provisional partials: %w", err)
 	}
-	var ws []aggregate.PartialWindow
-	var w aggregate.PartialWindow
-	if _, err := pgx.ForEachRow(rows, []any{&w.WindowStart, &w.WindowEnd, &w.Partition, &w.Rows, &w.Data}, func() error {
-		ws = append(ws, w)
-		w.Data = nil // scanned into a fresh slice next row
-		return nil
-	}); err != nil {
+	ws, err := scanPartials(rows)
+	if err != nil {
 		return fmt.Errorf("read provisional partials: %w", err)
 	}
 	if len(ws) == 0 {
@@ -196,6 +183,15 @@ DELETE FROM delay_aggregates_provisional WHERE pipeline = $1 AND window_end <= $
 		return fmt.Errorf("delete the merged windows' provisional rows: %w", err)
 	}
 	return nil
+}
+
+// queryStarts runs q, whose rows are window starts, and returns them.
+func queryStarts(ctx context.Context, tx pgx.Tx, q string, args ...any) ([]time.Time, error) {
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[time.Time])
 }
 
 func positionIDs(ps []Position) []aggregate.PartitionID {
