@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/consumer/crashpoint"
 	"github.com/ovstream/ovstream/integration/harness"
 )
 
@@ -52,8 +53,11 @@ func waitProvisionalOf(t *testing.T, db string, hw map[string]int64, parts strin
 // comes: the one left reads its share and the merge waits for the dead
 // one's partitions; no window has
 // final and provisional rows, and the provisional rows still equal the
-// oracle over the records below each instance's stored offsets. A new first
-// instance (--takeover) reads the rest: the windows provisional after the
+// oracle over the records below each instance's stored offsets. So they do
+// after a new first instance (--takeover) dies in its first commit, which
+// merges: killed at a crash point before COMMIT (nothing merged), then after
+// it (windows merged, their provisional rows gone). Another new one reads
+// the rest: the windows provisional after the
 // first half are final, equal to the oracle over every record, with no
 // provisional row or partial left. Last, ovs_rollup(include_open => true)
 // and report --include-open equal count, avg, min, max and percentile_cont
@@ -125,6 +129,22 @@ func TestSplitProvisionalRowsEqualOracle(t *testing.T) {
 			lag.windows, lag.consumed, total)
 	}
 
+	// The lagging instance restarts and dies in its first commit, which
+	// writes its partials and merges the windows both instances passed:
+	// before COMMIT (nothing of it stays), then after it (those windows
+	// final, their provisional rows gone).
+	for _, point := range []string{crashpoint.BeforeCommit, crashpoint.AfterCommit} {
+		p := harness.StartOvstream(t, []string{fmt.Sprintf("%s=%s:1", crashpoint.EnvPoint, point)}, harness.RunArgs(db, addr,
+			append(append([]string{"--partitions", harness.Split2[0]}, args...), "--flush-interval", "1h")...)...)
+		if code := p.Wait(t, 2*time.Minute); code == 0 {
+			t.Fatalf("instance 0 exited 0, want a kill at %s:\n%s", point, p.Output())
+		}
+		s := snapshotProvisionalAt(t, db, splitFrontier)
+		checkProvisionalOracle(t, db, s, "instance 0 killed at "+point)
+		if merged := s.watermark.After(lag.watermark); merged != (point == crashpoint.AfterCommit) {
+			t.Errorf("killed at %s: merged until %s, before %s", point, s.watermark.Format(time.RFC3339), lag.watermark.Format(time.RFC3339))
+		}
+	}
 	ps[0] = harness.StartOvstream(t, nil, harness.RunArgs(db, addr, append([]string{"--partitions", harness.Split2[0]}, args...)...)...)
 	waitConsumed(t, db, addr, ps[0])
 	harness.WaitFor(t, time.Minute, "the first half's open windows merged", func() bool {
