@@ -62,9 +62,10 @@ type Config struct {
 	// ProvisionalInterval, when positive, makes a commit at most this often
 	// write provisional rows of the open windows that changed, in its
 	// transaction, for the records read so far (provisional.go,
-	// docs/windows.md "Provisional rows"); zero: none. Not with Drain, and
-	// not in a split pipeline (logged). The commit that finalizes a window
-	// deletes its provisional rows either way.
+	// docs/windows.md "Provisional rows"); zero: none. Not with Drain. An
+	// instance of a split pipeline writes its partitions' share, merged with
+	// the others'. The commit that finalizes (or merges) a window deletes
+	// its provisional rows either way.
 	ProvisionalInterval time.Duration
 	// MetadataRefresh is how often the topics' metadata is read while
 	// running: partitions added to a topic are found, and a topic deleted and

@@ -9,9 +9,8 @@ import (
 // provisionalState is what the loop remembers of its provisional writes
 // (Config.ProvisionalInterval).
 type provisionalState struct {
-	next   time.Time // no provisional write before this
-	wrote  bool      // a batch of this loop carries provisional rows already
-	logged bool      // the split pipeline's "none" was logged
+	next  time.Time // no provisional write before this
+	wrote bool      // a batch of this loop carries provisional rows already
 	// took is how long the last successful commit with provisional rows
 	// took.
 	took time.Duration
@@ -27,10 +26,12 @@ type provisionalState struct {
 // open window read since the loop's seek to the stored next offset). The
 // loop's first write replaces every provisional row of the pipeline: rows a
 // loop before wrote may count records this one has not read again yet.
-// A split pipeline writes none: its windows are per source partition and
-// final only once merged, so it logs that once. Without provisional rows
+// A split instance writes its share per source partition instead: the
+// partials of its open windows that changed (store.Provisional.Partials;
+// the commit adds those it finalized); its first write replaces those of
+// its partitions. Without provisional rows
 // (--provisional-interval 0, a drain) the loop's first batch removes those
-// an earlier run wrote.
+// an earlier run wrote (of its partitions, when split).
 //
 // Final rows are not kept waiting for provisional ones: a batch that
 // finalizes windows carries none, nor does one taken when the earliest open
@@ -43,8 +44,8 @@ func (l *loop) provisional(b *store.Batch, now time.Time) {
 	prevWM, prevAt := l.prov.wm, l.prov.at
 	l.prov.wm, l.prov.at = b.Watermark, now
 	if cfg.ProvisionalInterval <= 0 || cfg.Drain {
-		if !l.prov.wrote && b.Split == nil { // remove what an earlier run wrote: it would read as current
-			b.Provisional = &store.Provisional{All: true}
+		if !l.prov.wrote { // remove what an earlier run wrote: it would read as current
+			b.Provisional = &store.Provisional{All: true, Off: true}
 			l.prov.wrote = true
 		}
 		return
@@ -52,19 +53,15 @@ func (l *loop) provisional(b *store.Batch, now time.Time) {
 	if now.Before(l.prov.next) {
 		return
 	}
-	if b.Split != nil {
-		if !l.prov.logged {
-			l.prov.logged = true
-			cfg.Logger.Warn("provisional rows are not written by the instances of a split pipeline: readers see its final windows only",
-				"pipeline", cfg.Pipeline)
-		}
-		return
-	}
 	if closesWithin(l.win.FirstEnd(), b.Watermark, prevWM, now.Sub(prevAt), 2*l.prov.took) {
 		return
 	}
-	rows, starts := l.win.Changed(b.Watermark)
-	b.Provisional = &store.Provisional{Rows: rows, Starts: starts, All: !l.prov.wrote}
+	if b.Split != nil {
+		b.Provisional = &store.Provisional{Partials: l.win.ChangedPartials(b.Watermark), All: !l.prov.wrote}
+	} else {
+		rows, starts := l.win.Changed(b.Watermark)
+		b.Provisional = &store.Provisional{Rows: rows, Starts: starts, All: !l.prov.wrote}
+	}
 	l.prov.wrote = true
 	l.prov.next = now.Add(cfg.ProvisionalInterval)
 }

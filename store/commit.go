@@ -140,9 +140,14 @@ func (s *Store) commit(ctx context.Context, b *Batch, m *Merged) (err error) {
 		return fmt.Errorf("update stream_positions: %w", err)
 	}
 	if b.Split != nil {
-		if err := mergeSplit(ctx, tx, b.Pipeline, b.Split, b.Split.Holding && !marksDrained(b), s.mergeChunkRows(),
-			b.Watermark, parts, m); err != nil {
+		// A commit with provisional rows takes the pipeline's lock, as a
+		// merge does (writeSplitProvisional).
+		mayLeave := b.Split.Holding && !marksDrained(b) && b.Provisional == nil
+		if err := mergeSplit(ctx, tx, b.Pipeline, b.Split, mayLeave, s.mergeChunkRows(), b.Watermark, parts, m); err != nil {
 			return fmt.Errorf("merge: %w", err)
+		}
+		if err := writeSplitProvisional(ctx, tx, b, m.Until); err != nil {
+			return fmt.Errorf("write provisional rows: %w", err)
 		}
 	}
 	if len(b.Replayed) > 0 {

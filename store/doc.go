@@ -37,6 +37,12 @@
 //     in the transaction of the commit that finds it so, under the
 //     pipeline's row lock; its partials are deleted in that transaction, and
 //     no partial of a merged window is written again (ErrMergedPast).
+//   - Provisional rows (provisional.go, provisional_split.go) are exact for
+//     the records below provisional_positions, in the transaction that
+//     stores them; in a split pipeline a window's provisional rows are the
+//     merge of every instance's provisional partials of it, replaced under
+//     the pipeline's row lock, and the merge deletes both with the
+//     transaction that writes the window's final rows.
 //   - delay_aggregates is partitioned by day (migration 6). Commit and
 //     CommitSplit create the days their windows need before their
 //     transaction, never inside it (EnsurePartitions, partitions.go); a day

@@ -15,7 +15,7 @@ import (
 var PipelineTables = []string{"delay_aggregates", "delay_partial_windows", "vehicle_latest", "trip_delay_latest",
 	"dead_letters", "stream_positions", "pipeline_instances", "names", "refused_windows", "dead_letter_replays",
 	"stop_visits", "stop_visit_counts",
-	"delay_aggregates_provisional", "provisional_positions"}
+	"delay_aggregates_provisional", "provisional_positions", "delay_partial_provisional"}
 
 // ErrPipelineLive is returned by DropPipeline while an instance of the
 // pipeline is alive.

@@ -222,6 +222,9 @@ func mergeSplit(ctx context.Context, tx pgx.Tx, pipeline string, sp *Split, mayL
 		if _, err := tx.Exec(ctx, `UPDATE pipelines SET merged_until = $2 WHERE name = $1`, pipeline, *f.at); err != nil {
 			return fmt.Errorf("store merged_until: %w", err)
 		}
+		if err := clearMergedProvisional(ctx, tx, pipeline, *f.at); err != nil {
+			return err
+		}
 		f.until = f.at
 	}
 	if f.allDrained {
@@ -350,13 +353,7 @@ RETURNING window_start, window_end, partition, row_count, data`, pipeline, first
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}
-	var ws []aggregate.PartialWindow
-	var w aggregate.PartialWindow
-	_, err = pgx.ForEachRow(rows, []any{&w.WindowStart, &w.WindowEnd, &w.Partition, &w.Rows, &w.Data}, func() error {
-		ws = append(ws, w)
-		w.Data = nil // scanned into a fresh slice next row
-		return nil
-	})
+	ws, err := scanPartials(rows)
 	if err != nil {
 		return fmt.Errorf("take partials: %w", err)
 	}
@@ -395,6 +392,19 @@ RETURNING window_start, window_end, partition, row_count, data`, pipeline, first
 	m.Windows += cur.Windows()
 	m.Rows += cur.Rows()
 	return nil
+}
+
+// scanPartials reads rows of (window_start, window_end, partition,
+// row_count, data) as partial windows.
+func scanPartials(rows pgx.Rows) ([]aggregate.PartialWindow, error) {
+	var ws []aggregate.PartialWindow
+	var w aggregate.PartialWindow
+	_, err := pgx.ForEachRow(rows, []any{&w.WindowStart, &w.WindowEnd, &w.Partition, &w.Rows, &w.Data}, func() error {
+		ws = append(ws, w)
+		w.Data = nil // scanned into a fresh slice next row
+		return nil
+	})
+	return ws, err
 }
 
 // RegisterPartitions makes sure every partition of a split pipeline has a

@@ -359,3 +359,53 @@ func TestStoreSplitCorruptPartialWindow(t *testing.T) {
 		})
 	}
 }
+
+// Provisional rows of a split pipeline, commit by commit: each instance
+// writes its share of the two open windows; the provisional rows are then
+// the merge of both shares, equal row for row to the final rows the merge
+// writes once both instances passed the first window (which equal one
+// Windower fed every event). The commit that merges the window deletes its
+// provisional rows and shares; those of the window still open stay.
+func TestStoreSplitProvisionalRowsMergeEveryShare(t *testing.T) {
+	g := harness.NewSplitStoreRig(t)
+	url, sa, sb, ea, eb, ta, tb, plain, parts, w1 := g.Url, g.Sa, g.Sb, g.Ea, g.Eb, g.Ta, g.Tb, g.Plain, g.Parts, g.W1
+	provisional := func(s *store.Store, epoch int64, tp aggregate.PartitionID, wm time.Time, all bool) store.Merged {
+		b := g.Batch(epoch, tp, wm, false)
+		b.Provisional = &store.Provisional{Partials: parts[tp.Partition].ChangedPartials(wm), All: all}
+		return g.Commit(s, b)
+	}
+	cols := `window_start, window_end, dimension, dimension_id, operator, event_count, mean_delay_s, p90_delay_s,
+		min_delay_s, max_delay_s, delay_values, delay_counts`
+	count := func(q string) int { return harness.Query[int](t, url, q) }
+
+	provisional(sa, ea, ta, harness.T0, true)
+	if n := count(`SELECT count(DISTINCT partition) FROM delay_partial_provisional`); n != 1 {
+		t.Fatalf("after A's provisional write: shares of %d partitions, want 1", n)
+	}
+	provisional(sb, eb, tb, harness.T0, true)
+	if n := count(`SELECT count(*) FROM (SELECT DISTINCT window_start, partition FROM delay_partial_provisional) AS s`); n != 4 {
+		t.Fatalf("after both provisional writes: %d shares, want 2 windows x 2 partitions", n)
+	}
+	harness.ExecSQL(t, url, `CREATE TABLE snap_w1 AS SELECT `+cols+` FROM delay_aggregates_provisional WHERE window_end = '`+
+		w1.Format(time.RFC3339)+`'`)
+
+	// Both pass the first window; B's commit carries provisional rows and
+	// merges (it takes the pipeline's lock).
+	g.Commit(sa, g.Batch(ea, ta, w1, false))
+	parts[0].Drop(w1)
+	m := provisional(sb, eb, tb, w1, false)
+	parts[1].Drop(w1)
+	if m.Windows != 1 || !m.Until.Equal(w1) {
+		t.Fatalf("both past the first window: %+v, want it merged", m)
+	}
+	harness.SameAggregates(t, url, plain.Closed(w1))
+	harness.SameRows(t, "provisional rows of the first window (both shares) vs its merged rows",
+		harness.Dump(t, url, `SELECT `+cols+` FROM snap_w1`), harness.Dump(t, url, `SELECT `+cols+` FROM delay_aggregates`))
+	left := count(`SELECT count(*) FROM delay_aggregates_provisional WHERE window_end <= '` + w1.Format(time.RFC3339) + `'`)
+	shares := count(`SELECT count(*) FROM delay_partial_provisional WHERE window_end <= '` + w1.Format(time.RFC3339) + `'`)
+	open := count(`SELECT count(DISTINCT partition) FROM delay_partial_provisional WHERE window_end > '` + w1.Format(time.RFC3339) + `'`)
+	if left != 0 || shares != 0 || open != 2 {
+		t.Fatalf("after the merge: %d provisional rows and %d shares of the merged window left; shares of %d partitions of the open one, want 2",
+			left, shares, open)
+	}
+}

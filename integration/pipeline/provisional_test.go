@@ -97,6 +97,15 @@ type provisionalSnapshot struct {
 // are delay_aggregates'.
 func snapshotProvisional(t *testing.T, db string) provisionalSnapshot {
 	t.Helper()
+	return snapshotProvisionalAt(t, db, `SELECT coalesce(max(watermark), '1970-01-01Z') FROM stream_positions WHERE topic = 'arrival_predictions'`)
+}
+
+// snapshotProvisionalAt is snapshotProvisional with the snapshot's watermark
+// (the end of the last final window) read by the query frontier. It also
+// checks that no provisional partial of a split pipeline is left of a
+// merged window.
+func snapshotProvisionalAt(t *testing.T, db, frontier string) provisionalSnapshot {
+	t.Helper()
 	ctx := harness.TestCtx(t)
 	conn := harness.Connect(t, ctx, db)
 	defer conn.Close(ctx)
@@ -106,18 +115,19 @@ func snapshotProvisional(t *testing.T, db string) provisionalSnapshot {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // committed below
 	var s provisionalSnapshot
-	var mixed, viewFinal, tableRows int
+	var mixed, mergedPartials, viewFinal, tableRows int
 	err = tx.QueryRow(ctx, `SELECT
-		(SELECT coalesce(max(watermark), '1970-01-01Z') FROM stream_positions WHERE topic = 'arrival_predictions'),
+		(`+frontier+`),
 		(SELECT count(DISTINCT window_start) FROM delay_aggregates_provisional p
 			WHERE EXISTS (SELECT 1 FROM delay_aggregates d WHERE d.pipeline = p.pipeline AND d.window_start = p.window_start)),
+		(SELECT count(*) FROM delay_partial_provisional s JOIN pipelines ON name = s.pipeline WHERE s.window_end <= merged_until),
 		(SELECT count(*) FROM delay_aggregates_live WHERE final),
-		(SELECT count(*) FROM delay_aggregates)`).Scan(&s.watermark, &mixed, &viewFinal, &tableRows)
+		(SELECT count(*) FROM delay_aggregates)`).Scan(&s.watermark, &mixed, &mergedPartials, &viewFinal, &tableRows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mixed != 0 {
-		t.Errorf("%d windows have final and provisional rows at once", mixed)
+	if mixed != 0 || mergedPartials != 0 {
+		t.Errorf("%d windows have final and provisional rows at once; %d provisional partials of merged windows", mixed, mergedPartials)
 	}
 	if viewFinal != tableRows {
 		t.Errorf("delay_aggregates_live has %d final rows, delay_aggregates %d", viewFinal, tableRows)
@@ -414,58 +424,6 @@ func TestProvisionalSIGKILLLeavesNoMixture(t *testing.T) {
 	}
 	t.Logf("%d windows provisional at a kill are final now", wentFinal)
 	p.Kill()
-}
-
-// Split pipelines write no provisional rows. A single instance writes some
-// and is killed; then two instances with --partitions and
-// --provisional-interval take over: each logs that it writes none, their
-// commits delete the rows the single instance left, and once every record
-// is read and committed neither table holds a row of the pipeline:
-// delay_aggregates_live is exactly the merged final rows.
-func TestProvisionalSplitPipelineWritesNone(t *testing.T) {
-	addr, db := harness.StartBroker(t), harness.FreshDB(t)
-	produceFirst, _ := aucklandHalves(t)
-	produceFirst(addr)
-	single := harness.StartOvstream(t, nil, harness.RunArgs(db, addr, "--provisional-interval", "100ms")...)
-	harness.WaitFor(t, 2*time.Minute, "a provisional write of the single instance", func() bool {
-		var n int
-		harness.SqlRow(t, db, `SELECT count(*) FROM delay_aggregates_provisional`, &n)
-		return n > 0
-	})
-	single.Kill()
-	if code := single.Wait(t, time.Minute); code == 0 {
-		t.Fatalf("run exited 0 after kill -9:\n%s", single.Output())
-	}
-	ps := harness.StartSplit(t, db, addr, harness.Split2, "--provisional-interval", "100ms", "--flush-interval", "100ms", "--takeover")
-	hw := harness.HighWaters(t, addr, nil, harness.PredictionsTopic, harness.PositionsTopic)
-	harness.WaitFor(t, 2*time.Minute, "every record consumed and committed by the split instances", func() bool {
-		stored := harness.StoredConsumedOf(t, db, "ovstream")
-		for tp, off := range hw {
-			if stored[tp] != off {
-				return false
-			}
-		}
-		return true
-	})
-	time.Sleep(time.Second) // more commits, each a chance to write provisional rows
-	const line = "provisional rows are not written by the instances of a split pipeline"
-	for i, p := range ps {
-		if !strings.Contains(p.Output(), line) {
-			t.Errorf("instance %d does not log %q:\n%s", i, line, harness.Tail(p.Output(), 30))
-		}
-	}
-	var prov, pos, merged, live, final int
-	harness.SqlRow(t, db, `SELECT (SELECT count(*) FROM delay_aggregates_provisional), (SELECT count(*) FROM provisional_positions),
-		(SELECT count(*) FROM delay_aggregates), (SELECT count(*) FROM delay_aggregates_live),
-		(SELECT count(*) FROM delay_aggregates_live WHERE final)`, &prov, &pos, &merged, &live, &final)
-	if prov != 0 || pos != 0 || merged == 0 || live != merged || final != merged {
-		t.Errorf("split pipeline: %d provisional rows, %d provisional positions; %d merged rows, the view %d rows of which %d final",
-			prov, pos, merged, live, final)
-	}
-	t.Logf("split pipeline: %d merged rows, %d provisional rows", merged, prov)
-	for _, p := range ps {
-		p.Kill()
-	}
 }
 
 // --provisional-interval 0 turns provisional rows off: the service reads
