@@ -18,6 +18,7 @@ import (
 	"github.com/ovstream/ovstream/feed/produce"
 	"github.com/ovstream/ovstream/migrations"
 	"github.com/ovstream/ovstream/store"
+	"github.com/ovstream/ovstream/store/rollup"
 )
 
 // Config is what a demo needs beside the bundled samples.
@@ -89,8 +90,13 @@ func Run(ctx context.Context, w io.Writer, cfg Config) error {
 		return err
 	}
 	defer st.Close(context.Background())
+	pool, err := store.ReadPool(cfg.DatabaseURL, "ovstream-demo", time.Minute, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 	for _, feed := range Feeds {
-		if err := runFeed(ctx, w, st, cfg, b.Addr(), feed); err != nil {
+		if err := runFeed(ctx, w, st, pool, cfg, b.Addr(), feed); err != nil {
 			return fmt.Errorf("%s: %w", feed.Dir, err)
 		}
 	}
@@ -99,8 +105,8 @@ func Run(ctx context.Context, w io.Writer, cfg Config) error {
 
 // runFeed produces one bundled feed into its pipeline's topics, drops
 // what an earlier demo wrote under that pipeline, runs it with --drain and
-// prints what it wrote.
-func runFeed(ctx context.Context, w io.Writer, st *store.Store, cfg Config, brokers string, feed Feed) error {
+// prints what it wrote and the on-time performance of its stop visits.
+func runFeed(ctx context.Context, w io.Writer, st *store.Store, db rollup.Querier, cfg Config, brokers string, feed Feed) error {
 	dir, static, pipeline := feed.Dir, feed.Static, feed.Pipeline
 	opt := gtfsrt.Options{Operator: feed.Operator}
 	var err error
@@ -145,7 +151,7 @@ func runFeed(ctx context.Context, w io.Writer, st *store.Store, cfg Config, brok
 		return err
 	}
 	printReport(w, r, cfg.Window)
-	return nil
+	return printOnTime(ctx, w, db, pipeline)
 }
 
 // printSummary is run's summary in three lines: what run --drain did,

@@ -3,6 +3,7 @@
 package ops
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -56,5 +57,35 @@ func TestDemoRanksMostDelayedLinesByP90(t *testing.T) {
 	}
 	if !meanRises {
 		t.Errorf("in no table does the mean rise from one row to the next: the samples no longer tell P90 from mean order")
+	}
+	checkDemoOnTime(t, db, out)
+}
+
+// checkDemoOnTime checks the demo's on-time line of each feed against
+// counts over its stop_visits written here: the visits, those with
+// -60 <= delay_s <= 300 (na) and -30 <= delay_s <= 180 (crow), each share
+// to 0.1 %; a feed without visits (Auckland: no start_date) says why.
+func checkDemoOnTime(t *testing.T, db, out string) {
+	t.Helper()
+	lines := regexp.MustCompile(`(?m)^stop visits: .*$`).FindAllString(out, -1)
+	for i, pipeline := range []string{"demo-nl-ovapi", "demo-auckland", "demo-halifax"} {
+		c := harness.Dump(t, db, `SELECT count(*), count(*) FILTER (WHERE delay_s >= -60 AND delay_s <= 300),
+			count(*) FILTER (WHERE delay_s >= -30 AND delay_s <= 180) FROM stop_visits WHERE pipeline = '`+pipeline+`'`)
+		var n, na, crow int64
+		if _, err := fmt.Sscanf(c[0], "[%d %d %d]", &n, &na, &crow); err != nil {
+			t.Fatalf("%s: %v", c[0], err)
+		}
+		want := "stop visits: none (its predictions carry no start_date, the service day a visit needs)"
+		if n > 0 {
+			want = fmt.Sprintf("stop visits: %d; on time: %.1f %% (%d) by na (60 s early to 300 s late), %.1f %% (%d) by crow "+
+				"(30 s early to 180 s late); per line: ovstream report --metric on-time", n, 100*float64(na)/float64(n), na,
+				100*float64(crow)/float64(n), crow)
+		}
+		if i >= len(lines) || lines[i] != want {
+			t.Errorf("%s: the demo's on-time line, want\n%s\nall of them:\n%s", pipeline, want, strings.Join(lines, "\n"))
+		}
+	}
+	if len(lines) != 3 {
+		t.Errorf("%d on-time lines, want one per feed (3)", len(lines))
 	}
 }
