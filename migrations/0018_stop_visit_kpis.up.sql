@@ -25,6 +25,17 @@ SELECT CASE WHEN by_service_day THEN start_date::timestamp AT TIME ZONE tz
             ELSE ovs_bucket(arrival_time, bucket, tz, origin) END
 $$;
 
+-- ovs_visit_realized tells whether a visit counts under realized_within_s:
+-- with NULL every visit does; else only a visit whose last prediction was
+-- made at most realized_within_s seconds before the arrival it predicts (or
+-- after it): the vehicle was at the stop, so its delay is the realized one.
+-- The other visits' delays are still predictions, provisional until the
+-- vehicle comes.
+CREATE FUNCTION ovs_visit_realized(arrival_time timestamptz, last_event_time timestamptz, realized_within_s double precision)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT realized_within_s IS NULL OR arrival_time - last_event_time <= realized_within_s * interval '1 second'
+$$;
+
 -- ovs_check_visit_query raises an error for a dimension ovs_on_time and
 -- ovs_headways do not know or an empty range.
 CREATE FUNCTION ovs_check_visit_query(dimension text, since timestamptz, until timestamptz)
@@ -48,7 +59,8 @@ $$;
 CREATE FUNCTION ovs_on_time(pipeline text, dimension text, since timestamptz, until timestamptz,
                             bucket interval DEFAULT NULL, tz text DEFAULT 'UTC',
                             early_s double precision DEFAULT 60, late_s double precision DEFAULT 300,
-                            ids text[] DEFAULT NULL, by_service_day boolean DEFAULT false)
+                            ids text[] DEFAULT NULL, by_service_day boolean DEFAULT false,
+                            realized_within_s double precision DEFAULT NULL)
 RETURNS TABLE (bucket_start timestamptz, dimension_id text, visits bigint, early bigint, on_time bigint,
                late bigint, on_time_share double precision)
 LANGUAGE sql STABLE AS $$
@@ -58,6 +70,7 @@ WITH v AS (
            ovs_visit_dimension_id(dimension, s.line, s.stop_id, s.operator) AS id, s.delay_s
     FROM stop_visits AS s
     WHERE s.pipeline = ovs_on_time.pipeline AND s.arrival_time >= since AND s.arrival_time < until
+      AND ovs_visit_realized(s.arrival_time, s.last_event_time, realized_within_s)
 )
 SELECT v.b, v.id, count(*), count(*) FILTER (WHERE v.delay_s < -early_s),
        count(*) FILTER (WHERE v.delay_s >= -early_s AND v.delay_s <= late_s),
@@ -86,7 +99,8 @@ $$;
 -- bucket and id.
 CREATE FUNCTION ovs_headways(pipeline text, dimension text, since timestamptz, until timestamptz,
                              bucket interval DEFAULT NULL, tz text DEFAULT 'UTC', ids text[] DEFAULT NULL,
-                             by_service_day boolean DEFAULT false, wait_tolerance double precision DEFAULT 0.25)
+                             by_service_day boolean DEFAULT false, wait_tolerance double precision DEFAULT 0.25,
+                             realized_within_s double precision DEFAULT NULL)
 RETURNS TABLE (bucket_start timestamptz, dimension_id text, gaps bigint, mean_headway_s double precision,
                awt_s double precision, scheduled_gaps bigint, scheduled_mean_headway_s double precision,
                swt_s double precision, excess_wait_s double precision, assessed bigint, within_tolerance bigint,
@@ -97,12 +111,14 @@ WITH days AS (
     SELECT DISTINCT s.start_date FROM stop_visits AS s
     WHERE s.pipeline = ovs_headways.pipeline AND s.arrival_predicted
       AND s.arrival_time >= since AND s.arrival_time < until
+      AND ovs_visit_realized(s.arrival_time, s.last_event_time, realized_within_s)
 ),
 v AS (
     SELECT s.line, s.stop_id, s.operator, s.start_date, s.trip_id, s.stop_key, s.arrival_time,
            s.arrival_time - s.delay_s * interval '1 second' AS scheduled
     FROM stop_visits AS s JOIN days USING (start_date)
     WHERE s.pipeline = ovs_headways.pipeline AND s.arrival_predicted
+      AND ovs_visit_realized(s.arrival_time, s.last_event_time, realized_within_s)
 ),
 g AS (
     SELECT v.*,

@@ -53,6 +53,7 @@ type reportFlags struct {
 	fs                                       *pflag.FlagSet
 	metric, onTime, bands                    string
 	waitTolerance                            float64
+	realizedWithin                           time.Duration
 	dimension, ids, from, to, bucket, tz, by string
 	quantiles                                string
 	minEvents                                int64
@@ -68,6 +69,7 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.bands, "bands", "", "--metric accuracy: horizon buckets and their accuracy `bands`, FROM-TO:EARLY..LATE comma-separated (default: the ETA Accuracy Benchmark's, 0-3m:-30s..90s,3m-6m:-1m..2m30s,6m-10m:-1m..3m30s,10m-15m:-1m30s..4m30s)")
 	fs.StringVar(&f.onTime, "on-time", "na", "with --metric on-time, on time is `na` (60 s early to 300 s late), crow (30 s early to 180 s late) or EARLY,LATE seconds, bounds inclusive")
 	fs.Float64Var(&f.waitTolerance, "wait-tolerance", 0.25, "with --metric headway, the wait assessment's `share` above the scheduled gap")
+	fs.DurationVar(&f.realizedWithin, "realized-within", 0, "with --metric on-time, headway or accuracy, count only the visits whose last prediction was made at most this long before their arrival: the vehicle was at the stop, its delay realized (`duration`; 0: every visit for on-time and headway, those not yet realized with a predicted delay; 2m for accuracy)")
 	fs.StringVar(&f.dimension, "dimension", "line", "`dimension`: line, station, operator or network")
 	fs.StringVar(&f.ids, "ids", "", "only these dimension `ids`, comma-separated (default: all)")
 	fs.StringVar(&f.from, "from", "", "start of the range, inclusive (`time`; required)")
@@ -83,6 +85,7 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact; text starting with = + - @ tab or CR gets a leading ')")
 	fs.DurationVar(&f.statementTimeout, "statement-timeout", time.Minute, "bound of each database statement (statement_timeout; 0: none)")
 	zeroMeans(fs, "statement-timeout", "no timeout")
+	zeroMeans(fs, "realized-within", "every visit for on-time and headway, those not yet realized with a predicted delay; 2m for accuracy")
 }
 
 func newReportCmd() *cobra.Command {
@@ -174,7 +177,8 @@ func cmdReport(ctx context.Context, f *reportFlags, stdout, stderr io.Writer) in
 // metricOnly names the metrics of each flag that applies to some only.
 var metricOnly = map[string][]string{"quantiles": {"delay", "accuracy"}, "min-events": {"delay"}, "by": {"delay"},
 	"top": {"delay"}, "include-open": {"delay"}, "on-time": {"on-time"}, "wait-tolerance": {"headway"},
-	"bucket": {"delay", "on-time", "headway"}, "bands": {"accuracy"}}
+	"bucket": {"delay", "on-time", "headway"}, "bands": {"accuracy"},
+	"realized-within": {"on-time", "headway", "accuracy"}}
 
 // delayReport is --metric delay: the rollups of the windows' distributions.
 func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
@@ -199,7 +203,7 @@ func delayReport(f *reportFlags, q rollup.Query) (func(context.Context, rollup.Q
 // visitReport is --metric on-time and headway: the KPIs of the stop visits.
 func visitReport(f *reportFlags, r rollup.Query) (func(context.Context, rollup.Querier) (func(io.Writer) error, error), error) {
 	q := visitstats.Query{Metric: visitstats.Metric(f.metric), Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs,
-		From: r.From, To: r.To, Location: r.Location, WaitTolerance: f.waitTolerance}
+		From: r.From, To: r.To, Location: r.Location, WaitTolerance: f.waitTolerance, RealizedWithinS: f.realizedWithin.Seconds()}
 	var err error
 	if q.Bucket, q.ServiceDay, err = visitstats.ParseBucket(f.bucket); err != nil {
 		return nil, fmt.Errorf("--bucket: %v", err)
@@ -223,7 +227,8 @@ func accuracyReport(f *reportFlags, r rollup.Query) (func(context.Context, rollu
 	if err != nil {
 		return nil, fmt.Errorf("--bands: %w", err)
 	}
-	q := accuracy.Query{Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs, From: r.From, To: r.To, Bands: bands}
+	q := accuracy.Query{Pipeline: r.Pipeline, Dimension: r.Dimension, IDs: r.IDs, From: r.From, To: r.To, Bands: bands,
+		RealizedWithinS: f.realizedWithin.Seconds()}
 	if q.Quantiles, err = rollup.ParseQuantiles(f.quantiles); err != nil {
 		return nil, fmt.Errorf("--quantiles: %v", err)
 	}

@@ -93,6 +93,11 @@ type Query struct {
 	// may reach and still count in the wait assessment (Metric Headway;
 	// 0.25 for the MTA's +25 %).
 	WaitTolerance float64
+	// RealizedWithinS, when positive, counts only the visits whose last
+	// prediction was made at most this many seconds before the arrival it
+	// predicts (or after it): the vehicle was at the stop, so the delay is
+	// realized. 0: every visit, the others' delays still predictions.
+	RealizedWithinS float64
 }
 
 // Validate checks q and says what is wrong in terms of report's flags.
@@ -110,6 +115,9 @@ func (q *Query) Validate() error {
 	}
 	if !(q.WaitTolerance >= 0) || math.IsInf(q.WaitTolerance, 0) {
 		return fmt.Errorf("wait tolerance %v: want a finite number >= 0", q.WaitTolerance)
+	}
+	if !(q.RealizedWithinS >= 0) || math.IsInf(q.RealizedWithinS, 0) {
+		return fmt.Errorf("realized within %vs: want a finite number of seconds >= 0", q.RealizedWithinS)
 	}
 	return nil
 }
@@ -161,10 +169,10 @@ type Row struct {
 }
 
 const onTimeSQL = `SELECT * FROM ovs_on_time($1, $2, $3, $4, bucket => $5::text::interval, tz => $6, early_s => $7, late_s => $8,
-	ids => $9, by_service_day => $10)`
+	ids => $9, by_service_day => $10, realized_within_s => $11)`
 
 const headwaySQL = `SELECT * FROM ovs_headways($1, $2, $3, $4, bucket => $5::text::interval, tz => $6, ids => $7,
-	by_service_day => $8, wait_tolerance => $9)`
+	by_service_day => $8, wait_tolerance => $9, realized_within_s => $10)`
 
 // Run reads q's rows from db, ordered by bucket and id.
 func Run(ctx context.Context, db rollup.Querier, q Query) ([]Row, error) {
@@ -175,12 +183,16 @@ func Run(ctx context.Context, db rollup.Querier, q Query) ([]Row, error) {
 	if q.IDs != nil {
 		ids = q.IDs
 	}
+	var realized any // NULL: every visit
+	if q.RealizedWithinS > 0 {
+		realized = q.RealizedWithinS
+	}
 	loc := q.location()
 	sql, args := onTimeSQL, []any{q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.Interval(), loc.String(),
-		q.OnTime.Early, q.OnTime.Late, ids, q.ServiceDay}
+		q.OnTime.Early, q.OnTime.Late, ids, q.ServiceDay, realized}
 	if q.Metric == Headway {
 		sql, args = headwaySQL, []any{q.Pipeline, q.Dimension, q.From, q.To, q.Bucket.Interval(), loc.String(),
-			ids, q.ServiceDay, q.WaitTolerance}
+			ids, q.ServiceDay, q.WaitTolerance, realized}
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
