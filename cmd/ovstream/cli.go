@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -15,8 +17,8 @@ import (
 // file builds its command in a newXCmd function and registers it in init;
 // its flags are registered in one function (xFlags.register(fs)). Every flag
 // also takes its value from the environment and the --config file
-// (settings.go), and the values are checked the same way for every command
-// (checkValues) before the command runs.
+// (package config), and the values are checked the same way for every command
+// (config.CheckValues) before the command runs.
 
 // builders build the top-level commands, in the order the files register them.
 var builders []func() *cobra.Command
@@ -73,7 +75,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Version:           versionString(),
 		SilenceErrors:     true, // execute prints them, short
 		SilenceUsage:      true,
-		PersistentPreRunE: settleAndCheck,
+		PersistentPreRunE: config.SettleAndCheck,
 		RunE: func(c *cobra.Command, args []string) error {
 			// `ovstream` alone: the list of commands, as a usage error.
 			c.SetOut(c.ErrOrStderr())
@@ -82,7 +84,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.PersistentFlags().String(configFlag, "", "TOML `file` of settings: keys are flag names, at the top or under [COMMAND] (env OVSTREAM_CONFIG)")
+	root.PersistentFlags().String(config.Flag, "", "TOML `file` of settings: keys are flag names, at the top or under [COMMAND] (env OVSTREAM_CONFIG)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	for _, build := range builders {

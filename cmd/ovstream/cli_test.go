@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -31,7 +33,7 @@ func cleanEnv(t *testing.T) {
 			t.Setenv(name, "")
 		}
 	}
-	for _, name := range conventionalEnv {
+	for _, name := range config.ConventionalEnv {
 		t.Setenv(name, "")
 	}
 }
@@ -333,8 +335,8 @@ func TestConfigFileKeys(t *testing.T) {
 	var f produceFlags
 	c := &cobra.Command{Use: "produce", RunE: func(*cobra.Command, []string) error { return nil }}
 	f.register(c.Flags())
-	root := &cobra.Command{Use: "ovstream", PersistentPreRunE: settleAndCheck}
-	root.PersistentFlags().String(configFlag, "", "")
+	root := &cobra.Command{Use: "ovstream", PersistentPreRunE: config.SettleAndCheck}
+	root.PersistentFlags().String(config.Flag, "", "")
 	root.AddCommand(c)
 	p := write("lists.toml", "[produce]\ngtfs-rt-url = [\"http://a.example/tu\", \"http://b.example/vp\"]\nhttp-header = [\"X-Key: 1,2\"]\n")
 	root.SetArgs([]string{"produce", "--config", p})
@@ -362,11 +364,11 @@ func TestSASLPasswordNotOnTheCommandLine(t *testing.T) {
 		var k kafkaFlags
 		c := &cobra.Command{Use: "status"}
 		k.register(c.Flags())
-		c.Flags().String(configFlag, file, "")
+		c.Flags().String(config.Flag, file, "")
 		if file != "" {
-			c.Flags().Lookup(configFlag).Changed = true
+			c.Flags().Lookup(config.Flag).Changed = true
 		}
-		if _, err := settle(c, func(n string) (string, bool) { v, ok := env[n]; return v, ok }); err != nil {
+		if _, err := config.Settle(c, func(n string) (string, bool) { v, ok := env[n]; return v, ok }); err != nil {
 			t.Fatal(err)
 		}
 		return k.password()
@@ -499,9 +501,9 @@ func TestDocsConfigExample(t *testing.T) {
 		if err := c.ParseFlags([]string{"--config", file}); err != nil {
 			t.Fatal(err)
 		}
-		from, err := settle(c, func(string) (string, bool) { return "", false })
+		from, err := config.Settle(c, func(string) (string, bool) { return "", false })
 		if err == nil {
-			err = checkValues(c.Flags(), from)
+			err = config.CheckValues(c.Flags(), from)
 		}
 		if err != nil {
 			t.Fatalf("%s with the config of docs/configuration.md: %v", cmd, err)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ovstream/ovstream/config"
 )
 
 // docFiles are the pages a reader follows links in: README.md, the other
@@ -248,8 +250,8 @@ func TestDocsCommandsParse(t *testing.T) {
 			}
 			if err == nil {
 				var from map[string]string
-				if from, err = settle(c, func(string) (string, bool) { return "", false }); err == nil {
-					err = checkValues(c.Flags(), from)
+				if from, err = config.Settle(c, func(string) (string, bool) { return "", false }); err == nil {
+					err = config.CheckValues(c.Flags(), from)
 				}
 			}
 			if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/IBM/sarama"
+	"github.com/ovstream/ovstream/config"
 	"github.com/spf13/pflag"
 
 	"github.com/ovstream/ovstream/kafkaconn"
@@ -13,7 +14,7 @@ const saslPasswordEnv = kafkaconn.PasswordEnv
 // kafkaFlags are the Kafka security flags shared by run, demo, produce,
 // status and dlq.
 type kafkaFlags struct {
-	kafkaconn.Security // SASLPassword: environment or config file only (secretFlag)
+	kafkaconn.Security // SASLPassword: environment or config file only (config.SecretFlag)
 }
 
 func (k *kafkaFlags) register(fs *pflag.FlagSet) {
@@ -25,7 +26,7 @@ func (k *kafkaFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&k.SASLMechanism, "kafka-sasl-mechanism", "", "SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from env "+saslPasswordEnv+" only)")
 	fs.StringVar(&k.SASLUser, "kafka-sasl-user", "", "SASL `user` name")
 	fs.StringVar(&k.SASLPassword, "kafka-sasl-password", "", "SASL password: from env "+saslPasswordEnv+" or the --config file only")
-	secretFlag(fs, "kafka-sasl-password")
+	config.SecretFlag(fs, "kafka-sasl-password")
 }
 
 // password returns the SASL password (from the environment or the config file).

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -59,7 +61,7 @@ func newMigrateCmd() *cobra.Command {
 	down := sub("down [V]", "revert every migration: DROPS ALL ovstream TABLES AND THEIR DATA; with V, only those above "+
 		"version V (each one's .down.sql says what it drops); needs --yes", optionalVersionArg, migrateDown)
 	down.Flags().BoolVar(&f.yes, "yes", false, "confirm `down`, which drops all data (command line only)")
-	cliOnly(down.Flags(), "yes")
+	config.CLIOnly(down.Flags(), "yes")
 	c := group("migrate", "apply or inspect the schema: migrate up|down|version|force",
 		"The schema, from the migrations embedded in the binary.",
 		sub("up", "apply every migration this binary holds (an up-to-date schema is a success)", noArgs, migrateUp),

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/spf13/cobra"
 
 	"github.com/ovstream/ovstream/consumer"
@@ -58,8 +60,8 @@ func newPipelineCmd() *cobra.Command {
 	fs.StringVar(&f.topics, "topics", "", "PREDICTIONS_TOPIC,POSITIONS_TOPIC every instance must run with (empty: unchanged)")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "the bound on a plausible |delay_s| every instance must run with, 1s to 24h (0: unchanged)")
 	fs.DurationVar(&f.lease, "lease", 15*time.Second, "the --lease of the pipeline's instances: a heartbeat younger is live")
-	zeroMeans(fs, "window", "unchanged")
-	zeroMeans(fs, "max-delay", "unchanged")
+	config.ZeroMeans(fs, "window", "unchanged")
+	config.ZeroMeans(fs, "max-delay", "unchanged")
 	set.RunE = run(func(ctx context.Context, stdout, stderr io.Writer, _ []string) int {
 		return cmdPipelineSet(ctx, &f, stdout, stderr)
 	})

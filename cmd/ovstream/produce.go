@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -100,7 +102,7 @@ func (f *produceFlags) register(fs *pflag.FlagSet) {
 	// The old name, from the command line only: OVSTREAM_RETENTION and a
 	// config file's retention are run's (it drops partitions).
 	fs.DurationVar(&f.retention, "retention", gtfsrt.DefaultRetention, "")
-	cliOnly(fs, "retention")
+	config.CLIOnly(fs, "retention")
 	if err := fs.MarkDeprecated("retention", "use --key-retention"); err != nil {
 		panic(err)
 	}
@@ -115,7 +117,7 @@ func (f *produceFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.topic, "topic", "", "`topic` for --jsonl")
 	fs.BoolVar(&f.createTopics, "create-topics", false, "create a missing topic (the broker's default partitions and replication) instead of refusing it")
 	fs.DurationVar(&f.progressEvery, "progress-interval", 10*time.Second, "--gtfs-rt: time between two progress lines on stderr, one per file read (0: every file)")
-	zeroMeans(fs, "progress-interval", "a line for every file")
+	config.ZeroMeans(fs, "progress-interval", "a line for every file")
 }
 
 func newProduceCmd() *cobra.Command {

@@ -10,6 +10,8 @@ import (
 	"time"
 	_ "time/tzdata" // --tz works where the system has no zoneinfo
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -84,8 +86,8 @@ func (f *reportFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.json, "json", false, "print JSON (exact)")
 	fs.BoolVar(&f.csv, "csv", false, "print CSV (exact; text starting with = + - @ tab or CR gets a leading ')")
 	fs.DurationVar(&f.statementTimeout, "statement-timeout", time.Minute, "bound of each database statement (statement_timeout; 0: none)")
-	zeroMeans(fs, "statement-timeout", "no timeout")
-	zeroMeans(fs, "realized-within", "every visit for on-time and headway, those not yet realized with a predicted delay; 2m for accuracy")
+	config.ZeroMeans(fs, "statement-timeout", "no timeout")
+	config.ZeroMeans(fs, "realized-within", "every visit for on-time and headway, those not yet realized with a predicted delay; 2m for accuracy")
 }
 
 func newReportCmd() *cobra.Command {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -105,10 +107,10 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.retention, "retention", "", "drop whole days of delay_aggregates that end this long before the lowest stored watermark of every pipeline (event time), e.g. 90d or 36h; hourly (empty: off)")
 	fs.StringVar(&f.deadLetterRetention, "dead-letter-retention", "", "delete this pipeline's dead letters stored longer ago than this, replayed or not, e.g. 30d; hourly (empty: off)")
 	f.kafka.register(fs)
-	zeroMeans(fs, "allowed-lateness", "no lateness")
-	zeroMeans(fs, "progress-interval", "no progress lines")
-	zeroMeans(fs, "provisional-interval", "no provisional rows")
-	nameFlag(fs, "pipeline")
+	config.ZeroMeans(fs, "allowed-lateness", "no lateness")
+	config.ZeroMeans(fs, "progress-interval", "no progress lines")
+	config.ZeroMeans(fs, "provisional-interval", "no provisional rows")
+	config.NameFlag(fs, "pipeline")
 }
 
 // ages reads --retention and --dead-letter-retention into cfg (consumer.ParseAge).
@@ -208,7 +210,7 @@ func (f *runFlags) config(log *slog.Logger) (consumer.Config, error) {
 			return cfg, fmt.Errorf("--instance-id %q %v", f.instanceID, err)
 		}
 	}
-	// Durations are checked for every command (checkValues); these take more.
+	// Durations are checked for every command (config.CheckValues); these take more.
 	switch {
 	case f.window < time.Second:
 		return cfg, fmt.Errorf("--window %v: want at least 1s", f.window)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovstream/ovstream/config"
+
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -37,7 +39,7 @@ func (o *opsFlags) register(fs *pflag.FlagSet, withKafka bool) {
 	fs.StringVar(&o.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	fs.StringVar(&o.pipeline, "pipeline", "ovstream", "pipeline name")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 15*time.Second, connectTimeoutUsage)
-	nameFlag(fs, "pipeline")
+	config.NameFlag(fs, "pipeline")
 	if withKafka {
 		fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port (env KAFKA_BROKERS)")
 		o.kafka.register(fs)

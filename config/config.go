@@ -1,4 +1,8 @@
-package main
+// Package config settles the value of every flag of every ovstream command:
+// from the command line, the environment, the TOML file of --config, or the
+// default, first wins (docs/configuration.md), and checks the values the same
+// way for every command.
+package config
 
 import (
 	"errors"
@@ -16,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ovstream/ovstream/kafkaconn"
 	"github.com/ovstream/ovstream/store"
 )
 
@@ -34,10 +39,10 @@ import (
 // A key that is no flag (a typo) is an error, as is a flag marked secret given
 // on the command line, where `ps` and shell histories would show it.
 
-// configFlag names the settings file.
-const configFlag = "config"
+// Flag is the flag that names the settings file.
+const Flag = "config"
 
-// Flag annotations (pflag.Flag.Annotations) read by settle and checkValues.
+// Flag annotations (pflag.Flag.Annotations) read by Settle and CheckValues.
 const (
 	annZero    = "ovstream/zero"     // a duration for which 0 is valid: [what 0 means]
 	annName    = "ovstream/name"     // a pipeline name: store.CheckPipelineName
@@ -45,40 +50,40 @@ const (
 	annSecret  = "ovstream/secret"   // from the environment or the file only; hidden from help
 )
 
-// conventionalEnv is the variable read after OVSTREAM_<FLAG> for a flag.
-var conventionalEnv = map[string]string{
+// ConventionalEnv is the variable read after OVSTREAM_<FLAG> for a flag.
+var ConventionalEnv = map[string]string{
 	"database-url":        "DATABASE_URL",
 	"brokers":             "KAFKA_BROKERS",
-	"kafka-sasl-password": saslPasswordEnv,
+	"kafka-sasl-password": kafkaconn.PasswordEnv,
 }
 
-// envNames returns the environment variables a flag is read from, first wins.
-func envNames(flag string) []string {
+// EnvNames returns the environment variables a flag is read from, first wins.
+func EnvNames(flag string) []string {
 	names := []string{"OVSTREAM_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
-	if c, ok := conventionalEnv[flag]; ok {
+	if c, ok := ConventionalEnv[flag]; ok {
 		names = append(names, c)
 	}
 	return names
 }
 
-// zeroMeans declares that 0 is a valid value of the duration flag name, and
+// ZeroMeans declares that 0 is a valid value of the duration flag name, and
 // what it means; any other duration flag must be positive.
-func zeroMeans(fs *pflag.FlagSet, name, meaning string) { annotate(fs, name, annZero, meaning) }
+func ZeroMeans(fs *pflag.FlagSet, name, meaning string) { annotate(fs, name, annZero, meaning) }
 
-// nameFlag declares string flags that hold a pipeline name
+// NameFlag declares string flags that hold a pipeline name
 // (store.CheckPipelineName).
-func nameFlag(fs *pflag.FlagSet, names ...string) {
+func NameFlag(fs *pflag.FlagSet, names ...string) {
 	for _, n := range names {
 		annotate(fs, n, annName, "")
 	}
 }
 
-// cliOnly declares a flag that only the command line sets (a confirmation).
-func cliOnly(fs *pflag.FlagSet, name string) { annotate(fs, name, annCLIOnly, "") }
+// CLIOnly declares a flag that only the command line sets (a confirmation).
+func CLIOnly(fs *pflag.FlagSet, name string) { annotate(fs, name, annCLIOnly, "") }
 
-// secretFlag declares a hidden flag that holds a secret: it is set from the
+// SecretFlag declares a hidden flag that holds a secret: it is set from the
 // environment or the config file only, never from the command line.
-func secretFlag(fs *pflag.FlagSet, name string) {
+func SecretFlag(fs *pflag.FlagSet, name string) {
 	annotate(fs, name, annSecret, "")
 	if err := fs.MarkHidden(name); err != nil {
 		panic(err)
@@ -91,17 +96,17 @@ func annotate(fs *pflag.FlagSet, name, key, value string) {
 	}
 }
 
-// settleAndCheck is the root's PersistentPreRunE: it settles every flag of
+// SettleAndCheck is the root's PersistentPreRunE: it settles every flag of
 // the command about to run and checks the values.
-func settleAndCheck(c *cobra.Command, _ []string) error {
+func SettleAndCheck(c *cobra.Command, _ []string) error {
 	if skipsSettings(c) {
 		return nil
 	}
-	from, err := settle(c, os.LookupEnv)
+	from, err := Settle(c, os.LookupEnv)
 	if err != nil {
 		return err
 	}
-	return checkValues(c.Flags(), from)
+	return CheckValues(c.Flags(), from)
 }
 
 // skipsSettings tells whether c is one of the top-level commands that read
@@ -119,10 +124,10 @@ func skipsSettings(c *cobra.Command) bool {
 	return false
 }
 
-// settle sets every flag of c not given on the command line from the
+// Settle sets every flag of c not given on the command line from the
 // environment (lookupEnv) or the config file. It returns where each flag's
 // value came from, for messages.
-func settle(c *cobra.Command, lookupEnv func(string) (string, bool)) (map[string]string, error) {
+func Settle(c *cobra.Command, lookupEnv func(string) (string, bool)) (map[string]string, error) {
 	fs := c.Flags()
 	from := map[string]string{}
 	var errs []error
@@ -131,7 +136,7 @@ func settle(c *cobra.Command, lookupEnv func(string) (string, bool)) (map[string
 			from[fl.Name] = "command line"
 			if fl.Annotations[annSecret] != nil {
 				errs = append(errs, fmt.Errorf("--%s is not taken on the command line, where ps and shell histories show it: set %s or %s in the --config file",
-					fl.Name, strings.Join(envNames(fl.Name), " or "), fl.Name))
+					fl.Name, strings.Join(EnvNames(fl.Name), " or "), fl.Name))
 			}
 		}
 	})
@@ -147,7 +152,7 @@ func settle(c *cobra.Command, lookupEnv func(string) (string, bool)) (map[string
 	}
 	sections := sectionsOf(c)
 	fs.VisitAll(func(fl *pflag.Flag) {
-		if fl.Changed || fl.Name == configFlag || fl.Name == "help" || fl.Name == "version" || fl.Annotations[annCLIOnly] != nil {
+		if fl.Changed || fl.Name == Flag || fl.Name == "help" || fl.Name == "version" || fl.Annotations[annCLIOnly] != nil {
 			return
 		}
 		set := func(where string, values []string) {
@@ -162,7 +167,7 @@ func settle(c *cobra.Command, lookupEnv func(string) (string, bool)) (map[string
 				}
 			}
 		}
-		for _, name := range envNames(fl.Name) {
+		for _, name := range EnvNames(fl.Name) {
 			if v, ok := lookupEnv(name); ok && v != "" {
 				set("env "+name, []string{v})
 				return
@@ -196,7 +201,7 @@ func settle(c *cobra.Command, lookupEnv func(string) (string, bool)) (map[string
 // neither names one.
 func loadConfig(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) (*koanf.Koanf, string, error) {
 	path, where := "", "--config"
-	if fl := fs.Lookup(configFlag); fl != nil && fl.Changed {
+	if fl := fs.Lookup(Flag); fl != nil && fl.Changed {
 		path = fl.Value.String()
 	} else if v, ok := lookupEnv("OVSTREAM_CONFIG"); ok && v != "" {
 		path, where = v, "env OVSTREAM_CONFIG"
@@ -268,7 +273,7 @@ func checkKeys(root *cobra.Command, file *koanf.Koanf, path string) error {
 			errs = append(errs, fmt.Errorf("%s: %s: no command %q to hold it", path, key, strings.ReplaceAll(section, ".", " ")))
 		case fl == nil:
 			errs = append(errs, fmt.Errorf("%s: %s: no such flag", path, key))
-		case name == configFlag || fl.Annotations[annCLIOnly] != nil:
+		case name == Flag || fl.Annotations[annCLIOnly] != nil:
 			errs = append(errs, fmt.Errorf("%s: %s: --%s is taken from the command line only", path, key, name))
 		}
 	}
@@ -328,10 +333,10 @@ func scalar(v any) (string, error) {
 	return "", fmt.Errorf("a %T: want a string, number or boolean (durations as strings: \"5m\")", v)
 }
 
-// checkValues applies the rules every command shares: a duration is positive
-// unless zeroMeans says what 0 means, and never negative; a nameFlag string
+// CheckValues applies the rules every command shares: a duration is positive
+// unless ZeroMeans says what 0 means, and never negative; a NameFlag string
 // passes store.CheckPipelineName. from says where a value came from, for the message.
-func checkValues(fs *pflag.FlagSet, from map[string]string) error {
+func CheckValues(fs *pflag.FlagSet, from map[string]string) error {
 	var errs []error
 	fs.VisitAll(func(fl *pflag.Flag) {
 		where := ""
