@@ -15,7 +15,8 @@ ALTER TABLE stop_visits
 -- early_limits_s, late_limits_s, quantiles, ids, realized_within_s): per
 -- dimension id and horizon bucket, the accuracy of the predictions of the
 -- visits of one pipeline whose realized arrival (stop_visits.arrival_time,
--- the last prediction's) is in [since, until), the last prediction itself
+-- the last prediction's) is in [since, until), each prediction (event time
+-- and delay) once, whatever records carried it, the last prediction itself
 -- excepted (it is the reference). A visit has arrived, so its last
 -- prediction stands for the arrival, when that prediction was made at most
 -- realized_within_s before the arrival it predicts (or after it); the
@@ -49,16 +50,14 @@ WITH b AS (
                    WHEN 'network' THEN 'all' END AS id,
            extract(epoch FROM v.arrival_time - h.t)::double precision AS horizon, v.delay_s - h.d AS err
     FROM stop_visits AS v
-    CROSS JOIN LATERAL (
-        SELECT min(r.i) AS i FROM unnest(v.prediction_times, v.prediction_delays) WITH ORDINALITY AS r(t, d, i)
-        WHERE r.t = v.last_event_time AND r.d = v.delay_s) AS ref
-    CROSS JOIN LATERAL unnest(v.prediction_times, v.prediction_delays) WITH ORDINALITY AS h(t, d, i)
+    -- each prediction once: a record produced twice is the same prediction
+    CROSS JOIN LATERAL (SELECT DISTINCT r.t, r.d FROM unnest(v.prediction_times, v.prediction_delays) AS r(t, d)) AS h
     WHERE v.pipeline = $1 AND v.arrival_time >= $3 AND v.arrival_time < $4
       -- the service day is at most two days before the arrival's UTC date
       -- and one after (trips past midnight, time zones): lets the index of
       -- (pipeline, start_date) narrow the scan
       AND v.start_date >= ($3 AT TIME ZONE 'UTC')::date - 2 AND v.start_date <= ($4 AT TIME ZONE 'UTC')::date + 1
-      AND cardinality(v.prediction_times) = v.predictions AND h.i <> ref.i
+      AND cardinality(v.prediction_times) = v.predictions AND NOT (h.t = v.last_event_time AND h.d = v.delay_s)
       AND extract(epoch FROM v.arrival_time - v.last_event_time) <= $10
 )
 SELECT p.id, b.bucket, b.lo, b.hi, b.early, b.late, count(*),
