@@ -36,18 +36,28 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 SELECT realized_within_s IS NULL OR arrival_time - last_event_time <= realized_within_s * interval '1 second'
 $$;
 
--- ovs_check_visit_query raises an error for a dimension ovs_on_time and
--- ovs_headways do not know or an empty range.
-CREATE FUNCTION ovs_check_visit_query(dimension text, since timestamptz, until timestamptz)
+-- ovs_check_visit_query raises an error (SQLSTATE 22023) for a dimension
+-- ovs_on_time and ovs_headways do not know, a range that is NULL or empty,
+-- or an argument of names that is not a finite number >= 0 (vals[i] is
+-- names[i]'s value).
+CREATE FUNCTION ovs_check_visit_query(dimension text, since timestamptz, until timestamptz,
+                                      vals double precision[], names text[])
 RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF dimension IS NULL OR dimension NOT IN ('line', 'station', 'operator', 'network') THEN
         RAISE EXCEPTION 'dimension %: want line, station, operator or network', coalesce(dimension, 'NULL')
             USING ERRCODE = '22023';
     END IF;
-    IF NOT since < until THEN
-        RAISE EXCEPTION 'time range [%, %): want since < until', since, until USING ERRCODE = '22023';
+    IF since IS NULL OR until IS NULL OR NOT since < until THEN
+        RAISE EXCEPTION 'time range [%, %): want since < until', coalesce(since::text, 'NULL'), coalesce(until::text, 'NULL')
+            USING ERRCODE = '22023';
     END IF;
+    FOR i IN 1 .. coalesce(cardinality(names), 0) LOOP
+        IF vals[i] IS NULL OR vals[i] = 'NaN' OR vals[i] = 'Infinity' OR vals[i] < 0 THEN
+            RAISE EXCEPTION '%: %, want a finite number >= 0', names[i], coalesce(vals[i]::text, 'NULL')
+                USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -64,7 +74,8 @@ CREATE FUNCTION ovs_on_time(pipeline text, dimension text, since timestamptz, un
 RETURNS TABLE (bucket_start timestamptz, dimension_id text, visits bigint, early bigint, on_time bigint,
                late bigint, on_time_share double precision)
 LANGUAGE sql STABLE AS $$
-SELECT ovs_check_visit_query(dimension, since, until);
+SELECT ovs_check_visit_query(dimension, since, until, ARRAY[early_s, late_s, coalesce(realized_within_s, 0)],
+                             ARRAY['early_s', 'late_s', 'realized_within_s']);
 WITH v AS (
     SELECT ovs_visit_bucket(s.arrival_time, s.start_date, bucket, tz, since, by_service_day) AS b,
            ovs_visit_dimension_id(dimension, s.line, s.stop_id, s.operator) AS id, s.delay_s
@@ -106,7 +117,8 @@ RETURNS TABLE (bucket_start timestamptz, dimension_id text, gaps bigint, mean_he
                swt_s double precision, excess_wait_s double precision, assessed bigint, within_tolerance bigint,
                wait_assessment double precision)
 LANGUAGE sql STABLE AS $$
-SELECT ovs_check_visit_query(dimension, since, until);
+SELECT ovs_check_visit_query(dimension, since, until, ARRAY[wait_tolerance, coalesce(realized_within_s, 0)],
+                             ARRAY['wait_tolerance', 'realized_within_s']);
 WITH days AS (
     SELECT DISTINCT s.start_date FROM stop_visits AS s
     WHERE s.pipeline = ovs_headways.pipeline AND s.arrival_predicted

@@ -4,6 +4,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ovstream/ovstream/integration/harness"
 )
@@ -307,6 +310,22 @@ func TestVisitKPIsEqualPythonOracle(t *testing.T) {
 		harness.SameRows(t, q.String()+": the SQL function vs the Python oracle", sqlKPILines(t, db, q), want[i])
 	}
 	checkDocVisitQueries(t, db)
+	// What report refuses, the SQL functions refuse too, rather than count
+	// a NULL or NaN bound as "late" or "early".
+	for _, bad := range []string{
+		`ovs_on_time('ovstream', 'line', '2014-01-01', '2026-01-01', early_s => NULL)`,
+		`ovs_on_time('ovstream', 'line', '2014-01-01', '2026-01-01', early_s => 'NaN')`,
+		`ovs_on_time('ovstream', 'line', '2014-01-01', '2026-01-01', late_s => -10)`,
+		`ovs_on_time('ovstream', 'line', NULL, '2026-01-01')`,
+		`ovs_on_time('ovstream', 'line', '2014-01-01', '2026-01-01', realized_within_s => 'Infinity')`,
+		`ovs_headways('ovstream', 'line', '2014-01-01', '2026-01-01', wait_tolerance => NULL)`,
+	} {
+		_, err := conn.Exec(ctx, "SELECT * FROM "+bad)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" {
+			t.Errorf("%s: %v, want SQLSTATE 22023", bad, err)
+		}
+	}
 	for i, w := range map[int][]string{
 		0: {strconv.FormatInt(all0, 10) + " HW 6 0 5 1 0.8333333333333334"},
 		1: {strconv.FormatInt(all0, 10) + " HW 6 1 3 2 0.5"},
