@@ -82,7 +82,7 @@ func (h *Handler) headway(ctx context.Context, r *http.Request) (any, error) {
 	default:
 		return nil, badParam("dimension", "%q: want line or station", dim)
 	}
-	tol, err := floatParam(v, "wait_tolerance", 0.25, 0, 10)
+	tol, err := floatParam(v, "wait_tolerance", 0.25, 0, visitstats.MaxWaitTolerance)
 	if err != nil {
 		return nil, err
 	}

@@ -297,6 +297,7 @@ func TestReportFlags(t *testing.T) {
 		{append(base, "--metric", "on-time", "--quantiles", "0.9"), 2, "--quantiles applies to --metric delay or accuracy only"},
 		{append(base, "--metric", "headway", "--include-open"), 2, "--include-open applies to --metric delay only"},
 		{append(base, "--metric", "headway", "--wait-tolerance", "-0.1"), 2, "wait tolerance -0.1"},
+		{append(base, "--metric", "headway", "--wait-tolerance", "1e308"), 2, "wait tolerance 1e+308: want a number from 0 to 10"},
 		{append(base, "--metric", "headway", "--bucket", "fortnight"), 2, "or service-day"},
 		{append(base, "--metric", "on-time", "--dimension", "route"), 2, `dimension "route"`},
 		{append(base, "--on-time", "crow"), 2, "--on-time applies to --metric on-time only"},

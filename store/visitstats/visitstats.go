@@ -100,6 +100,10 @@ type Query struct {
 	RealizedWithinS float64
 }
 
+// MaxWaitTolerance is the largest Query.WaitTolerance: a gap up to 11 times
+// the scheduled one still in the wait assessment, far past any standard.
+const MaxWaitTolerance = 10
+
 // Validate checks q and says what is wrong in terms of report's flags.
 func (q *Query) Validate() error {
 	switch q.Metric {
@@ -113,8 +117,8 @@ func (q *Query) Validate() error {
 	if !(q.OnTime.Early >= 0 && q.OnTime.Late >= 0) || math.IsInf(q.OnTime.Early, 0) || math.IsInf(q.OnTime.Late, 0) {
 		return fmt.Errorf("on-time bounds %v: want finite numbers >= 0", q.OnTime)
 	}
-	if !(q.WaitTolerance >= 0) || math.IsInf(q.WaitTolerance, 0) {
-		return fmt.Errorf("wait tolerance %v: want a finite number >= 0", q.WaitTolerance)
+	if !(q.WaitTolerance >= 0 && q.WaitTolerance <= MaxWaitTolerance) {
+		return fmt.Errorf("wait tolerance %v: want a number from 0 to %v", q.WaitTolerance, MaxWaitTolerance)
 	}
 	if !(q.RealizedWithinS >= 0) || math.IsInf(q.RealizedWithinS, 0) {
 		return fmt.Errorf("realized within %vs: want a finite number of seconds >= 0", q.RealizedWithinS)
