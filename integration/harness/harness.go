@@ -244,6 +244,11 @@ const (
 		kafka_partition, kafka_offset FROM vehicle_latest`
 	DumpTrips = `SELECT trip_id, line, stop_id, operator, vehicle_id, stop_sequence, delay_s, observed_at,
 		kafka_partition, kafka_offset FROM trip_delay_latest`
+	// DumpVisits: every stop visit, its last prediction (with its Kafka
+	// position) and its prediction history.
+	DumpVisits = `SELECT trip_id, start_date, stop_key, line, operator, stop_id, stop_sequence, arrival_time,
+		arrival_predicted, delay_s, predictions, last_event_time, last_partition, last_offset, prediction_times,
+		prediction_delays FROM stop_visits`
 )
 
 // SameRows fails the test when a and b differ, showing the first differences.

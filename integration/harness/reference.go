@@ -97,6 +97,18 @@ func LoadDataset(t *testing.T, name, dir, lateness string) *Dataset {
 		return d
 	}
 	preds := LoadFeeds(t, "AT", dir)
+	// Auckland's feed gives no service day: each prediction gets the
+	// Auckland date of its event time, so that the predictions form stop
+	// visits and the runs compare them too.
+	akl, err := time.LoadLocation("Pacific/Auckland")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range preds.Predictions {
+		p := &preds.Predictions[i]
+		y, m, d := p.EventTime.In(akl).Date()
+		p.StartDate = int32(y*10000 + int(m)*100 + d)
+	}
 	hfx := LoadFeeds(t, "HFX", RepoPath("testdata/halifax-20251106"))
 	d := &Dataset{name: name, Lateness: lateness, Predictions: preds.Predictions,
 		positions: &gtfsrt.Result{Positions: hfx.Positions}}
@@ -339,6 +351,7 @@ var ResultTables = []struct{ What, Sql string }{
 	{"dead_letters", DumpDeadLetters},
 	{"trip_delay_latest", DumpTrips},
 	{"vehicle_latest", DumpVehicles},
+	{"stop_visits", DumpVisits},
 }
 
 // ReferenceFor runs ds once without interruption (every record produced
@@ -366,9 +379,12 @@ func ReferenceFor(t *testing.T, ds *Dataset) *Reference {
 	if t.Failed() {
 		t.FailNow()
 	}
-	t.Logf("reference (uninterrupted run) of %s: %d delay_aggregates rows, %d dead letters, %d trips, %d vehicles, in %v",
+	if len(ref.Tables[DumpVisits]) == 0 {
+		t.Fatalf("reference of %s: no stop visits to compare", ds.name)
+	}
+	t.Logf("reference (uninterrupted run) of %s: %d delay_aggregates rows, %d dead letters, %d trips, %d vehicles, %d stop visits, in %v",
 		ds.name, len(ref.Tables[DumpAggregates]), len(ref.Tables[DumpDeadLetters]), len(ref.Tables[DumpTrips]),
-		len(ref.Tables[DumpVehicles]), time.Since(started).Round(time.Millisecond))
+		len(ref.Tables[DumpVehicles]), len(ref.Tables[DumpVisits]), time.Since(started).Round(time.Millisecond))
 	references[ds.name] = ref
 	return ref
 }
