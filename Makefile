@@ -54,11 +54,12 @@ STORE_TESTS := ^Test(Store|Migrate)
 # recovering from a flaky network and a rejection of 100,000 rows; each
 # compared with an uninterrupted run and the SQL oracle; and the slowest of
 # the tests that have a sibling of their kind in make test (standbys,
-# restores, split merges, the Flink peer, secrets in output, the demo twice),
+# restores, split merges, the Flink peer, secrets in output, the demo twice,
+# pipelines sharing a database, a burst of keys, split provisional rows),
 # so that make test stays under 15 minutes on 2 cores. make test keeps one
 # of each kind (TestKillMidStreamThenRestart, TestFailoverAsync, TestCrashPointsKnown); CI
 # (.ci/run) runs this tier after make test. (make crash is the much longer release schedule.)
-LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation|LeaderChangeNoLateRecords|LeaderChangesLong|FlinkPeerEqualsDrainAndOracle)|TestStandby(FrozenOwner|Supervisor)|TestRestoreBeforeFirstClaimClaimsAgainAndReplays|TestSplit(IdlePartitionDoesNotHoldTheMerge|SeedWaitsForUncommittedPartitions)|TestOpsDatabasePasswordNeverShown|TestDemoTwiceWritesTheSameTable)$$
+LONG_TESTS := ^(TestCrash(Points|RandomKills|PostgresRestarts|Sigstop|BrokerRestart|DuringRejectionRounds)|TestFailover(Sync|RewindBack|DuringTakeover|SplitMerge|SplitDrainEndLost)|TestSplitCrash(Restart|RandomKills)|TestSplitAmbiguous(CommitDuringMerge|DrainEnd)|TestAmbiguousCommit|TestSplitPostgresRestart|TestFlakyKafkaRecovers|TestRejectHundredThousandRows|TestRealKafka(ClusterLeaderKilledDuringRun|UncleanElectionTruncation|LeaderChangeNoLateRecords|LeaderChangesLong|FlinkPeerEqualsDrainAndOracle)|TestStandby(FrozenOwner|Supervisor)|TestRestoreBeforeFirstClaimClaimsAgainAndReplays|TestSplit(IdlePartitionDoesNotHoldTheMerge|SeedWaitsForUncommittedPartitions)|TestOpsDatabasePasswordNeverShown|TestDemoTwiceWritesTheSameTable|TestPipelinesShareADatabase|TestBurstOfKeysEqualsSQLOracle|TestSplitProvisionalRowsEqualOracle)$$
 test-long: build
 	@bash .ci/postgres.sh
 	$(PGENV) $(GO) test -p 1 -count=1 -tags integration -timeout 30m -run '$(LONG_TESTS)' ./integration/...
