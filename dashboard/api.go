@@ -95,10 +95,10 @@ func (h *Handler) pipelines(ctx context.Context, r *http.Request) (any, error) {
 type DelayPoint struct {
 	T     int64  `json:"t"`     // the bucket's start, Unix seconds
 	Start string `json:"start"` // the same, RFC 3339 in the page's time zone
-	// Final is false when a provisional row of a window not yet final went
-	// into the bucket (include_open): its numbers still change. Without
-	// include_open every point is final.
-	Final bool `json:"final"`
+	// Final, with include_open only, is false when a provisional row of a
+	// window not yet final went into the bucket: its numbers still change.
+	// Without include_open it is absent: every point is final.
+	Final *bool `json:"final,omitempty"`
 	Stats
 }
 
@@ -217,8 +217,10 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 		}
 		out.WithoutDistribution = res.WithoutDistribution
 		for _, row := range res.Rows {
-			out.Points = append(out.Points, DelayPoint{T: row.Bucket.Unix(), Start: row.Bucket.Format(time.RFC3339), Final: row.Final,
-				Stats: statsOf(row.Summary)})
+			out.Points = append(out.Points, DelayPoint{T: row.Bucket.Unix(), Start: row.Bucket.Format(time.RFC3339), Stats: statsOf(row.Summary)})
+			if includeOpen {
+				out.Points[len(out.Points)-1].Final = &row.Final
+			}
 		}
 		return nil
 	})

@@ -409,7 +409,7 @@
     const q = d.query;
     delayForm(meta, q, d);
     const events = d.points.reduce((s, p) => s + p.events, 0);
-    const open = d.points.filter((p) => !p.final);
+    const open = d.points.filter((p) => p.final === false);
     const openNote = open.length === 0 ? "" : ` ${open.length} of them provisional (windows not yet final, lighter and ` +
       `dashed): ${open.reduce((s, p) => s + p.events, 0)} events so far, their numbers still change.`;
     const what = d.line ? `line ${labelOf(d.line)}` : "network (every event)";
@@ -430,7 +430,7 @@
     c.append(
       el("h2", {}, `Per bucket (${q.tz})`),
       table("delay-table", [{ title: "bucket start", get: (r) => localTime(r.start) }, ...statCols,
-        ...(open.length ? [{ title: "final", get: (r) => (r.final ? "yes" : "no (provisional)"), cls: "final" }] : [])], d.points)
+        ...(open.length ? [{ title: "final", get: (r) => (r.final === false ? "no (provisional)" : "yes"), cls: "final" }] : [])], d.points)
     );
     return d;
   }
