@@ -386,13 +386,14 @@
   }
 
   function delayForm(meta, q, d) {
+    const open = delayParams().get("include_open"); // a bad value as given, to be corrected
     controls(meta, q, [
       ...rangeInputs(q, d),
       select("bucket", "bucket", params.get("bucket") || "auto",
         [["auto", d ? `auto (${q.bucket})` : "auto"], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
       select("line", "line", q.line || "", [["", "all lines (network)"], ...lineOptions(q, d)], { class: "wide" }),
-      select("windows", "include_open", delayParams().get("include_open"),
-        [["1", "final and open (provisional)"], ["0", "final only"]]),
+      select("windows", "include_open", open, [...(["1", "0"].includes(open) ? [] : [[open, open]]),
+        ["1", "final and open (provisional)"], ["0", "final only"]]),
     ]);
   }
 
