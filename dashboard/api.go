@@ -47,6 +47,9 @@ type Query struct {
 	Line      string  `json:"line,omitempty"`
 	MinEvents int64   `json:"min_events,omitempty"`
 	Top       int64   `json:"top,omitempty"`
+	// IncludeOpen: the delay page's points include the windows not yet
+	// final, provisional (api/delay include_open).
+	IncludeOpen bool `json:"include_open,omitempty"`
 }
 
 // Extent is where a pipeline's finalized windows lie, in the page's time zone.
@@ -92,12 +95,19 @@ func (h *Handler) pipelines(ctx context.Context, r *http.Request) (any, error) {
 type DelayPoint struct {
 	T     int64  `json:"t"`     // the bucket's start, Unix seconds
 	Start string `json:"start"` // the same, RFC 3339 in the page's time zone
+	// Final, with include_open only, is false when a provisional row of a
+	// window not yet final went into the bucket: its numbers still change.
+	// Without include_open it is absent: every point is final.
+	Final *bool `json:"final,omitempty"`
 	Stats
 }
 
-// Delay is GET api/delay?pipeline&from&to&bucket&line&tz: the network's
-// delay (dimension network) per bucket, or with line one line's (dimension
-// line), exact (rollup.Run). Lines are the lines with windows in the range,
+// Delay is GET api/delay?pipeline&from&to&bucket&line&tz&include_open: the
+// network's delay (dimension network) per bucket, or with line one line's
+// (dimension line), exact (rollup.Run). With include_open=1 the buckets read
+// view delay_aggregates_live, the provisional rows of the windows not yet
+// final too (each point says whether it is final), and the default range
+// ends at the newest of them; without it, final rows only. Lines are the lines with windows in the range,
 // busiest first (at most 500), which the form offers; Line is the line
 // shown, with its names and events in the range (null: the network). A
 // line that is no line of the pipeline (checkLine) is a 400 naming line.
@@ -108,6 +118,27 @@ type Delay struct {
 	Lines               []LineChoice `json:"lines"`
 	Points              []DelayPoint `json:"points"`
 	WithoutDistribution int64        `json:"without_distribution"` // rows written before migration 5, left out
+}
+
+// openExtent returns e widened to the windows of pipeline that are not yet
+// final (their provisional rows in view delay_aggregates_live).
+func openExtent(ctx context.Context, c *pgx.Conn, pipeline string, e extent) (extent, error) {
+	var first, last *time.Time
+	err := c.QueryRow(ctx, `SELECT min(window_start), max(window_start) FROM delay_aggregates_live
+WHERE pipeline = $1 AND NOT final`, pipeline).Scan(&first, &last)
+	if err != nil {
+		return e, fmt.Errorf("dashboard: open windows of pipeline %q: %w", pipeline, err)
+	}
+	if first == nil || last == nil {
+		return e, nil
+	}
+	if e.Empty() || first.Before(e.First) {
+		e.First = first.UTC()
+	}
+	if last.After(e.Last) {
+		e.Last = last.UTC()
+	}
+	return e, nil
 }
 
 // page is what every page's request starts from.
@@ -144,7 +175,17 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 	out := &Delay{Points: []DelayPoint{}, Lines: []LineChoice{}}
 	err := h.withPage(ctx, r, func(c *pgx.Conn, p page) error {
 		v, loc, pipeline, e := p.v, p.loc, p.pipeline, p.extent
-		from, to, err := timeRange(v, loc, e, 24*time.Hour)
+		includeOpen, err := boolParam(v, "include_open")
+		if err != nil {
+			return err
+		}
+		rangeExtent := e
+		if includeOpen && pipeline != "" {
+			if rangeExtent, err = openExtent(ctx, c, pipeline, e); err != nil {
+				return err
+			}
+		}
+		from, to, err := timeRange(v, loc, rangeExtent, 24*time.Hour)
 		if err != nil {
 			return err
 		}
@@ -157,13 +198,13 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 			return err
 		}
 		out.Query = Query{Pipeline: pipeline, TZ: loc.String(), From: from.Format(time.RFC3339), To: to.Format(time.RFC3339),
-			Bucket: name, BucketS: approx.Seconds(), Line: strings.TrimSpace(v.Get("line"))}
+			Bucket: name, BucketS: approx.Seconds(), Line: strings.TrimSpace(v.Get("line")), IncludeOpen: includeOpen}
 		out.Extent = e.json(loc)
 		if pipeline == "" {
 			return nil
 		}
 		rq := rollup.Query{Pipeline: pipeline, Dimension: aggregate.DimNetwork, From: from, To: to,
-			Bucket: bucket, Location: loc, Quantiles: quantiles}
+			Bucket: bucket, Location: loc, Quantiles: quantiles, IncludeOpen: includeOpen}
 		if err := delayLines(ctx, c, pipeline, from, to, out); err != nil {
 			return err
 		}
@@ -177,6 +218,9 @@ func (h *Handler) delay(ctx context.Context, r *http.Request) (any, error) {
 		out.WithoutDistribution = res.WithoutDistribution
 		for _, row := range res.Rows {
 			out.Points = append(out.Points, DelayPoint{T: row.Bucket.Unix(), Start: row.Bucket.Format(time.RFC3339), Stats: statsOf(row.Summary)})
+			if includeOpen {
+				out.Points[len(out.Points)-1].Final = &row.Final
+			}
 		}
 		return nil
 	})

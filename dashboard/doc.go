@@ -19,6 +19,12 @@
 //     JSON API (api/...), which carries them exactly (shortest round-trip
 //     decimal); the pages show them rounded to 0.1 s, each cell holding the
 //     exact number in its data-v attribute.
+//   - Every page reads final rows only, but the delay over time asked with
+//     include_open=1 (its page asks unless the URL says include_open=0),
+//     which reads view delay_aggregates_live, the provisional rows of the
+//     windows not yet final too, and marks each point final or not: a
+//     provisional point counts exactly the records read so far
+//     (docs/windows.md "Provisional rows"), and its numbers change.
 //   - Lines and stations are labelled by id, with the name the pipeline's
 //     names table holds (store.Names, one query per request) where it has
 //     one; an id without a name is shown alone, never given one.

@@ -209,6 +209,18 @@ func rangeSpan(from, to time.Time) (time.Duration, error) {
 	return span, nil
 }
 
+// boolParam reads a yes/no parameter: 1 or true, 0 or false; absent: false.
+func boolParam(v url.Values, name string) (bool, error) {
+	switch s := strings.TrimSpace(v.Get(name)); s {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	default:
+		return false, badParam(name, "%q: want 1 or 0", s)
+	}
+}
+
 // intParam reads a whole number parameter in [lo, hi]; def when absent.
 func intParam(v url.Values, name string, def, lo, hi int64) (int64, error) {
 	s := strings.TrimSpace(v.Get(name))

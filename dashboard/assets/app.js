@@ -16,7 +16,8 @@
   const seg = location.pathname.split("/").pop();
   const page = pages[seg] ? seg : "delay";
   const params = new URLSearchParams(location.search);
-  const colors = { ontime: "#2e7d5b", early: "#d68910", awt: "#1f5f99", excess: "#a04000", p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
+  const colors = { ontime: "#2e7d5b", early: "#d68910", awt: "#1f5f99", excess: "#a04000", p90: "#c0392b", p50: "#1f5f99", mean: "#1e8449",
+    p90open: "#e08e85", p50open: "#85a9cc", meanopen: "#85c29a", bar: "#e59866", dead: "#8e44ad", lag: "#2e86c1" };
   // window.ovs is read by the browser tests: the page, its charts (uPlot
   // instances by name) and the API answer it drew.
   const ovs = (window.ovs = { page, charts: {}, data: null });
@@ -209,24 +210,58 @@
 
   // timeChart draws the delay over time: P90, P50 and mean lines, the band
   // between P50 and P90 filled, over the range asked for. A bucket without
-  // events breaks the lines.
+  // events breaks the lines. Buckets not yet final (provisional rows of open
+  // windows, points with final false) are series of their own, lighter and
+  // dashed, joined to the last final bucket before them; the legend names
+  // them provisional and, at such a bucket, gives its events so far.
   function timeChart(name, box, points, q) {
     const tz = q.tz;
-    const xs = [], p90 = [], p50 = [], mean = [];
+    const open = points.some((p) => p.final === false);
+    const xs = [], events = [], provisional = [];
+    const fin = [[], [], []], prov = [[], [], []];
+    const vals = (p) => [p.p90, p.p50, p.mean];
     points.forEach((p, i) => {
-      if (i > 0 && p.t - points[i - 1].t > 1.5 * q.bucket_s) {
-        xs.push((p.t + points[i - 1].t) / 2);
-        p90.push(null), p50.push(null), mean.push(null);
+      const gap = i > 0 && p.t - points[i - 1].t > 1.5 * q.bucket_s;
+      if (gap) {
+        xs.push((p.t + points[i - 1].t) / 2), events.push(null), provisional.push(false);
+        fin.forEach((a) => a.push(null)), prov.forEach((a) => a.push(null));
       }
-      xs.push(p.t), p90.push(p.p90), p50.push(p.p50), mean.push(p.mean);
+      const next = points[i + 1];
+      const joins = p.final !== false && next && next.final === false && next.t - p.t <= 1.5 * q.bucket_s;
+      xs.push(p.t), events.push(p.events), provisional.push(p.final === false);
+      vals(p).forEach((v, k) => {
+        fin[k].push(p.final === false ? null : v);
+        prov[k].push(p.final === false || joins ? v : null);
+      });
     });
     const value = (u, v) => fmt1(v);
     const tf = timeFormats(tz);
+    const bucketValue = (u, ts, si, idx) =>
+      idx != null && provisional[idx] ? `${tf.full(ts)}, provisional: ${events[idx]} events so far` : tf.full(ts);
     // The last tick label is centred on the plot's right edge: the right
     // padding holds half of the widest (a date, YYYY-MM-DD), so none is cut.
     const ctx = document.createElement("canvas").getContext("2d");
     ctx.font = axisFont;
     const rightPad = Math.ceil(ctx.measureText("0000-00-00").width / 2) + 6;
+    const dots = { show: points.length < 60, size: 7 };
+    const series = [
+      { label: "bucket start", value: open ? bucketValue : (u, ts) => tf.full(ts) },
+      { label: "P90 (s)", stroke: colors.p90, width: 2, value, points: dots },
+      { label: "P50 (s)", stroke: colors.p50, width: 2, value, points: dots },
+      { label: "mean (s)", stroke: colors.mean, width: 1.5, dash: [6, 4], value, points: dots },
+    ];
+    const bands = [{ series: [1, 2], fill: "rgba(192, 57, 43, 0.13)" }];
+    const data = [xs, ...fin];
+    if (open) {
+      const provDots = { show: true, size: 7, fill: "#ffffff" };
+      series.push(
+        { label: "P90 provisional (s)", stroke: colors.p90open, width: 2, dash: [3, 3], value, points: provDots },
+        { label: "P50 provisional (s)", stroke: colors.p50open, width: 2, dash: [3, 3], value, points: provDots },
+        { label: "mean provisional (s)", stroke: colors.meanopen, width: 1.5, dash: [2, 4], value, points: provDots }
+      );
+      bands.push({ series: [4, 5], fill: "rgba(192, 57, 43, 0.06)" });
+      data.push(...prov);
+    }
     const opts = {
       width: width(box),
       height: 380,
@@ -234,19 +269,14 @@
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), tz),
       // The range asked for; a calendar bucket may start before it.
       scales: { x: { time: true, range: [Math.min(Date.parse(q.from) / 1e3, xs[0]), Date.parse(q.to) / 1e3] } },
-      series: [
-        { label: "bucket start", value: (u, ts) => tf.full(ts) },
-        { label: "P90 (s)", stroke: colors.p90, width: 2, value, points: { show: points.length < 60, size: 7 } },
-        { label: "P50 (s)", stroke: colors.p50, width: 2, value, points: { show: points.length < 60, size: 7 } },
-        { label: "mean (s)", stroke: colors.mean, width: 1.5, dash: [6, 4], value, points: { show: points.length < 60, size: 7 } },
-      ],
-      bands: [{ series: [1, 2], fill: "rgba(192, 57, 43, 0.13)" }],
+      series,
+      bands,
       axes: [
         { label: `bucket start (${tz})`, labelSize: 28, values: tf.axis, size: 56, space: 70, font: axisFont },
         { label: "delay (s)", labelSize: 28, size: 60 },
       ],
     };
-    ovs.charts[name] = new uPlot(opts, [xs, p90, p50, mean], box);
+    ovs.charts[name] = new uPlot(opts, data, box);
   }
 
   // placeLabels lays out the category labels of a horizontal bar chart as
@@ -356,29 +386,43 @@
   }
 
   function delayForm(meta, q, d) {
+    const open = delayParams().get("include_open"); // a bad value as given, to be corrected
     controls(meta, q, [
       ...rangeInputs(q, d),
       select("bucket", "bucket", params.get("bucket") || "auto",
         [["auto", d ? `auto (${q.bucket})` : "auto"], ...["5m", "15m", "30m", "hour", "3h", "6h", "day", "week", "month"].map((b) => [b, b])]),
       select("line", "line", q.line || "", [["", "all lines (network)"], ...lineOptions(q, d)], { class: "wide" }),
+      select("windows", "include_open", open, [...(["1", "0"].includes(open) ? [] : [[open, open]]),
+        ["1", "final and open (provisional)"], ["0", "final only"]]),
     ]);
   }
 
+  // delayParams are the delay page's URL parameters with include_open
+  // defaulting to 1: the page draws the windows not yet final too.
+  function delayParams() {
+    const p = new URLSearchParams(params);
+    if (!p.get("include_open")) p.set("include_open", "1");
+    return p;
+  }
+
   async function renderDelay(meta, base) {
-    const d = await getJSON("api/delay", params);
+    const d = await getJSON("api/delay", delayParams());
     const q = d.query;
     delayForm(meta, q, d);
     const events = d.points.reduce((s, p) => s + p.events, 0);
+    const open = d.points.filter((p) => p.final === false);
+    const openNote = open.length === 0 ? "" : ` ${open.length} of them provisional (windows not yet final, lighter and ` +
+      `dashed): ${open.reduce((s, p) => s + p.events, 0)} events so far, their numbers still change.`;
     const what = d.line ? `line ${labelOf(d.line)}` : "network (every event)";
     if (d.line) {
       $("title").textContent = `Line ${labelOf(d.line)}: delay over time`;
       document.title = `${$("title").textContent} · ovstream`;
     }
     $("subtitle").textContent = `Pipeline ${q.pipeline}, ${what}, ${localTime(q.from)} to ${localTime(q.to)} ${q.tz}, ` +
-      `buckets of ${q.bucket}: ${d.points.length} buckets, ${events} events. The shaded band lies between P50 and P90.`;
+      `buckets of ${q.bucket}: ${d.points.length} buckets, ${events} events. The shaded band lies between P50 and P90.` + openNote;
     const c = $("content");
     if (d.points.length === 0) {
-      c.append(noData(`No finalized windows in this range. ${extentNote(d.extent)}`));
+      c.append(noData(`No ${q.include_open ? "" : "finalized "}windows in this range. ${extentNote(d.extent)}`));
       return d;
     }
     const box = chartBox("delay-chart");
@@ -386,7 +430,8 @@
     timeChart("delay", box, d.points, q);
     c.append(
       el("h2", {}, `Per bucket (${q.tz})`),
-      table("delay-table", [{ title: "bucket start", get: (r) => localTime(r.start) }, ...statCols], d.points)
+      table("delay-table", [{ title: "bucket start", get: (r) => localTime(r.start) }, ...statCols,
+        ...(open.length ? [{ title: "final", get: (r) => (r.final === false ? "no (provisional)" : "yes"), cls: "final" }] : [])], d.points)
     );
     return d;
   }

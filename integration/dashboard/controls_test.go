@@ -119,8 +119,9 @@ func field(fields []formField, name string) formField {
 //     is the range shown;
 //   - line=L shows line L's delay per bucket, equal to the SQL oracle over
 //     the raw events; the form offers every line with events;
-//   - an invalid tz or an unknown line shows the error and the form, with
-//     the bad value in its field, to be corrected (an invalid tz on every
+//   - an invalid tz, an unknown line or an include_open other than 1 or
+//     0 shows the error and the form, with the bad value in its field, to
+//     be corrected (an invalid tz on every
 //     page).
 //
 // With -dashboard.screenshots DIR it writes a PNG of each view.
@@ -221,6 +222,7 @@ func TestDashboardDelayPageAxesFormAndLineFilter(t *testing.T) {
 		param, value, says string
 	}{
 		{"tz", "Mars/Olympus", `tz: "Mars/Olympus" is no IANA time zone`},
+		{"include_open", "maybe", `include_open: "maybe": want 1 or 0`},
 		{"line", "NOPE", `line: "NOPE" is no line of pipeline "ovstream": it has no window from 2016-05-19T07:00:00+12:00 to 2016-05-19T09:00:00+12:00 and no name`},
 	} {
 		u := base + "delay?" + with(q, "from", "2016-05-19 07:00", "to", "2016-05-19 09:00", tc.param, tc.value)
