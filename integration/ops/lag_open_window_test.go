@@ -92,6 +92,21 @@ func TestLagClearsWhenFeedStopsWithOpenWindow(t *testing.T) {
 			m["ovstream_uncommitted_messages"] == 0 && sameOffsets(harness.StoredConsumedOf(t, db, pipeline), hw)
 	})
 
+	// Quiescent: every partition idle, and the watermark that leaves them
+	// out stored (with what it closed): from here on nothing moves the
+	// stored offsets.
+	harness.WaitFor(t, 30*time.Second, "every partition idle and the watermark stored", func() bool {
+		m := harness.Scrape(t, ops)
+		for k := range hw {
+			tp := strings.Split(k, "/")
+			if m[fmt.Sprintf(`ovstream_partition_idle{partition="%s",topic="%s"}`, tp[1], tp[0])] != 1 {
+				return false
+			}
+		}
+		wm := harness.Dump(t, db, `SELECT extract(epoch FROM min(watermark))::bigint FROM stream_positions WHERE pipeline = '`+pipeline+`'`)[0]
+		return fmt.Sprintf("[%d]", int64(m["ovstream_watermark_timestamp_seconds"])) == wm && m["ovstream_uncommitted_messages"] == 0
+	})
+
 	// The gauges, refreshed with every reading of the high water marks.
 	var stored map[string]int64
 	var why string
