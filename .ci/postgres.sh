@@ -15,7 +15,10 @@
 #    cluster instead: initdb into .ci/pg (as user postgres when run as root),
 #    trust authentication, 127.0.0.1 on a free port; the machine's server is
 #    not touched. It writes DATABASE_URL into .ci/local.env, which the
-#    Makefile reads (a DATABASE_URL in the environment wins over it).
+#    Makefile reads (a DATABASE_URL in the environment wins over it). It
+#    allows 16 prepared transactions (max_prepared_transactions): the Flink
+#    peer's exactly-once (XA) form prepares one per sink writer (2) per
+#    checkpoint, one checkpoint at a time (integration/flinkpeer).
 # OVSTREAM_PG_HOST, OVSTREAM_PG_PORT, OVSTREAM_PG_DIR, OVSTREAM_PG_ENV
 # override the server address, the private cluster's folder and the env file
 # (the tests use them).
@@ -87,7 +90,7 @@ private() {
   if ! as "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     as "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -c port=$p -c unix_socket_directories='$pgdir' -c max_connections=200" start >/dev/null
+      -o "-c listen_addresses=127.0.0.1 -c port=$p -c unix_socket_directories='$pgdir' -c max_connections=200 -c max_prepared_transactions=16" start >/dev/null
   fi
   p=$(sed -n 4p "$data/postmaster.pid")
   cat >"$envfile" <<EOF

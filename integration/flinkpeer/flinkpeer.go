@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -142,6 +144,9 @@ func JDBCURL(databaseURL string) (string, error) {
 	return "jdbc:postgresql://" + host + u.Path + "?" + q.Encode(), nil
 }
 
+// DefaultParallelism is the peer's parallelism unless Options say otherwise.
+const DefaultParallelism = 2
+
 // Options is one run of the peer.
 type Options struct {
 	Bootstrap   string        // Kafka bootstrap servers, comma-separated
@@ -149,8 +154,36 @@ type Options struct {
 	DatabaseURL string        // PostgreSQL (postgres://...) holding Table, made with TableDDL
 	Window      time.Duration // the tumbling window; default 5 minutes
 	Lateness    time.Duration // the watermark's bound of out-of-orderness; default 10 minutes (the benchmark's --allowed-lateness)
-	Parallelism int           // default 2
+	Parallelism int           // default DefaultParallelism
+	// ExactlyOnce selects the exactly-once form: the XA sink, a checkpoint
+	// every 10 s, the rows of each checkpoint committed once it completes
+	// (the last at the final checkpoint, before the JVM exits). The server
+	// needs prepared transactions: see CheckExactlyOnce.
+	ExactlyOnce bool
 	LogTo       io.Writer     // the JVM's output, also kept in Result.Output
+}
+
+// CheckExactlyOnce returns nil when the PostgreSQL server of databaseURL
+// lets the exactly-once form run at parallelism: each of its sink writers
+// (one per parallel instance) prepares one transaction per checkpoint, and
+// Flink takes one checkpoint at a time, so the server's
+// max_prepared_transactions must be at least parallelism. Otherwise the
+// error says why.
+func CheckExactlyOnce(ctx context.Context, databaseURL string, parallelism int) error {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("flinkpeer: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW max_prepared_transactions").Scan(&v); err != nil {
+		return fmt.Errorf("flinkpeer: SHOW max_prepared_transactions: %w", err)
+	}
+	if n, err := strconv.Atoi(v); err != nil || n < parallelism {
+		return fmt.Errorf("PostgreSQL's max_prepared_transactions is %s: the exactly-once (XA) form prepares a transaction per sink writer, %d at parallelism %d; start the server with -c max_prepared_transactions=16 (.ci/postgres.sh's private cluster does)",
+			v, parallelism, parallelism)
+	}
+	return nil
 }
 
 // Result is what one run measured.
@@ -175,7 +208,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		o.Lateness = 10 * time.Minute
 	}
 	if o.Parallelism <= 0 {
-		o.Parallelism = 2
+		o.Parallelism = DefaultParallelism
 	}
 	jdbc, err := JDBCURL(o.DatabaseURL)
 	if err != nil {
@@ -189,7 +222,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	cmd := exec.CommandContext(ctx, "java", "-Duser.timezone=UTC", "-Dorg.apache.logging.log4j.level=WARN",
 		"-cp", cp, "Main", "--bootstrap", o.Bootstrap, "--topic", o.Topic, "--jdbc-url", jdbc, "--table", Table,
 		"--window-seconds", strconv.Itoa(int(o.Window.Seconds())), "--lateness-seconds", strconv.Itoa(int(o.Lateness.Seconds())),
-		"--parallelism", strconv.Itoa(o.Parallelism))
+		"--parallelism", strconv.Itoa(o.Parallelism), "--exactly-once", strconv.FormatBool(o.ExactlyOnce))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

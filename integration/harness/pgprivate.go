@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,12 +54,14 @@ func pgBinDir(t *testing.T) string {
 	return ""
 }
 
-// StartPrivatePG initializes and starts a private cluster.
-func StartPrivatePG(t *testing.T) *privatePG {
+// StartPrivatePG initializes and starts a private cluster, with the lines
+// conf (such as "max_prepared_transactions = 16") added to its
+// postgresql.conf.
+func StartPrivatePG(t *testing.T, conf ...string) *privatePG {
 	t.Helper()
 	p := newPrivatePG(t)
 	p.Run("initdb", "-D", p.Dir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
-	p.appendConf("postgresql.conf", p.baseConf())
+	p.appendConf("postgresql.conf", p.baseConf()+strings.Join(conf, "\n")+"\n")
 	p.Start()
 	return p
 }
@@ -149,10 +152,13 @@ func (p *privatePG) Run(prog string, args ...string) {
 	}
 }
 
+// LogPath is the server's log file.
+func (p *privatePG) LogPath() string { return filepath.Join(filepath.Dir(p.Dir), "log") }
+
 // Start starts the cluster and waits until it accepts connections.
 func (p *privatePG) Start() {
 	p.t.Helper()
-	p.Run("pg_ctl", "-D", p.Dir, "-l", filepath.Join(filepath.Dir(p.Dir), "log"), "-w", "-t", "60", "start")
+	p.Run("pg_ctl", "-D", p.Dir, "-l", p.LogPath(), "-w", "-t", "60", "start")
 }
 
 // Stop stops it (fast: every session is terminated, open transactions roll back).

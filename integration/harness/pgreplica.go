@@ -68,7 +68,7 @@ func StartReplicaSet(t *testing.T, sync bool) *PgReplicaSet {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range rs.Nodes {
-				b, _ := os.ReadFile(filepath.Join(filepath.Dir(n.Dir), "log"))
+				b, _ := os.ReadFile(n.LogPath())
 				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 				t.Logf("%s's server log (last lines):\n%s", n.Name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
 			}
