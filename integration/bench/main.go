@@ -15,7 +15,9 @@
 //	                with percentile_cont(0.9); its rows must equal (b)'s (--elt=false skips it);
 //	(f) T_flink:    with --peer flink, on Apache Kafka only: the Flink SQL job users would write
 //	                (flink.go, integration/flinkpeer), from JVM start to exit; its rows must
-//	                equal (b)'s (P90 within 1e-9 relative);
+//	                equal (b)'s (P90 within 1e-9 relative); then T_flink_xa, the same job
+//	                through the JDBC connector's exactly-once (XA) sink, when the server
+//	                allows prepared transactions (max_prepared_transactions);
 //
 // --trials times (default 3) on the data produced once, each phase started on
 // a quiet machine (quiet.go: the load average before and after each phase is
@@ -30,7 +32,8 @@
 //
 // and with --peer flink flink_wall_ratio=, flink_cpu_ratio= and
 // flink_rss_ratio= (the Flink job's wall time, CPU time and peak RSS over
-// (b)'s).
+// (b)'s), the same of the XA form (flink_xa_wall_ratio=, ...) or a line
+// flink_xa=not run: saying why.
 //
 // The data is the Auckland 48 h GTFS-realtime archive (../shared/data), mapped
 // like `ovstream produce --operator AT`, repeated with event times shifted by
@@ -61,6 +64,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovstream/ovstream/integration/flinkpeer"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -90,7 +94,9 @@ type options struct {
 	schemaSQL     string
 	split         bool
 	elt           bool
-	flink         bool // --peer flink: phase (f), on Apache Kafka only
+	flink         bool        // --peer flink: phase (f), on Apache Kafka only
+	flinkForms    []flinkForm // the forms (f) runs: a prefix of flinkForms, without the XA form when flinkXANot says why
+	flinkXANot    string
 	load          loadRule
 	burstKeys     []int // --burst-keys: the burst measurement instead of the phases (burst.go)
 	burstAround   int
@@ -263,6 +269,13 @@ func run(o options) error {
 	if len(o.burstKeys) > 0 {
 		return runBursts(ctx, o, d, logTo)
 	}
+	if o.flink {
+		o.flinkForms = flinkForms
+		if err := flinkpeer.CheckExactlyOnce(ctx, o.adminURL, flinkpeer.DefaultParallelism); err != nil {
+			o.flinkForms, o.flinkXANot = flinkForms[:1], err.Error()
+			logf("phase (f) leaves out the Flink peer's XA form: %s", o.flinkXANot)
+		}
+	}
 	allocs := "n/a"
 	if o.goBench {
 		allocs = hotPathAllocs()
@@ -323,8 +336,7 @@ func run(o options) error {
 			prefix, fmtRatio(md.ratio, "--trials"), prefix, fmtRatio(md.limitRatio, "--trials"),
 			prefix, fmtRatio(md.eltRatio, "--elt=false"), prefix, fmtRatio(md.splitRatio, "--split=false"))
 		if o.flink && m.broker == brokerKafka {
-			fmt.Printf("flink_wall_ratio=%s\nflink_cpu_ratio=%s\nflink_rss_ratio=%s\nflink_does_less=%q\n",
-				fmtFigure(md.flinkWall), fmtFigure(md.flinkCPU), fmtFigure(md.flinkRSS), flinkDoesLess)
+			printFlinkMedians(os.Stdout, m, o.flinkXANot)
 		}
 	}
 	return nil

@@ -45,9 +45,9 @@ type trial struct {
 	writeBusy float64
 	writeCPU  time.Duration // the bench's own CPU time (the CopyFrom client)
 	tableRows map[string]int
-	split     *splitResult // (d), nil with --split=false
-	elt       *eltResult   // (e), nil with --elt=false
-	flink     *flinkResult // (f), nil without --peer flink
+	split     *splitResult   // (d), nil with --split=false
+	elt       *eltResult     // (e), nil with --elt=false
+	flink     []*flinkResult // (f), one per form run (o.flinkForms), in their order
 	// aggBytes is pg_total_relation_size of delay_aggregates after (b):
 	// heap, TOAST and indexes.
 	aggBytes int64
@@ -169,7 +169,7 @@ func quietTrial(ctx context.Context, o options, b *broker, dbs *databases, m *me
 			}
 			logf("trial %d: ratio %.2f, limit_ratio %.2f%s%s%s; load before -> after: %s", i+1, t.ratio(), t.limitRatio(),
 				optRatio(" elt_ratio", t.elt != nil, t.eltRatio), optRatio(" split_ratio", t.split != nil, t.splitRatio),
-				optRatio(" flink_wall_ratio", t.flink != nil, t.flinkWallRatio), clock.summary())
+				t.flinkSummary(), clock.summary())
 			return t, nil
 		}
 		restarts++
@@ -281,9 +281,13 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 			return nil, err
 		}
 	}
-	if o.flink && b.kind == brokerKafka {
-		if t.flink, err = flinkPhase(ctx, b, dbs, runDB, tag, clock, logTo); err != nil {
-			return nil, err
+	if b.kind == brokerKafka {
+		for _, form := range o.flinkForms {
+			f, err := flinkPhase(ctx, form, b, dbs, runDB, tag, clock, logTo)
+			if err != nil {
+				return nil, err
+			}
+			t.flink = append(t.flink, f)
 		}
 	}
 	return t, nil
@@ -322,8 +326,8 @@ func (m *measurement) print(w io.Writer) {
 	if t.elt != nil {
 		t.elt.print(w, r, t.clock.before("(e) T_elt"))
 	}
-	if t.flink != nil {
-		t.flink.print(w, t, int64(m.predictions), t.clock.before("(f) T_flink"))
+	for _, f := range t.flink {
+		f.print(w, t, int64(m.predictions))
 	}
 	fmt.Fprintf(w, "result rows per message: %.3f (delay_aggregates rows per prediction %.3f); latest-state rows upserted by (b) over all commits: %d\n",
 		float64(t.writeRows)/float64(m.messages), float64(t.tableRows["delay_aggregates"])/float64(m.predictions), r.latestRows)

@@ -13,7 +13,7 @@ import (
 type medians struct {
 	read, run, write, elt, split                  time.Duration
 	ratio, limitRatio, eltRatio, splitRatio, load float64
-	flinkWall, flinkCPU, flinkRSS                 float64 // NaN without phase (f)
+	flink                                         []flinkRatios // phase (f)'s forms (flinkForms), NaN when not run
 }
 
 // medians returns the medians of m's trials, each figure on its own.
@@ -42,14 +42,6 @@ func (m *measurement) medians() medians {
 		}
 		return f()
 	}
-	flink := func(f func(*trial) float64) func(*trial) float64 {
-		return func(t *trial) float64 {
-			if t.flink == nil {
-				return math.NaN()
-			}
-			return f(t)
-		}
-	}
 	return medians{
 		read:       secs(func(t *trial) float64 { return t.read.Seconds() }),
 		run:        secs(func(t *trial) float64 { return t.run.elapsed.Seconds() }),
@@ -61,9 +53,7 @@ func (m *measurement) medians() medians {
 		eltRatio:   fig(func(t *trial) float64 { return elt(t, t.eltRatio) }),
 		splitRatio: fig(func(t *trial) float64 { return split(t, t.splitRatio) }),
 		load:       fig(func(t *trial) float64 { return t.clock.maxLoad }),
-		flinkWall:  fig(flink((*trial).flinkWallRatio)),
-		flinkCPU:   fig(flink((*trial).flinkCPURatio)),
-		flinkRSS:   fig(flink((*trial).flinkRSSRatio)),
+		flink:      m.flinkMedians(),
 	}
 }
 
@@ -151,10 +141,11 @@ func printSideBySide(w io.Writer, ms []*measurement) {
 		fmt.Fprintf(w, " %22s", brokerName(m.broker))
 	}
 	fmt.Fprintln(w)
-	rows := []struct {
+	type row struct {
 		name string
 		f    func(md medians, m *measurement) string
-	}{
+	}
+	rows := []row{
 		{"T_read", func(md medians, _ *measurement) string { return sec(md.read) }},
 		{"T_ovstream", func(md medians, _ *measurement) string { return sec(md.run) }},
 		{"T_write", func(md medians, _ *measurement) string { return sec(md.write) }},
@@ -164,13 +155,17 @@ func printSideBySide(w io.Writer, ms []*measurement) {
 		{"limit_ratio", func(md medians, _ *measurement) string { return ratio(md.limitRatio) }},
 		{"elt_ratio", func(md medians, _ *measurement) string { return ratio(md.eltRatio) }},
 		{"split_ratio", func(md medians, _ *measurement) string { return ratio(md.splitRatio) }},
-		{"flink_wall", func(md medians, _ *measurement) string { return ratio(md.flinkWall) }},
-		{"flink_cpu", func(md medians, _ *measurement) string { return ratio(md.flinkCPU) }},
-		{"flink_rss", func(md medians, _ *measurement) string { return ratio(md.flinkRSS) }},
+	}
+	for i, form := range flinkForms {
+		rows = append(rows, row{form.name + "_wall", func(md medians, _ *measurement) string { return ratio(md.flink[i].wall) }},
+			row{form.name + "_cpu", func(md medians, _ *measurement) string { return ratio(md.flink[i].cpu) }},
+			row{form.name + "_rss", func(md medians, _ *measurement) string { return ratio(md.flink[i].rss) }})
+	}
+	rows = append(rows, []row{
 		{"peak RSS", func(_ medians, m *measurement) string { return fmt.Sprintf("%d MB", m.median().run.maxRSS>>20) }},
 		{"broker RSS", func(_ medians, m *measurement) string { return fmt.Sprintf("%d MB", m.brokerRSS>>20) }},
 		{"max load", func(md medians, _ *measurement) string { return fmt.Sprintf("%.2f", md.load) }},
-	}
+	}...)
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-14s", r.name)
 		for i, m := range ms {

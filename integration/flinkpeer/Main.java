@@ -25,6 +25,7 @@
 //   --jdbc-url jdbc:postgresql://... --table T [--window-seconds 300]
 //   [--lateness-seconds 600] [--parallelism 2] [--group flinkpeer]
 //   [--flush-rows 5000] [--exactly-once false] [--checkpoint-seconds 10]
+//   [--max-delay-seconds 43200]
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -59,6 +60,7 @@ public class Main {
         a.put("flush-rows", "5000");
         a.put("exactly-once", "false");
         a.put("checkpoint-seconds", "10");
+        a.put("max-delay-seconds", "43200");
         for (int i = 0; i < args.length; i++) {
             if (!args[i].startsWith("--") || i + 1 >= args.length) {
                 throw new IllegalArgumentException("flinkpeer: want --name value pairs, got " + args[i]);
@@ -112,10 +114,12 @@ public class Main {
                 + "  'json.timestamp-format.standard' = 'ISO-8601'\n"
                 + ")");
         // The data contract's rules that a SQL filter can state
-        // (docs/design.md "Decoding rules"): non-empty ids, |delay_s| <= 86400.
+        // (docs/design.md "Decoding rules"): non-empty ids; and the bound on a
+        // plausible delay, |delay_s| <= run's --max-delay (at most 86400).
         env.executeSql("CREATE VIEW valid AS SELECT * FROM predictions\n"
                 + "WHERE trip_id <> '' AND line <> '' AND stop_id <> '' AND operator <> ''\n"
-                + "  AND delay_s IS NOT NULL AND ABS(delay_s) <= 86400 AND event_time IS NOT NULL");
+                + "  AND delay_s IS NOT NULL AND ABS(delay_s) <= " + Long.parseLong(a.get("max-delay-seconds"))
+                + " AND event_time IS NOT NULL");
         List<String> queries = new ArrayList<>();
         String[][] dims = {{"line", "line"}, {"station", "stop_id"}, {"operator", "operator"}, {"network", "'all'"}};
         for (String[] d : dims) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ovstream/ovstream/consumer"
 	"github.com/ovstream/ovstream/integration/realkafka"
 )
 
@@ -155,6 +156,10 @@ type Options struct {
 	Window      time.Duration // the tumbling window; default 5 minutes
 	Lateness    time.Duration // the watermark's bound of out-of-orderness; default 10 minutes (the benchmark's --allowed-lateness)
 	Parallelism int           // default DefaultParallelism
+	// MaxDelay drops predictions with a larger |delay_s|, as run
+	// dead-letters them as implausible (its --max-delay); default
+	// consumer.DefaultMaxDelay.
+	MaxDelay time.Duration
 	// ExactlyOnce selects the exactly-once form: the XA sink, a checkpoint
 	// every 10 s, the rows of each checkpoint committed once it completes
 	// (the last at the final checkpoint, before the JVM exits). The server
@@ -210,6 +215,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Parallelism <= 0 {
 		o.Parallelism = DefaultParallelism
 	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = consumer.DefaultMaxDelay
+	}
 	jdbc, err := JDBCURL(o.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -222,7 +230,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	cmd := exec.CommandContext(ctx, "java", "-Duser.timezone=UTC", "-Dorg.apache.logging.log4j.level=WARN",
 		"-cp", cp, "Main", "--bootstrap", o.Bootstrap, "--topic", o.Topic, "--jdbc-url", jdbc, "--table", Table,
 		"--window-seconds", strconv.Itoa(int(o.Window.Seconds())), "--lateness-seconds", strconv.Itoa(int(o.Lateness.Seconds())),
-		"--parallelism", strconv.Itoa(o.Parallelism), "--exactly-once", strconv.FormatBool(o.ExactlyOnce))
+		"--parallelism", strconv.Itoa(o.Parallelism), "--exactly-once", strconv.FormatBool(o.ExactlyOnce),
+		"--max-delay-seconds", strconv.Itoa(int(o.MaxDelay.Seconds())))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
