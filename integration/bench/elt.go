@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
+	"github.com/ovstream/ovstream/consumer"
 )
 
 // Phase (e), the peer: what users build instead of
@@ -21,7 +23,8 @@ import (
 // decoder (aggregate.DecodePrediction: the same validity rules as `run`, the
 // |delay_s| <= 86400 rule included) and drops what `run` would dead-letter
 // (decode errors; event times later than wall clock + 5 min, run's default
-// max future skew), COPYs every valid prediction into a logged raw table
+// max future skew; |delay_s| beyond run's default --max-delay,
+// consumer.DefaultMaxDelay, implausible), COPYs every valid prediction into a logged raw table
 // with pgx CopyFrom, then computes the result with ONE
 // INSERT ... SELECT ... GROUP BY (percentile_cont(0.9), avg, min, max over
 // the four dimensions) into delay_aggregates under its own pipeline name.
@@ -195,7 +198,7 @@ type eltVisitor struct {
 
 func (v *eltVisitor) Visit(m *sarama.ConsumerMessage) error {
 	p, err := aggregate.DecodePrediction(m.Value)
-	if err != nil || p.EventTime.After(v.limit) {
+	if err != nil || p.EventTime.After(v.limit) || math.Abs(p.DelayS) > consumer.DefaultMaxDelay.Seconds() {
 		v.invalid.Add(1)
 		return nil
 	}
