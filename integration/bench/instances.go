@@ -119,6 +119,11 @@ func instancesOnce(ctx context.Context, o options, b *broker, dbs *databases, na
 	if err != nil {
 		return nil, "", fmt.Errorf("fresh database: %w", err)
 	}
+	if o.pgLog {
+		if err := dbs.logStatements(ctx, name); err != nil {
+			return nil, "", err
+		}
+	}
 	if err := dbs.checkpoint(ctx); err != nil {
 		return nil, "", fmt.Errorf("checkpoint: %w", err)
 	}

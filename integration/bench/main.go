@@ -124,7 +124,7 @@ func main() {
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
-	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) and (d) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
+	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b), (d) and --instances with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
 	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on every fresh database after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
 	flag.Func("read-fetch", "T_read's sarama Consumer.Fetch.Default in bytes, to mirror an ovstream built with another (default: sarama's, 1 MiB)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
