@@ -199,7 +199,7 @@ func main() {
 		}
 		return nil
 	})
-	flag.Func("instances", "comma-separated instance counts N (e.g. 1,2,3): instead of the phases, N `ovstream run --drain` instances of one pipeline on disjoint blocks of the partitions, each count on a fresh database, every count's rows equal to one instance's; CPU per instance, PostgreSQL's CPU and WAL (instances.go)", func(v string) error {
+	flag.Func("instances", "comma-separated instance counts N (e.g. 1,2,3): instead of the phases, N `ovstream run --drain` instances of one pipeline on disjoint blocks of the partitions, each count on a fresh database, every count's rows equal to one instance's (which always runs first); CPU per instance, PostgreSQL's CPU and WAL (instances.go)", func(v string) error {
 		for _, s := range strings.Split(v, ",") {
 			k, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil {
