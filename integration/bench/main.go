@@ -19,6 +19,11 @@
 //	                through the JDBC connector's exactly-once (XA) sink, when the server
 //	                allows prepared transactions (max_prepared_transactions);
 //
+// --instances 1,2,3 measures instead how one pipeline scales across split
+// instances (instances.go): per count N, N instances like (d) on disjoint
+// blocks of the partitions, their rows equal to one instance's, with each
+// instance's CPU and PostgreSQL's CPU and WAL (docs/scaling.md).
+//
 // --trials times (default 3) on the data produced once, each phase started on
 // a quiet machine (quiet.go: the load average before and after each phase is
 // printed; a trial that found the machine loaded runs again). It prints the
@@ -48,6 +53,7 @@
 //	go run ./integration/bench                        # 5M predictions
 //	go run ./integration/bench --predictions 500000   # quick iteration
 //	go run ./integration/bench --scale 1,4,16 --base 312500
+//	go run ./integration/bench --instances 1,2,3 --predictions 1000000 --trials 1
 package main
 
 import (
@@ -101,6 +107,7 @@ type options struct {
 	burstKeys     []int // --burst-keys: the burst measurement instead of the phases (burst.go)
 	burstAround   int
 	burstNames    bool
+	instances     []int    // --instances: the scaling of split instances instead of the phases (instances.go)
 	brokers       []string // --broker: brokerEmbedded, brokerKafka or both, in that order
 	live          liveOptions
 }
@@ -123,7 +130,7 @@ func main() {
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
 	flag.BoolVar(&o.keep, "keep", false, "keep the bench databases")
 	flag.StringVar(&o.logFile, "log", "", "append ovstream's log to this file")
-	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b) and (d) with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
+	flag.BoolVar(&o.pgLog, "pg-log", false, "log every statement of (b), (d) and --instances with its duration in the server log (ALTER DATABASE ... SET log_min_duration_statement = 0 on the bench databases only)")
 	flag.StringVar(&o.schemaSQL, "schema-sql", "", "SQL run on every fresh database after the migrations (experiments, e.g. \"DROP INDEX delay_aggregates_window_end\")")
 	flag.Func("read-fetch", "T_read's sarama Consumer.Fetch.Default in bytes, to mirror an ovstream built with another (default: sarama's, 1 MiB)", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 32)
@@ -198,6 +205,19 @@ func main() {
 		}
 		return nil
 	})
+	flag.Func("instances", "comma-separated instance counts N (e.g. 1,2,3): instead of the phases, N `ovstream run --drain` instances of one pipeline on disjoint blocks of the partitions, each count on a fresh database, every count's rows equal to one instance's (which always runs first); CPU per instance, PostgreSQL's CPU and WAL (instances.go)", func(v string) error {
+		for _, s := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("want positive integers, e.g. 1,2,3")
+			}
+			if _, err := splitPartitions(topics, k); err != nil {
+				return err
+			}
+			o.instances = append(o.instances, k)
+		}
+		return nil
+	})
 	flag.IntVar(&o.burstAround, "burst-around", 200_000, "with --burst-keys: archive predictions around the burst")
 	flag.BoolVar(&o.burstNames, "burst-names", true, "with --burst-keys: the new stations have stop names")
 	flag.IntVar(&o.trials, "trials", 3, "trials of the phases on the data produced once; every trial's figures and the medians are printed")
@@ -268,6 +288,9 @@ func run(o options) error {
 	}
 	if len(o.burstKeys) > 0 {
 		return runBursts(ctx, o, d, logTo)
+	}
+	if len(o.instances) > 0 {
+		return runInstances(ctx, o, d, logTo)
 	}
 	if o.flink {
 		o.flinkForms = flinkForms

@@ -79,23 +79,9 @@ func measure(ctx context.Context, o options, d *dataset, n int, kind string, log
 		return nil, err
 	}
 	defer b.stop()
-	logf("broker pid %d on %s; producing %d predictions", b.pid(), b.addr, n)
-
-	g := newGenerator(d, n, predTopic, posTopic)
-	t0 := time.Now()
-	counts, err := produceAll(ctx, b.addr, g.next)
-	if err != nil {
-		return nil, fmt.Errorf("produce: %w", err)
+	if err := m.produceOn(ctx, b, d); err != nil {
+		return nil, err
 	}
-	m.produce = time.Since(t0)
-	m.positions = g.positions
-	m.messages = int64(counts.Produced(predTopic) + counts.Produced(posTopic))
-	m.bytes = g.bytes
-	m.brokerRSS = b.rss()
-	logf("produced %d messages (%d predictions, %d positions, %.0f MB JSON) in %v; broker RSS %d MB",
-		m.messages, counts.Produced(predTopic), counts.Produced(posTopic), float64(m.bytes)/1e6,
-		m.produce.Round(time.Millisecond), m.brokerRSS>>20)
-
 	dbs := &databases{admin: o.adminURL, bin: o.bin, schemaSQL: o.schemaSQL}
 	if !o.keep {
 		defer dbs.dropAll(context.Background())
@@ -137,6 +123,27 @@ func measure(ctx context.Context, o options, d *dataset, n int, kind string, log
 		}
 	}
 	return m, nil
+}
+
+// produceOn produces m.predictions predictions of d and their positions on
+// b, once, before any timing, and records what it produced.
+func (m *measurement) produceOn(ctx context.Context, b *broker, d *dataset) error {
+	logf("broker pid %d on %s; producing %d predictions", b.pid(), b.addr, m.predictions)
+	g := newGenerator(d, m.predictions, predTopic, posTopic)
+	t0 := time.Now()
+	counts, err := produceAll(ctx, b.addr, g.next)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	m.produce = time.Since(t0)
+	m.positions = g.positions
+	m.messages = int64(counts.Produced(predTopic) + counts.Produced(posTopic))
+	m.bytes = g.bytes
+	m.brokerRSS = b.rss()
+	logf("produced %d messages (%d predictions, %d positions, %.0f MB JSON) in %v; broker RSS %d MB",
+		m.messages, counts.Produced(predTopic), counts.Produced(posTopic), float64(m.bytes)/1e6,
+		m.produce.Round(time.Millisecond), m.brokerRSS>>20)
+	return nil
 }
 
 // quietTrial runs trial i until it is measured on a quiet machine (at most

@@ -598,22 +598,38 @@ func writeAll(ctx context.Context, dbURL string, tables []table) (int64, time.Du
 
 // procCPU returns utime+stime of pid from /proc/PID/stat.
 func procCPU(pid int) time.Duration {
+	st, _ := readProcStat(pid)
+	return st.cpu
+}
+
+// procStat is what /proc/PID/stat says of a process's CPU time.
+type procStat struct {
+	ppid     int
+	cpu      time.Duration // utime + stime
+	children time.Duration // cutime + cstime: of the children it waited for
+}
+
+// readProcStat reads /proc/PID/stat; false when the process is gone.
+func readProcStat(pid int) (procStat, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return procStat{}, false
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return procStat{}, false
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
+	if len(f) < 15 {
+		return procStat{}, false
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * time.Second / 100 // USER_HZ = 100 on Linux
+	tick := func(k int) time.Duration {
+		n, _ := strconv.ParseInt(f[k], 10, 64)
+		return time.Duration(n) * time.Second / 100 // USER_HZ = 100 on Linux
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return procStat{ppid: ppid, cpu: tick(11) + tick(12), children: tick(13) + tick(14)}, true
 }
 
 // procStatusKB returns a "kB" field of /proc/PID/status.

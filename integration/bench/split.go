@@ -15,33 +15,46 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// splitHalves returns one --partitions value per instance of the split
-// phase: the first half of each topic's partitions, then the rest (6 + 3
-// partitions: predictions 0-2 and positions 0; predictions 3-5 and
-// positions 1-2). spec is the broker's "name:N,name:N".
-func splitHalves(spec string) [2]string {
-	var halves [2][]string
+// splitPartitions returns one --partitions value per instance of n
+// instances of one pipeline: each topic's partitions in n contiguous
+// blocks, instance i taking partitions [i*N/n, (i+1)*N/n) of a topic of N
+// (6 + 3 partitions in halves: predictions 0-2 and positions 0; predictions
+// 3-5 and positions 1-2). spec is the broker's "name:N,name:N". An instance
+// that would get no partition at all is an error.
+func splitPartitions(spec string, n int) ([]string, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%d instances: want at least 1", n)
+	}
+	parts := make([][]string, n)
 	for _, tn := range strings.Split(spec, ",") {
-		name, n, _ := strings.Cut(tn, ":")
-		parts, _ := strconv.Atoi(n)
-		for p := range parts {
-			i := 0
-			if p >= parts/2 {
-				i = 1
+		name, count, _ := strings.Cut(tn, ":")
+		size, err := strconv.Atoi(count)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want name:N", tn)
+		}
+		for i := range n {
+			for p := i * size / n; p < (i+1)*size/n; p++ {
+				parts[i] = append(parts[i], fmt.Sprintf("%s:%d", name, p))
 			}
-			halves[i] = append(halves[i], fmt.Sprintf("%s:%d", name, p))
 		}
 	}
-	return [2]string{strings.Join(halves[0], ","), strings.Join(halves[1], ",")}
+	out := make([]string, n)
+	for i, ps := range parts {
+		if len(ps) == 0 {
+			return nil, fmt.Errorf("%d instances of %s: instance %d would get no partition", n, spec, i+1)
+		}
+		out[i] = strings.Join(ps, ",")
+	}
+	return out, nil
 }
 
-// splitResult is what the split phase (d) measured: two `ovstream run
-// --drain` instances of one pipeline on disjoint halves of the partitions,
-// started together on a fresh database.
+// splitResult is what the split phase (d) measured: `ovstream run --drain`
+// instances of one pipeline (two in (d), n with --instances) on disjoint
+// blocks of the partitions, started together on a fresh database.
 type splitResult struct {
-	elapsed   time.Duration // from starting both to both exited
-	instances [2]*runResult
-	parts     [2]string
+	elapsed   time.Duration // from starting the first to the last exited
+	instances []*runResult
+	parts     []string // each instance's --partitions; "" for one instance: every partition
 	busy      float64
 	load      string
 	brokerCPU time.Duration
@@ -49,7 +62,7 @@ type splitResult struct {
 	digest    string // md5 over them, sorted by key, equal to (b)'s
 }
 
-// cpu returns the CPU time (user + sys) of both instances.
+// cpu returns the CPU time (user + sys) of all instances.
 func (s *splitResult) cpu() time.Duration {
 	var d time.Duration
 	for _, r := range s.instances {
@@ -79,32 +92,45 @@ func splitPhase(ctx context.Context, o options, b *broker, dbs *databases, runDB
 		return nil, err
 	}
 	c0, bc0 := sampleCPU(), b.cpu()
-	s, err := runSplit(o, splitDB, b.addr, logTo)
+	s, err := runSplit(o, 2, splitDB, b.addr, logTo)
 	clock.stop()
 	if err != nil {
 		return nil, err
 	}
 	s.busy, s.load, s.brokerCPU = busy(c0, sampleCPU()), clock.before("(d) T_split"), b.cpu()-bc0
 	logf("T_split %v, peak RSS %d MB and %d MB", s.elapsed.Round(time.Millisecond), s.instances[0].maxRSS>>20, s.instances[1].maxRSS>>20)
-	if err := checkSplit(ctx, s, runDB, splitDB); err != nil {
+	if err := checkSplit(ctx, s, runDB, splitDB, "the split run"); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// runSplit is phase (d): the two instances side by side, each draining its
-// half; the last to drain merges every window (docs/design.md "Draining a split pipeline").
-// T_split runs from starting the first to the exit of the last.
-func runSplit(o options, dbURL, brokers string, logTo io.Writer) (*splitResult, error) {
-	s := &splitResult{parts: splitHalves(topics)}
+// runSplit is phase (d): n instances side by side (splitPartitions), each
+// draining its partitions; the last to drain merges every window
+// (docs/design.md "Draining a split pipeline"). One instance gets no
+// --partitions: it is (b). The time runs from starting the first to the
+// exit of the last.
+func runSplit(o options, n int, dbURL, brokers string, logTo io.Writer) (*splitResult, error) {
+	parts, err := splitPartitions(topics, n)
+	if err != nil {
+		return nil, err
+	}
+	if n == 1 {
+		parts = []string{""}
+	}
+	s := &splitResult{parts: parts, instances: make([]*runResult, n)}
 	var wg sync.WaitGroup
-	var errs [2]error
+	errs := make([]error, n)
 	var logMu sync.Mutex
 	began := time.Now()
 	for i, parts := range s.parts {
 		// Each instance serves its metrics on a free port, like (b) on the
 		// default one, which only one process can hold.
-		extra := append([]string{"--partitions", parts, "--metrics-addr", "127.0.0.1:0"}, o.runArgs...)
+		extra := []string{"--metrics-addr", "127.0.0.1:0"}
+		if parts != "" {
+			extra = append(extra, "--partitions", parts)
+		}
+		extra = append(extra, o.runArgs...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -115,7 +141,7 @@ func runSplit(o options, dbURL, brokers string, logTo io.Writer) (*splitResult, 
 	s.elapsed = time.Since(began)
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("split instance %d (--partitions %s): %w", i+1, s.parts[i], err)
+			return nil, fmt.Errorf("instance %d of %d (--partitions %q): %w", i+1, n, s.parts[i], err)
 		}
 	}
 	return s, nil
@@ -233,8 +259,8 @@ var errInexact = errors.New("results differ from one instance's")
 // checkSplit requires the split run's delay_aggregates to equal (b)'s: the
 // same rows in key order (so the same count and md5), and no partials or
 // drained flags left. It fills s.rows and s.digest.
-func checkSplit(ctx context.Context, s *splitResult, runDB, splitDB string) error {
-	n, sum, err := sameAggregates(ctx, aggSource{runDB, splitColumns}, aggSource{splitDB, splitColumns}, "the split run")
+func checkSplit(ctx context.Context, s *splitResult, runDB, splitDB, what string) error {
+	n, sum, err := sameAggregates(ctx, aggSource{runDB, splitColumns}, aggSource{splitDB, splitColumns}, what)
 	if err != nil {
 		return err
 	}
@@ -270,13 +296,23 @@ func (s *splitResult) print(w io.Writer, messages int64, single *runResult) {
 	singleCPU := single.userCPU + single.sysCPU
 	fmt.Fprintf(w, "%-14s %8.2f %11.0f %11s %7.0f%% %-14s two instances of one pipeline, --drain each; broker CPU %.1fs\n",
 		"(d) T_split", s.elapsed.Seconds(), rate(messages, s.elapsed), "-", 100*s.busy, s.load, s.brokerCPU.Seconds())
-	for i, r := range s.instances {
-		fmt.Fprintf(w, "%-14s %8.2f %11s %11s %8s %-14s --partitions %s: peak RSS %d MB; commits %d, p50 %v, p99 %v; CPU user %.1fs sys %.1fs\n",
-			fmt.Sprintf("    instance %d", i+1), r.elapsed.Seconds(), "", "", "", "", s.parts[i], r.maxRSS>>20, len(r.commits),
-			percentile(r.commits, 0.5).Round(time.Millisecond), percentile(r.commits, 0.99).Round(time.Millisecond),
-			r.userCPU.Seconds(), r.sysCPU.Seconds())
-	}
+	s.printInstances(w)
 	fmt.Fprintf(w, "split: delay_aggregates equal (b)'s: %d rows, md5 %s; CPU per message %.2f µs (both instances, %.1fs) against %.2f µs for one instance (%.1fs), x%.2f; T_ovstream / T_split = %.2f\n",
 		s.rows, s.digest, perMsg(s.cpu()), s.cpu().Seconds(), perMsg(singleCPU), singleCPU.Seconds(),
 		s.cpu().Seconds()/singleCPU.Seconds(), single.elapsed.Seconds()/s.elapsed.Seconds())
+}
+
+// printInstances prints a line per instance: its time, partitions, peak
+// RSS, commits and CPU.
+func (s *splitResult) printInstances(w io.Writer) {
+	for i, r := range s.instances {
+		parts := s.parts[i]
+		if parts == "" {
+			parts = "(all)"
+		}
+		fmt.Fprintf(w, "%-14s %8.2f %11s %11s %8s %-14s --partitions %s: peak RSS %d MB; commits %d, p50 %v, p99 %v; CPU user %.1fs sys %.1fs\n",
+			fmt.Sprintf("    instance %d", i+1), r.elapsed.Seconds(), "", "", "", "", parts, r.maxRSS>>20, len(r.commits),
+			percentile(r.commits, 0.5).Round(time.Millisecond), percentile(r.commits, 0.99).Round(time.Millisecond),
+			r.userCPU.Seconds(), r.sysCPU.Seconds())
+	}
 }
