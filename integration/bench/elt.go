@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ovstream/ovstream/aggregate"
-	"github.com/ovstream/ovstream/consumer"
 )
 
 // Phase (e), the peer: what users build instead of
@@ -23,8 +22,8 @@ import (
 // decoder (aggregate.DecodePrediction: the same validity rules as `run`, the
 // |delay_s| <= 86400 rule included) and drops what `run` would dead-letter
 // (decode errors; event times later than wall clock + 5 min, run's default
-// max future skew; |delay_s| beyond run's default --max-delay,
-// consumer.DefaultMaxDelay, implausible), COPYs every valid prediction into a logged raw table
+// max future skew; |delay_s| beyond (b)'s --max-delay, implausible),
+// COPYs every valid prediction into a logged raw table
 // with pgx CopyFrom, then computes the result with ONE
 // INSERT ... SELECT ... GROUP BY (percentile_cont(0.9), avg, min, max over
 // the four dimensions) into delay_aggregates under its own pipeline name.
@@ -92,7 +91,7 @@ type eltResult struct {
 // eltPhase is phase (e) on a fresh database (ovstream's schema plus the raw
 // table), after a checkpoint, timed by clock; it requires the result to
 // equal (b)'s, on runDB.
-func eltPhase(ctx context.Context, b *broker, dbs *databases, runDB, tag string, clock *phaseClock) (*eltResult, error) {
+func eltPhase(ctx context.Context, b *broker, dbs *databases, runDB, tag string, maxDelay time.Duration, clock *phaseClock) (*eltResult, error) {
 	db, err := dbs.fresh(ctx, "ovsbench_elt_"+tag)
 	if err != nil {
 		return nil, fmt.Errorf("fresh database: %w", err)
@@ -110,7 +109,7 @@ func eltPhase(ctx context.Context, b *broker, dbs *databases, runDB, tag string,
 		return nil, err
 	}
 	c0, self0 := sampleCPU(), selfCPU()
-	e, err := runELT(ctx, db, b.addr)
+	e, err := runELT(ctx, db, b.addr, maxDelay)
 	clock.stop()
 	if err != nil {
 		return nil, fmt.Errorf("elt: %w", err)
@@ -136,7 +135,7 @@ const eltCompareColumns = `window_start, window_end, dimension, dimension_id, op
 	event_count, mean_delay_s, p90_delay_s, min_delay_s, max_delay_s`
 
 // runELT is T_elt: from connecting to the COMMIT of the transform.
-func runELT(ctx context.Context, dbURL, brokers string) (*eltResult, error) {
+func runELT(ctx context.Context, dbURL, brokers string, maxDelay time.Duration) (*eltResult, error) {
 	e := &eltResult{}
 	began := time.Now()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -158,7 +157,7 @@ func runELT(ctx context.Context, dbURL, brokers string) (*eltResult, error) {
 	go func() {
 		defer close(readDone)
 		e.read, src.readErr = eachPartition(brokers, []string{predTopic}, func(string, int32) visitor {
-			return &eltVisitor{ctx: ctx, out: batches, limit: limit, invalid: &invalid}
+			return &eltVisitor{ctx: ctx, out: batches, limit: limit, maxDelayS: maxDelay.Seconds(), invalid: &invalid}
 		})
 		close(batches)
 	}()
@@ -189,16 +188,19 @@ func runELT(ctx context.Context, dbURL, brokers string) (*eltResult, error) {
 
 // eltVisitor decodes the messages of one partition into batches of raw rows.
 type eltVisitor struct {
-	ctx     context.Context
-	out     chan<- []aggregate.Prediction
-	limit   time.Time // event times after it are `future` dead letters in run
-	invalid *atomic.Int64
-	batch   []aggregate.Prediction
+	ctx   context.Context
+	out   chan<- []aggregate.Prediction
+	limit time.Time // event times after it are `future` dead letters in run
+	// maxDelayS is (b)'s --max-delay in seconds: a larger |delay_s| is an
+	// `implausible` dead letter in run.
+	maxDelayS float64
+	invalid   *atomic.Int64
+	batch     []aggregate.Prediction
 }
 
 func (v *eltVisitor) Visit(m *sarama.ConsumerMessage) error {
 	p, err := aggregate.DecodePrediction(m.Value)
-	if err != nil || p.EventTime.After(v.limit) || math.Abs(p.DelayS) > consumer.DefaultMaxDelay.Seconds() {
+	if err != nil || p.EventTime.After(v.limit) || math.Abs(p.DelayS) > v.maxDelayS {
 		v.invalid.Add(1)
 		return nil
 	}

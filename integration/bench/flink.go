@@ -49,7 +49,7 @@ type flinkResult struct {
 
 // flinkPhase is phase (f) of form on a fresh database, timed by clock; it
 // requires the peer's rows to equal (b)'s, on runDB.
-func flinkPhase(ctx context.Context, form flinkForm, b *broker, dbs *databases, runDB, tag string, clock *phaseClock, logTo io.Writer) (*flinkResult, error) {
+func flinkPhase(ctx context.Context, form flinkForm, b *broker, dbs *databases, runDB, tag string, maxDelay time.Duration, clock *phaseClock, logTo io.Writer) (*flinkResult, error) {
 	db, err := dbs.fresh(ctx, "ovsbench_"+form.name+"_"+tag)
 	if err != nil {
 		return nil, fmt.Errorf("fresh database: %w", err)
@@ -69,7 +69,7 @@ func flinkPhase(ctx context.Context, form flinkForm, b *broker, dbs *databases, 
 	}
 	c0 := sampleCPU()
 	r, err := flinkpeer.Run(ctx, flinkpeer.Options{Bootstrap: b.addr, Topic: predTopic, DatabaseURL: db,
-		Window: eltWindow, Lateness: benchLateness, ExactlyOnce: form.xa, LogTo: logTo})
+		Window: eltWindow, Lateness: benchLateness, MaxDelay: maxDelay, ExactlyOnce: form.xa, LogTo: logTo})
 	clock.stop()
 	if err != nil {
 		return nil, err

@@ -91,6 +91,7 @@ type options struct {
 	bin           string
 	positionEvery time.Duration
 	runArgs       []string
+	maxDelay      time.Duration // (b)'s --max-delay: the peers drop what run sets aside as implausible
 	wrap          []string
 	goBench       bool
 	keep          bool
@@ -124,7 +125,7 @@ func main() {
 		"PostgreSQL where the bench creates (and drops) its databases (env DATABASE_URL)")
 	flag.StringVar(&o.bin, "bin", "", "ovstream binary (default: go build ./cmd/ovstream into --cache)")
 	flag.DurationVar(&o.positionEvery, "position-every", 5*time.Minute, "one synthesized position per vehicle per this much time it reported (0 = none)")
-	flag.StringVar(&runArgs, "run-args", "", "extra arguments for `ovstream run`, space-separated (e.g. \"--flush-interval 2s\")")
+	flag.StringVar(&runArgs, "run-args", "", "extra arguments for ovstream run, space-separated (e.g. \"--flush-interval 2s\")")
 	flag.StringVar(&wrap, "wrap", "", "run ovstream under this command, space-separated (e.g. \"perf record -g -o perf.data --\"); peak RSS is then the wrapper's")
 	flag.BoolVar(&o.serviceDays, "service-days", false, "give every prediction a start_date (its Auckland service day; the archive has none), so that the predictions form stop visits and their prediction history")
 	flag.BoolVar(&o.goBench, "gobench", true, "run the hot-path Go benchmark for allocations per message")
@@ -150,7 +151,7 @@ func main() {
 		}
 		return nil
 	})
-	flag.BoolVar(&o.live.on, "live", true, "also run the live phase (live.go): the producer at each --live-rates while `ovstream run` runs as a service; freshness per window row")
+	flag.BoolVar(&o.live.on, "live", true, "also run the live phase (live.go): the producer at each --live-rates while ovstream run runs as a service; freshness per window row")
 	flag.Func("live-rates", "comma-separated produce rates of the live phase, msgs/s (default 10000,50000)", func(v string) error {
 		o.live.rates = nil
 		for _, s := range strings.Split(v, ",") {
@@ -195,7 +196,7 @@ func main() {
 		o.flink = true
 		return nil
 	})
-	flag.Func("burst-keys", "comma-separated key counts N: instead of the phases, measure peak RSS of `ovstream run --drain` when ONE window holds N new station ids, each on fresh data (burst.go)", func(v string) error {
+	flag.Func("burst-keys", "comma-separated key counts N: instead of the phases, measure peak RSS of ovstream run --drain when ONE window holds N new station ids, each on fresh data (burst.go)", func(v string) error {
 		for _, s := range strings.Split(v, ",") {
 			k, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || k <= 0 {
@@ -205,7 +206,7 @@ func main() {
 		}
 		return nil
 	})
-	flag.Func("instances", "comma-separated instance counts N (e.g. 1,2,3): instead of the phases, N `ovstream run --drain` instances of one pipeline on disjoint blocks of the partitions, each count on a fresh database, every count's rows equal to one instance's (which always runs first); CPU per instance, PostgreSQL's CPU and WAL (instances.go)", func(v string) error {
+	flag.Func("instances", "comma-separated instance counts N (e.g. 1,2,3): instead of the phases (the phase flags --peer, --split, --elt, --live, --wrap and --scale do not apply), N ovstream run --drain instances of one pipeline on disjoint blocks of the partitions, each count on a fresh database, every count's rows equal to one instance's (which always runs first); CPU per instance, PostgreSQL's CPU and WAL (instances.go)", func(v string) error {
 		for _, s := range strings.Split(v, ",") {
 			k, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil {
@@ -245,6 +246,10 @@ func main() {
 		fatalf("--peer flink needs --broker kafka (or both): Flink's Kafka source cannot start against the embedded broker")
 	}
 	o.runArgs = strings.Fields(runArgs)
+	var err error
+	if o.maxDelay, err = runMaxDelay(o.runArgs); err != nil {
+		fatalf("--run-args: %v", err)
+	}
 	o.wrap = strings.Fields(wrap)
 	if err := run(o); err != nil {
 		fatalf("%v", err)

@@ -284,13 +284,13 @@ func runTrial(ctx context.Context, o options, b *broker, dbs *databases, m *meas
 		}
 	}
 	if o.elt {
-		if t.elt, err = eltPhase(ctx, b, dbs, runDB, tag, clock); err != nil {
+		if t.elt, err = eltPhase(ctx, b, dbs, runDB, tag, o.maxDelay, clock); err != nil {
 			return nil, err
 		}
 	}
 	if b.kind == brokerKafka {
 		for _, form := range o.flinkForms {
-			f, err := flinkPhase(ctx, form, b, dbs, runDB, tag, clock, logTo)
+			f, err := flinkPhase(ctx, form, b, dbs, runDB, tag, o.maxDelay, clock, logTo)
 			if err != nil {
 				return nil, err
 			}

@@ -185,7 +185,7 @@ func CheckExactlyOnce(ctx context.Context, databaseURL string, parallelism int) 
 		return fmt.Errorf("flinkpeer: SHOW max_prepared_transactions: %w", err)
 	}
 	if n, err := strconv.Atoi(v); err != nil || n < parallelism {
-		return fmt.Errorf("PostgreSQL's max_prepared_transactions is %s: the exactly-once (XA) form prepares a transaction per sink writer, %d at parallelism %d; start the server with -c max_prepared_transactions=16 (.ci/postgres.sh's private cluster does)",
+		return fmt.Errorf("PostgreSQL's max_prepared_transactions is %s: the exactly-once (XA) form prepares a transaction per sink writer, %d at parallelism %d; start the server with -c max_prepared_transactions=16 (.ci/postgres.sh's private cluster does: one started before it did needs bash .ci/postgres.sh stop, then bash .ci/postgres.sh)",
 			v, parallelism, parallelism)
 	}
 	return nil
