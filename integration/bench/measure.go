@@ -179,6 +179,12 @@ func quietTrial(ctx context.Context, o options, b *broker, dbs *databases, m *me
 				t.flinkSummary(), clock.summary())
 			return t, nil
 		}
+		if err != nil && before.Equal(after) {
+			// Not a restart of PostgreSQL: the same server start before and
+			// after, or no server reached at all (a wrong --database-url,
+			// refused credentials). Another attempt would fail the same way.
+			return nil, err
+		}
 		restarts++
 		if restarts == 3 || errors.Is(err, errInexact) {
 			if err == nil {
