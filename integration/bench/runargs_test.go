@@ -19,7 +19,7 @@ func TestRunMaxDelay(t *testing.T) {
 		{[]string{"--max-delay=90m"}, 90 * time.Minute},
 		{[]string{"-max-delay", "2h", "--flush-interval", "1s"}, 2 * time.Hour},
 		{[]string{"--max-delay", "1h", "--max-delay", "3h"}, 3 * time.Hour}, // the last wins, as in pflag
-		{[]string{"max-delay", "1h"}, 12 * time.Hour},                      // not a flag: an argument
+		{[]string{"max-delay", "1h"}, 12 * time.Hour},                       // not a flag: an argument
 	} {
 		got, err := runMaxDelay(c.args)
 		if err != nil || got != c.want {

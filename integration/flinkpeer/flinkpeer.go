@@ -165,7 +165,7 @@ type Options struct {
 	// (the last at the final checkpoint, before the JVM exits). The server
 	// needs prepared transactions: see CheckExactlyOnce.
 	ExactlyOnce bool
-	LogTo       io.Writer     // the JVM's output, also kept in Result.Output
+	LogTo       io.Writer // the JVM's output, also kept in Result.Output
 }
 
 // CheckExactlyOnce returns nil when the PostgreSQL server of databaseURL
