@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ovstream/ovstream/integration/realkafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -395,7 +396,7 @@ loop:
 	res.duration = p.elapsed()
 	c1 := lr.cpuNow(ctx, conn, cmd.Process.Pid)
 	res.cpu = c1.minus(c0)
-	res.ovsRSS = procStatusKB(cmd.Process.Pid, "VmHWM:") * 1024
+	res.ovsRSS = realkafka.ProcStatusKB(cmd.Process.Pid, "VmHWM:") * 1024
 	res.produced, res.failed = p.counts()
 	if perr != nil {
 		return nil, fail(perr)

@@ -111,7 +111,7 @@ func (b *broker) pid() int {
 func (b *broker) cpu() time.Duration { return procCPU(b.pid()) }
 
 // rss returns the broker's resident memory now, bytes.
-func (b *broker) rss() int64 { return procStatusKB(b.pid(), "VmRSS:") * 1024 }
+func (b *broker) rss() int64 { return realkafka.ProcStatusKB(b.pid(), "VmRSS:") * 1024 }
 
 func (b *broker) stop() {
 	if b.kafka != nil {
@@ -315,7 +315,7 @@ func runOvstream(bin, dbURL, brokers string, extra, wrap []string, logTo io.Writ
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kb := procStatusKB(cmd.Process.Pid, "VmHWM:"); kb*1024 > hwm.Load() {
+			if kb := realkafka.ProcStatusKB(cmd.Process.Pid, "VmHWM:"); kb*1024 > hwm.Load() {
 				hwm.Store(kb * 1024)
 			}
 			select {

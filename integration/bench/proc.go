@@ -47,24 +47,6 @@ func readProcStat(pid int) (procStat, bool) {
 	return procStat{ppid: ppid, cpu: tick(11) + tick(12), children: tick(13) + tick(14)}, true
 }
 
-// procStatusKB returns a "kB" field of /proc/PID/status.
-func procStatusKB(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
-}
-
 // cpuSample is the machine's CPU time from /proc/stat.
 type cpuSample struct{ busy, total int64 }
 

@@ -252,7 +252,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if kb := statusKB(cmd.Process.Pid, "VmHWM:"); kb*1024 > hwm.Load() {
+			if kb := realkafka.ProcStatusKB(cmd.Process.Pid, "VmHWM:"); kb*1024 > hwm.Load() {
 				hwm.Store(kb * 1024)
 			}
 			select {
@@ -284,23 +284,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return r, fmt.Errorf("flinkpeer: java Main: %v\n%s", err, tail(r.Output, 40))
 	}
 	return r, nil
-}
-
-// statusKB returns a "kB" field of /proc/PID/status, 0 when unreadable.
-func statusKB(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			if f := strings.Fields(v); len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // tail returns the last n lines of s that are not frames of a Java stack

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 )
 
 // PomProperty returns the text of the element <name> of pom, one of its
@@ -64,4 +66,23 @@ func BuildJavaPeer(work, javac, what string, pom, mainJava []byte, mvnArgs func(
 		return nil, fmt.Errorf("javac Main.java: %v\n%s", err, b)
 	}
 	return jars, nil
+}
+
+// ProcStatusKB returns a "kB" field of /proc/PID/status (VmHWM: the peak
+// RSS, VmRSS), 0 when unreadable: how the benchmark measures its peers' and
+// its own processes' memory.
+func ProcStatusKB(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
